@@ -1,0 +1,125 @@
+//! The online block accumulator (eq:partial, eq:update): two running sums per active block,
+//! the cumulative `C` and the signed detail `D`, written once per residual event.
+
+use burn::tensor::{Tensor, backend::Backend};
+
+use crate::config::DetailSource;
+
+/// The first-half size `k = ⌈m/2⌉` of a block of `m` events (odd `m`: the early half takes the
+/// extra event).
+pub fn half_size(events_per_block: usize) -> usize {
+    events_per_block.div_ceil(2)
+}
+
+/// The half-split sign `s_r` of eq:partial for event `r` (1-based) of a block of `m` events:
+/// `+1` for `r ≤ k = ⌈m/2⌉`, `−1` after.
+pub fn half_split_sign(r: usize, events_per_block: usize) -> f64 {
+    if r <= half_size(events_per_block) { 1.0 } else { -1.0 }
+}
+
+/// Fixed random signs `s_{n,r} ∈ {±1}` for the random-sign ablation (NOTES decision 6), indexed
+/// `[block][event]`. Each sign is the low bit of successive SplitMix64 outputs from `seed`: a
+/// generator fixed by this definition (not by a crate version), so a sign pattern stored as its
+/// seed stays reproducible, also from other languages.
+pub fn random_signs(seed: u64, blocks: usize, events_per_block: usize) -> Vec<Vec<f64>> {
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    (0..blocks)
+        .map(|_| (0..events_per_block).map(|_| if next() & 1 == 1 { 1.0 } else { -1.0 }).collect())
+        .collect()
+}
+
+/// The detail signs of every event, `[block][event]`, for a detail source. The duplicated-`C`
+/// control uses `+1` throughout: its detail slot shows `C` itself and never reads `D`.
+pub fn detail_signs(source: DetailSource, blocks: usize, events_per_block: usize) -> Vec<Vec<f64>> {
+    match source {
+        DetailSource::HalfSplit => {
+            vec![(1..=events_per_block).map(|r| half_split_sign(r, events_per_block)).collect(); blocks]
+        }
+        DetailSource::RandomSigns { seed } => random_signs(seed, blocks, events_per_block),
+        DetailSource::DuplicatedCumulative => vec![vec![1.0; events_per_block]; blocks],
+    }
+}
+
+/// The active block's raw pair `(C^{(r−1)}, D^{(r−1)})` of eq:partial, maintained by the writes of
+/// eq:update. Before the first write both are zero (stored as `None`, so no zero tensor is
+/// allocated and the first write is exact).
+#[derive(Debug, Clone)]
+pub struct BlockAccumulator<B: Backend, const D: usize> {
+    cumulative: Option<Tensor<B, D>>,
+    detail: Option<Tensor<B, D>>,
+    writes: usize,
+}
+
+impl<B: Backend, const D: usize> Default for BlockAccumulator<B, D> {
+    fn default() -> Self {
+        Self { cumulative: None, detail: None, writes: 0 }
+    }
+}
+
+impl<B: Backend, const D: usize> BlockAccumulator<B, D> {
+    /// An empty accumulator (the reset state at a block boundary).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// eq:update: `C ← C + u`, `D ← D + s·u`.
+    pub fn write(&mut self, output: Tensor<B, D>, sign: f64) {
+        let signed = if sign == 1.0 { output.clone() } else { output.clone().mul_scalar(sign) };
+        self.cumulative = Some(match self.cumulative.take() {
+            Some(cumulative) => cumulative + output,
+            None => output,
+        });
+        self.detail = Some(match self.detail.take() {
+            Some(detail) => detail + signed,
+            None => signed,
+        });
+        self.writes += 1;
+    }
+
+    /// eq:update without a detail: `C ← C + u` only (Block AttnRes keeps no `D`).
+    pub fn write_cumulative(&mut self, output: Tensor<B, D>) {
+        self.cumulative = Some(match self.cumulative.take() {
+            Some(cumulative) => cumulative + output,
+            None => output,
+        });
+        self.writes += 1;
+    }
+
+    /// How many outputs have been written since the last reset (`r − 1` before event `r`).
+    pub fn writes(&self) -> usize {
+        self.writes
+    }
+
+    /// The running cumulative `C^{(r−1)}`, or `None` before the first write (value zero).
+    pub fn cumulative(&self) -> Option<&Tensor<B, D>> {
+        self.cumulative.as_ref()
+    }
+
+    /// The running raw detail `D^{(r−1)}`, or `None` before the first write (value zero).
+    pub fn detail(&self) -> Option<&Tensor<B, D>> {
+        self.detail.as_ref()
+    }
+
+    /// Hands over the completed raw pair `(C, D)` and resets to zero (a block boundary), or
+    /// `None` when nothing was written. `D` is `None` when only [`write_cumulative`](Self::write_cumulative) was used.
+    pub fn take(&mut self) -> Option<(Tensor<B, D>, Option<Tensor<B, D>>)> {
+        self.writes = 0;
+        let detail = self.detail.take();
+        Some((self.cumulative.take()?, detail))
+    }
+}
+
+/// eq:inverse: the early and late half totals `(E, F) = ((C + D)/2, (C − D)/2)` recovered from a
+/// raw half-split pair.
+pub fn recover_halves<B: Backend, const D: usize>(cumulative: Tensor<B, D>, detail: Tensor<B, D>) -> (Tensor<B, D>, Tensor<B, D>) {
+    let early = (cumulative.clone() + detail.clone()).div_scalar(2.0);
+    let late = (cumulative - detail).div_scalar(2.0);
+    (early, late)
+}

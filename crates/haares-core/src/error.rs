@@ -1,0 +1,42 @@
+//! Errors returned by `haares-core`: every message says what was wrong, where, and how to fix it.
+
+use std::fmt;
+
+/// Everything that can go wrong when building, running or (de)serialising a model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HaaresError {
+    /// A model configuration that cannot describe a valid model.
+    InvalidConfig {
+        /// The offending field (e.g. `blocks`).
+        field: &'static str,
+        /// What is wrong with it and how to fix it.
+        message: String,
+    },
+    /// A token batch the model cannot consume.
+    InvalidInput(String),
+    /// A checkpoint that cannot be read or does not match the model.
+    Checkpoint(String),
+}
+
+impl HaaresError {
+    pub(crate) fn config(field: &'static str, message: impl Into<String>) -> Self {
+        Self::InvalidConfig { field, message: message.into() }
+    }
+}
+
+impl fmt::Display for HaaresError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidConfig { field, message } => {
+                write!(f, "invalid model configuration, field `{field}`: {message}")
+            }
+            Self::InvalidInput(message) => write!(f, "invalid model input: {message}"),
+            Self::Checkpoint(message) => write!(f, "checkpoint error: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for HaaresError {}
+
+/// Shorthand for results in this crate.
+pub type Result<T> = std::result::Result<T, HaaresError>;

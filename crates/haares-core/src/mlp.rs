@@ -1,0 +1,62 @@
+//! The SwiGLU MLP of the backbone (App. A): `W_down (SiLU(W_gate x) ⊙ W_up x)`, bias-free.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{Initializer, Linear, LinearConfig};
+use burn::tensor::activation::silu;
+use burn::tensor::{Tensor, backend::Backend};
+
+/// Configuration of a [`SwiGluMlp`].
+#[derive(Config, Debug)]
+pub struct SwiGluMlpConfig {
+    /// Hidden width d.
+    pub d_model: usize,
+    /// Inner width d_ff.
+    pub d_ff: usize,
+    /// Standard deviation of the N(0, σ²) weight initialisation. Default: 0.02.
+    #[config(default = 0.02)]
+    pub init_std: f64,
+}
+
+impl SwiGluMlpConfig {
+    /// The three projections, initialised N(0, σ²).
+    pub fn init<B: Backend>(&self, device: &B::Device) -> SwiGluMlp<B> {
+        let linear = |d_in, d_out| linear_no_bias(d_in, d_out, self.init_std, device);
+        SwiGluMlp {
+            w_gate: linear(self.d_model, self.d_ff),
+            w_up: linear(self.d_model, self.d_ff),
+            w_down: linear(self.d_ff, self.d_model),
+        }
+    }
+}
+
+/// A bias-free Linear layer initialised N(0, σ²); Burn stores its weight as `[d_in, d_out]`.
+pub(crate) fn linear_no_bias<B: Backend>(d_in: usize, d_out: usize, std: f64, device: &B::Device) -> Linear<B> {
+    LinearConfig::new(d_in, d_out)
+        .with_bias(false)
+        .with_initializer(Initializer::Normal { mean: 0.0, std })
+        .init(device)
+}
+
+/// SwiGLU feed-forward block (the MLP sublayer f of eq:sublayer for odd events).
+#[derive(Module, Debug)]
+pub struct SwiGluMlp<B: Backend> {
+    /// Gate projection `d → d_ff`.
+    pub w_gate: Linear<B>,
+    /// Up projection `d → d_ff`.
+    pub w_up: Linear<B>,
+    /// Down projection `d_ff → d`.
+    pub w_down: Linear<B>,
+}
+
+impl<B: Backend> SwiGluMlp<B> {
+    /// Applies the MLP to an already normalised input.
+    ///
+    /// # Shapes
+    /// - x: `[batch, seq, d]`
+    /// - output: `[batch, seq, d]`
+    pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let gate = silu(self.w_gate.forward(x.clone()));
+        self.w_down.forward(gate * self.w_up.forward(x))
+    }
+}

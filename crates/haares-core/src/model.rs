@@ -1,0 +1,203 @@
+//! The HAARES Transformer and its baselines: embedding, 2L residual events read through the
+//! configured residual method, the final readout (eq:final), final RMSNorm and the tied head.
+
+use burn::module::Module;
+use burn::nn::{Embedding, EmbeddingConfig, Initializer, RotaryEncoding};
+use burn::tensor::{ElementConversion, Int, Tensor, backend::Backend};
+
+use crate::accumulator::{BlockAccumulator, detail_signs};
+use crate::attention::rotary_table;
+use crate::config::{DetailSource, ModelConfig};
+use crate::error::{HaaresError, Result};
+use crate::layer::{Layer, Sublayer};
+use crate::norm::{RmsNorm, RmsNormConfig};
+use crate::rms_match::rms_match;
+use crate::router::{DepthRouter, DepthRouterConfig};
+use crate::source_bank::SourceBank;
+use crate::telemetry::{ReadSite, RoutingTrace, SiteTrace};
+
+impl ModelConfig {
+    /// Builds a model with the paper's initialisation: Linear and embedding weights N(0, σ²),
+    /// norm weights one, router queries zero, detail biases at their initial value, ReZero gates
+    /// zero, LayerScale at its initial scale. Weights are drawn from the backend's global RNG
+    /// (seed it with `B::seed`).
+    pub fn init<B: Backend>(&self, device: &B::Device) -> Result<HaaresModel<B>> {
+        self.validate()?;
+        let final_router = self.method.is_routed().then(|| DepthRouterConfig::new(self.d_model).with_norm_epsilon(self.norm_epsilon).init(device));
+        let signs = match self.method.haares_options() {
+            Some(options) => detail_signs(options.detail, self.blocks, self.events_per_block()),
+            None => Vec::new(),
+        };
+        Ok(HaaresModel {
+            embed: EmbeddingConfig::new(self.vocab_size, self.d_model)
+                .with_initializer(Initializer::Normal { mean: 0.0, std: self.init_std })
+                .init(device),
+            layers: (0..self.n_layers).map(|_| Layer::new(self, device)).collect(),
+            final_norm: RmsNormConfig::new(self.d_model).with_epsilon(self.norm_epsilon).init(device),
+            final_router,
+            rope: rotary_table(self.head_dim(), self.max_seq_len, self.rope_base, device),
+            config: self.clone(),
+            signs,
+        })
+    }
+}
+
+/// A decoder-only causal PreNorm Transformer (App. A) whose residual method is one of the paper's:
+/// Standard, ReZero, LayerScale, Block AttnRes or HAARES with any of its ablations.
+#[derive(Module, Debug)]
+pub struct HaaresModel<B: Backend> {
+    /// Token embedding `[V, d]`, tied to the output head.
+    pub embed: Embedding<B>,
+    /// The L layers.
+    pub layers: Vec<Layer<B>>,
+    /// RMSNorm before the tied head (NOTES decision 3).
+    pub final_norm: RmsNorm<B>,
+    /// Router of the final readout over `{e, C_1 … C_N}` (routed methods only).
+    pub final_router: Option<DepthRouter<B>>,
+    /// Shared RoPE table (not a parameter).
+    pub rope: RotaryEncoding<B>,
+    /// The configuration the model was built from.
+    #[module(skip)]
+    pub config: ModelConfig,
+    /// Detail signs `s_{n,r}`, `[block][event]` (HAARES variants only).
+    #[module(skip)]
+    pub signs: Vec<Vec<f64>>,
+}
+
+impl<B: Backend> HaaresModel<B> {
+    /// Next-token logits for a batch of token ids, after checking the batch: rank-2 shape,
+    /// sequence length at most `max_seq_len`, every id below `vocab_size`.
+    ///
+    /// # Shapes
+    /// - tokens: `[batch, seq]`
+    /// - output: `[batch, seq, vocab]`
+    pub fn forward(&self, tokens: Tensor<B, 2, Int>) -> Result<Tensor<B, 3>> {
+        self.check_tokens(&tokens)?;
+        Ok(self.run(tokens, None))
+    }
+
+    /// Like [`forward`](Self::forward), and also returns the routing weights of every read site
+    /// (empty for unrouted methods).
+    pub fn forward_with_trace(&self, tokens: Tensor<B, 2, Int>) -> Result<(Tensor<B, 3>, RoutingTrace<B>)> {
+        self.check_tokens(&tokens)?;
+        let mut trace = RoutingTrace::default();
+        let logits = self.run(tokens, Some(&mut trace));
+        Ok((logits, trace))
+    }
+
+    /// [`forward`](Self::forward) without the input checks, for hot loops whose data pipeline
+    /// already guarantees valid ids (the range check reads the batch back from the device).
+    pub fn forward_unchecked(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        self.run(tokens, None)
+    }
+
+    /// Validates a token batch: shape, length and id range.
+    pub fn check_tokens(&self, tokens: &Tensor<B, 2, Int>) -> Result<()> {
+        let [batch, seq] = tokens.dims();
+        if batch == 0 || seq == 0 {
+            return Err(HaaresError::InvalidInput(format!("token batch of shape [{batch}, {seq}] is empty; pass at least one token")));
+        }
+        if seq > self.config.max_seq_len {
+            return Err(HaaresError::InvalidInput(format!(
+                "sequence length {seq} exceeds the RoPE cache of {} positions; shorten the sequence or raise `max_seq_len`",
+                self.config.max_seq_len
+            )));
+        }
+        let min: i64 = tokens.clone().min().into_scalar().elem();
+        let max: i64 = tokens.clone().max().into_scalar().elem();
+        if min < 0 || max >= self.config.vocab_size as i64 {
+            return Err(HaaresError::InvalidInput(format!(
+                "token ids span [{min}, {max}] but the vocabulary has {} entries (valid ids 0..={}); check the tokenizer matches the model",
+                self.config.vocab_size,
+                self.config.vocab_size - 1
+            )));
+        }
+        Ok(())
+    }
+
+    fn run(&self, tokens: Tensor<B, 2, Int>, trace: Option<&mut RoutingTrace<B>>) -> Tensor<B, 3> {
+        let embedding = self.embed.forward(tokens);
+        let hidden = if self.config.method.is_routed() {
+            self.routed_hidden(embedding, trace)
+        } else {
+            self.additive_hidden(embedding)
+        };
+        self.tied_head(self.final_norm.forward(hidden))
+    }
+
+    /// Standard, ReZero and LayerScale: `h ← h + scale · f(Norm(h))` over all 2L events.
+    fn additive_hidden(&self, embedding: Tensor<B, 3>) -> Tensor<B, 3> {
+        (0..self.config.events()).fold(embedding, |hidden, event| {
+            let layer = &self.layers[event / 2];
+            let sublayer = Sublayer::of_event(event);
+            let output = layer.sublayer(sublayer, hidden.clone(), &self.rope);
+            layer.residual_update(sublayer, hidden, output)
+        })
+    }
+
+    /// Block AttnRes and HAARES (Algorithm alg:haares for every block, then eq:final): each event
+    /// reads the bank of eq:sourceset, its output is written to the active accumulators
+    /// (eq:update), and completed pairs are cached at block boundaries.
+    fn routed_hidden(&self, embedding: Tensor<B, 3>, mut trace: Option<&mut RoutingTrace<B>>) -> Tensor<B, 3> {
+        let events_per_block = self.config.events_per_block();
+        let mut completed: Vec<(Tensor<B, 3>, Option<Tensor<B, 3>>)> = Vec::with_capacity(self.config.blocks);
+        let mut active = BlockAccumulator::<B, 3>::new();
+        for event in 0..self.config.events() {
+            let (block, r) = (event / events_per_block, event % events_per_block + 1);
+            let mut bank = SourceBank::new(embedding.clone());
+            for (cumulative, detail) in &completed {
+                bank.push_pair(cumulative.clone(), detail.clone());
+            }
+            if let Some(cumulative) = active.cumulative() {
+                bank.push_pair(cumulative.clone(), self.detail_slot(&active));
+            }
+            let layer = &self.layers[event / 2];
+            let sublayer = Sublayer::of_event(event);
+            let router = layer.router(sublayer).expect("routed methods build a router per read site");
+            let read = router.forward(&bank);
+            if let Some(trace) = trace.as_deref_mut() {
+                trace.sites.push(SiteTrace { site: ReadSite::Event { event }, kinds: bank.kinds().to_vec(), weights: read.weights });
+            }
+            let output = layer.sublayer(sublayer, read.mixture, &self.rope);
+            match self.signs.get(block) {
+                Some(signs) => active.write(output, signs[r - 1]),
+                None => active.write_cumulative(output),
+            }
+            if r == events_per_block {
+                let detail = self.detail_slot(&active);
+                let (cumulative, _) = active.take().expect("a completed block holds m ≥ 1 writes");
+                completed.push((cumulative, detail));
+            }
+        }
+        let mut bank = SourceBank::new(embedding);
+        for (cumulative, _) in completed {
+            bank.push_pair(cumulative, None);
+        }
+        let final_router = self.final_router.as_ref().expect("routed methods build a final router");
+        let read = final_router.forward(&bank);
+        if let Some(trace) = trace {
+            trace.sites.push(SiteTrace { site: ReadSite::Final, kinds: bank.kinds().to_vec(), weights: read.weights });
+        }
+        read.mixture
+    }
+
+    /// The value of the active block's detail slot: `D̂` (eq:rmsmatch), raw `D` without RMS
+    /// matching, `C` itself for the duplicated-`C` control, `None` for Block AttnRes.
+    fn detail_slot(&self, active: &BlockAccumulator<B, 3>) -> Option<Tensor<B, 3>> {
+        let options = self.config.method.haares_options()?;
+        let cumulative = active.cumulative()?.clone();
+        if options.detail == DetailSource::DuplicatedCumulative {
+            return Some(cumulative);
+        }
+        let detail = active.detail()?.clone();
+        Some(if options.rms_match { rms_match(detail, cumulative, options.rms_gamma, options.rms_epsilon) } else { detail })
+    }
+
+    /// The tied language-model head: logits `= h Eᵀ`.
+    fn tied_head(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [batch, seq, d_model] = hidden.dims();
+        let weight = self.embed.weight.val();
+        let vocab = weight.dims()[0];
+        hidden.reshape([batch * seq, d_model]).matmul(weight.transpose()).reshape([batch, seq, vocab])
+    }
+}

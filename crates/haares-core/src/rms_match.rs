@@ -1,0 +1,31 @@
+//! RMS matching of the detail to its cumulative source (eq:rmsmatch).
+
+use burn::tensor::{Tensor, backend::Backend};
+
+use crate::norm::rms;
+
+/// eq:rmsmatch: `D̂ = D · sg[clip(RMS(C) / (RMS(D) + ε), 1/γ, γ)]`.
+///
+/// The RMS is taken over the hidden (last) dimension separately at every (batch, position)
+/// (NOTES decision 1: the only choice that keeps the model causal), in the backend's float type
+/// (fp32 in training). The multiplier is detached, so the gradient with respect to `D` is exactly
+/// `a·I` and nothing flows into `C`. Degenerate cases follow from the formula: `C = 0, D ≠ 0`
+/// gives `D/γ`, and `D = 0` stays `0`.
+///
+/// # Shapes
+/// - detail, cumulative: `[..., d]`
+/// - output: `[..., d]`
+pub fn rms_match<B: Backend, const D: usize>(detail: Tensor<B, D>, cumulative: Tensor<B, D>, gamma: f64, epsilon: f64) -> Tensor<B, D> {
+    let multiplier = rms_match_multiplier(detail.clone(), cumulative, gamma, epsilon);
+    detail * multiplier
+}
+
+/// The detached multiplier `a = sg[clip(RMS(C) / (RMS(D) + ε), 1/γ, γ)]` of eq:rmsmatch.
+///
+/// # Shapes
+/// - detail, cumulative: `[..., d]`
+/// - output: `[..., 1]`
+pub fn rms_match_multiplier<B: Backend, const D: usize>(detail: Tensor<B, D>, cumulative: Tensor<B, D>, gamma: f64, epsilon: f64) -> Tensor<B, D> {
+    let ratio = rms(cumulative.detach()) / (rms(detail.detach()) + epsilon);
+    ratio.clamp(1.0 / gamma, gamma).detach()
+}
