@@ -1,1 +1,251 @@
-//! x
+//! Checkpoint interop: every parameter under a PyTorch-convention name and layout, saved as
+//! `.safetensors` with the model config as JSON metadata (see `docs/checkpoint-format.md`).
+//!
+//! Burn's `Linear` stores its weight as `[d_in, d_out]`; PyTorch's as `[out, in]`. Linear weights
+//! are transposed on the way out and back on the way in, so a PyTorch user can load the file with
+//! `safetensors.torch.load_file` and use `x @ W.T` as usual.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use burn::module::Param;
+use burn::tensor::{DType, Tensor, TensorData, backend::Backend};
+use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+
+use crate::config::ModelConfig;
+use crate::error::{HaaresError, Result};
+use crate::model::HaaresModel;
+
+/// Metadata key holding the model config as JSON.
+pub const CONFIG_METADATA_KEY: &str = "haares_config";
+
+/// Walks every trainable parameter of a model with its checkpoint name.
+trait ParamVisitor<B: Backend> {
+    fn vector(&mut self, name: String, param: &mut Param<Tensor<B, 1>>);
+    /// A Linear weight: Burn `[d_in, d_out]`, checkpoint `[out, in]`.
+    fn linear(&mut self, name: String, param: &mut Param<Tensor<B, 2>>);
+    /// A matrix stored in the same layout in both (the embedding).
+    fn matrix(&mut self, name: String, param: &mut Param<Tensor<B, 2>>);
+}
+
+fn visit_params<B: Backend>(model: &mut HaaresModel<B>, visitor: &mut impl ParamVisitor<B>) {
+    visitor.matrix("embed.weight".into(), &mut model.embed.weight);
+    visitor.vector("final_norm.weight".into(), &mut model.final_norm.weight);
+    for (i, layer) in model.layers.iter_mut().enumerate() {
+        let name = |suffix: &str| format!("layers.{i}.{suffix}");
+        visitor.vector(name("attn_norm.weight"), &mut layer.attn_norm.weight);
+        visitor.vector(name("mlp_norm.weight"), &mut layer.mlp_norm.weight);
+        visitor.linear(name("attn.wq.weight"), &mut layer.attn.wq.weight);
+        visitor.linear(name("attn.wk.weight"), &mut layer.attn.wk.weight);
+        visitor.linear(name("attn.wv.weight"), &mut layer.attn.wv.weight);
+        visitor.linear(name("attn.wo.weight"), &mut layer.attn.wo.weight);
+        visitor.linear(name("mlp.w_gate.weight"), &mut layer.mlp.w_gate.weight);
+        visitor.linear(name("mlp.w_up.weight"), &mut layer.mlp.w_up.weight);
+        visitor.linear(name("mlp.w_down.weight"), &mut layer.mlp.w_down.weight);
+        for (site, router) in [("attn_router", &mut layer.attn_router), ("mlp_router", &mut layer.mlp_router)] {
+            if let Some(router) = router {
+                visitor.vector(name(&format!("{site}.query")), &mut router.query);
+                visitor.vector(name(&format!("{site}.key_norm.weight")), &mut router.key_norm.weight);
+                if let Some(bias) = &mut router.detail_bias {
+                    visitor.vector(name(&format!("{site}.detail_bias")), bias);
+                }
+            }
+        }
+        let scalars = [
+            ("attn_gate", &mut layer.attn_gate),
+            ("mlp_gate", &mut layer.mlp_gate),
+            ("attn_scale", &mut layer.attn_scale),
+            ("mlp_scale", &mut layer.mlp_scale),
+        ];
+        for (suffix, param) in scalars {
+            if let Some(param) = param {
+                visitor.vector(name(suffix), param);
+            }
+        }
+    }
+    if let Some(router) = &mut model.final_router {
+        visitor.vector("final_router.query".into(), &mut router.query);
+        visitor.vector("final_router.key_norm.weight".into(), &mut router.key_norm.weight);
+    }
+}
+
+struct Exporter(Vec<(String, TensorData)>);
+
+impl<B: Backend> ParamVisitor<B> for Exporter {
+    fn vector(&mut self, name: String, param: &mut Param<Tensor<B, 1>>) {
+        self.0.push((name, param.val().into_data()));
+    }
+    fn linear(&mut self, name: String, param: &mut Param<Tensor<B, 2>>) {
+        self.0.push((name, param.val().transpose().into_data()));
+    }
+    fn matrix(&mut self, name: String, param: &mut Param<Tensor<B, 2>>) {
+        self.0.push((name, param.val().into_data()));
+    }
+}
+
+struct Importer<'a, B: Backend> {
+    tensors: HashMap<String, TensorData>,
+    device: &'a B::Device,
+    error: Option<HaaresError>,
+}
+
+impl<B: Backend> Importer<'_, B> {
+    fn take<const D: usize>(&mut self, name: &str, expected: [usize; D]) -> Option<Tensor<B, D>> {
+        if self.error.is_some() {
+            return None;
+        }
+        let Some(data) = self.tensors.remove(name) else {
+            self.error = Some(HaaresError::Checkpoint(format!("tensor `{name}` is missing; the checkpoint does not match its own config")));
+            return None;
+        };
+        if data.shape.as_slice() != expected.as_slice() {
+            self.error = Some(HaaresError::Checkpoint(format!("tensor `{name}` has shape {:?}, expected {expected:?}", data.shape)));
+            return None;
+        }
+        Some(Tensor::from_data(data, self.device))
+    }
+    fn replace<const D: usize>(param: &mut Param<Tensor<B, D>>, value: Tensor<B, D>) {
+        *param = Param::initialized(param.id, value.require_grad());
+    }
+}
+
+impl<B: Backend> ParamVisitor<B> for Importer<'_, B> {
+    fn vector(&mut self, name: String, param: &mut Param<Tensor<B, 1>>) {
+        if let Some(value) = self.take(&name, param.lazy_shape().dims::<1>()) {
+            Self::replace(param, value);
+        }
+    }
+    fn linear(&mut self, name: String, param: &mut Param<Tensor<B, 2>>) {
+        let [d_in, d_out] = param.lazy_shape().dims::<2>();
+        if let Some(value) = self.take(&name, [d_out, d_in]) {
+            Self::replace(param, value.transpose());
+        }
+    }
+    fn matrix(&mut self, name: String, param: &mut Param<Tensor<B, 2>>) {
+        if let Some(value) = self.take(&name, param.lazy_shape().dims::<2>()) {
+            Self::replace(param, value);
+        }
+    }
+}
+
+impl<B: Backend> HaaresModel<B> {
+    /// Every parameter under its checkpoint name, in PyTorch layout (Linear weights `[out, in]`),
+    /// in a fixed order: embedding, final norm, layers in order, final router.
+    pub fn to_named_tensors(&self) -> Vec<(String, TensorData)> {
+        let mut exporter = Exporter(Vec::new());
+        visit_params(&mut self.clone(), &mut exporter);
+        exporter.0
+    }
+
+    /// Builds a model of `config` from named tensors in checkpoint layout. Every expected name must
+    /// be present with its exact shape, and no other name may be: a mismatch is an error naming
+    /// the tensor.
+    pub fn from_named_tensors(config: &ModelConfig, tensors: HashMap<String, TensorData>, device: &B::Device) -> Result<Self> {
+        let mut model = config.init::<B>(device)?;
+        let float = model.embed.weight.val().dtype();
+        let tensors = tensors.into_iter().map(|(name, data)| (name, data.convert_dtype(float))).collect();
+        let mut importer = Importer { tensors, device, error: None };
+        visit_params(&mut model, &mut importer);
+        if let Some(error) = importer.error {
+            return Err(error);
+        }
+        if let Some(extra) = importer.tensors.keys().min() {
+            return Err(HaaresError::Checkpoint(format!(
+                "tensor `{extra}` is not a parameter of a `{}` model; was the checkpoint written for another method?",
+                config.method.name()
+            )));
+        }
+        Ok(model)
+    }
+
+    /// Serialises the model as `.safetensors` bytes (f64 backends as F64, others as F32), with the
+    /// config under the metadata key [`CONFIG_METADATA_KEY`].
+    pub fn to_safetensors_bytes(&self) -> Result<Vec<u8>> {
+        let tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = self
+            .to_named_tensors()
+            .into_iter()
+            .map(|(name, data)| {
+                let shape = data.shape.to_vec();
+                let (dtype, bytes) = if data.dtype == DType::F64 {
+                    (Dtype::F64, data.iter::<f64>().flat_map(f64::to_le_bytes).collect())
+                } else {
+                    (Dtype::F32, data.iter::<f32>().flat_map(f32::to_le_bytes).collect())
+                };
+                (name, dtype, shape, bytes)
+            })
+            .collect();
+        let views = tensors
+            .iter()
+            .map(|(name, dtype, shape, bytes)| Ok((name.as_str(), TensorView::new(*dtype, shape.clone(), bytes).map_err(safetensors_error)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let config = serde_json::to_string(&self.config).map_err(|e| HaaresError::Checkpoint(format!("cannot serialise the config: {e}")))?;
+        let metadata = HashMap::from([(CONFIG_METADATA_KEY.to_string(), config), ("format".to_string(), "haares".to_string())]);
+        safetensors::serialize(views, Some(metadata)).map_err(safetensors_error)
+    }
+
+    /// Rebuilds a model from `.safetensors` bytes written by [`to_safetensors_bytes`](Self::to_safetensors_bytes)
+    /// (or by any tool that uses the same names, layouts and config metadata).
+    pub fn from_safetensors_bytes(bytes: &[u8], device: &B::Device) -> Result<Self> {
+        let (_, metadata) = SafeTensors::read_metadata(bytes).map_err(safetensors_error)?;
+        let config_json = metadata.metadata().as_ref().and_then(|m| m.get(CONFIG_METADATA_KEY)).ok_or_else(|| {
+            HaaresError::Checkpoint(format!("no `{CONFIG_METADATA_KEY}` metadata; this file was not written by haares (see docs/checkpoint-format.md)"))
+        })?;
+        let config: ModelConfig = serde_json::from_str(config_json).map_err(|e| HaaresError::Checkpoint(format!("the `{CONFIG_METADATA_KEY}` metadata is not a valid model config: {e}")))?;
+        let file = SafeTensors::deserialize(bytes).map_err(safetensors_error)?;
+        let mut tensors = HashMap::new();
+        for (name, view) in file.tensors() {
+            tensors.insert(name.clone(), tensor_data(&name, &view)?);
+        }
+        Self::from_named_tensors(&config, tensors, device)
+    }
+
+    /// Writes the model to `path` atomically: a temporary file beside it is written, flushed and
+    /// renamed over `path`, so a crash never leaves a half-written checkpoint.
+    pub fn save_safetensors(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let bytes = self.to_safetensors_bytes()?;
+        write_atomically(path, &bytes).map_err(|e| HaaresError::Checkpoint(format!("cannot write {}: {e}", path.display())))
+    }
+
+    /// Loads a model saved by [`save_safetensors`](Self::save_safetensors).
+    pub fn load_safetensors(path: impl AsRef<Path>, device: &B::Device) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| HaaresError::Checkpoint(format!("cannot read {}: {e}", path.display())))?;
+        Self::from_safetensors_bytes(&bytes, device).map_err(|e| HaaresError::Checkpoint(format!("{}: {e}", path.display())))
+    }
+
+    /// The checkpoint names and PyTorch-layout shapes of this model's parameters.
+    pub fn checkpoint_shapes(&self) -> BTreeMap<String, Vec<usize>> {
+        self.to_named_tensors().into_iter().map(|(name, data)| (name, data.shape.to_vec())).collect()
+    }
+}
+
+fn tensor_data(name: &str, view: &TensorView<'_>) -> Result<TensorData> {
+    let bytes = view.data();
+    let shape = view.shape().to_vec();
+    match view.dtype() {
+        Dtype::F32 => Ok(TensorData::new(bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect::<Vec<_>>(), shape)),
+        Dtype::F64 => Ok(TensorData::new(bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect::<Vec<_>>(), shape)),
+        other => Err(HaaresError::Checkpoint(format!("tensor `{name}` has dtype {other:?}; only F32 and F64 are supported"))),
+    }
+}
+
+fn safetensors_error(error: safetensors::SafeTensorError) -> HaaresError {
+    HaaresError::Checkpoint(format!("invalid safetensors data: {error}"))
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let file_name = path.file_name().ok_or_else(|| std::io::Error::other("the path has no file name"))?;
+    let temporary = path.with_file_name(format!(".{}.tmp-{}", file_name.to_string_lossy(), std::process::id()));
+    let result = (|| {
+        let mut file = std::fs::File::create(&temporary)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    result
+}
