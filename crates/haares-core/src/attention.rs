@@ -3,12 +3,13 @@
 
 use burn::config::Config;
 use burn::module::Module;
-use burn::nn::{Linear, RotaryEncoding, RotaryEncodingConfig};
+use burn::nn::Linear;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::mlp::linear_no_bias;
+use crate::rope::RotaryTable;
 
 /// Configuration of a [`CausalSelfAttention`].
 #[derive(Config, Debug)]
@@ -29,12 +30,6 @@ impl CausalSelfAttentionConfig {
         let linear = || linear_no_bias(self.d_model, self.d_model, self.init_std, device);
         CausalSelfAttention { wq: linear(), wk: linear(), wv: linear(), wo: linear(), n_heads: self.n_heads }
     }
-}
-
-/// The rotary table shared by every layer: interleaved pairs `(2i, 2i+1)` of each head rotated by
-/// `pos · base^(−2i/d_h)` (NOTES decision 5), cached for `max_seq_len` positions.
-pub fn rotary_table<B: Backend>(head_dim: usize, max_seq_len: usize, base: f64, device: &B::Device) -> RotaryEncoding<B> {
-    RotaryEncodingConfig::new(max_seq_len, head_dim).with_theta(base as f32).init(device)
 }
 
 /// The attention sublayer f of eq:sublayer for even events.
@@ -58,14 +53,14 @@ impl<B: Backend> CausalSelfAttention<B> {
     /// # Shapes
     /// - x: `[batch, seq, d]`
     /// - output: `[batch, seq, d]`
-    pub fn forward(&self, x: Tensor<B, 3>, rope: &RotaryEncoding<B>) -> Tensor<B, 3> {
+    pub fn forward(&self, x: Tensor<B, 3>, rope: &RotaryTable<B>) -> Tensor<B, 3> {
         let [batch, seq, d_model] = x.dims();
         let head_dim = d_model / self.n_heads;
         let heads = |projection: &Linear<B>| {
             projection.forward(x.clone()).reshape([batch, seq, self.n_heads, head_dim]).swap_dims(1, 2)
         };
-        let query = rope.forward(heads(&self.wq));
-        let key = rope.forward(heads(&self.wk));
+        let query = rope.apply(heads(&self.wq));
+        let key = rope.apply(heads(&self.wk));
         let value = heads(&self.wv);
         let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: true };
         let context = attention(query, key, value, None, None, options);

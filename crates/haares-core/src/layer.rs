@@ -2,7 +2,6 @@
 //! `u = f(Norm(x))` (eq:sublayer) with the read-side parameters of the configured residual method.
 
 use burn::module::{Module, Param};
-use burn::nn::RotaryEncoding;
 use burn::tensor::{Tensor, backend::Backend};
 use serde::{Deserialize, Serialize};
 
@@ -10,6 +9,7 @@ use crate::attention::{CausalSelfAttention, CausalSelfAttentionConfig};
 use crate::config::{ModelConfig, ResidualMethod, layer_scale_init};
 use crate::mlp::{SwiGluMlp, SwiGluMlpConfig};
 use crate::norm::{RmsNorm, RmsNormConfig};
+use crate::rope::RotaryTable;
 use crate::router::{DepthRouter, DepthRouterConfig};
 
 /// Which sublayer a residual event runs.
@@ -96,7 +96,7 @@ impl<B: Backend> Layer<B> {
     /// # Shapes
     /// - input: `[batch, seq, d]`
     /// - output: `[batch, seq, d]`
-    pub fn sublayer(&self, sublayer: Sublayer, input: Tensor<B, 3>, rope: &RotaryEncoding<B>) -> Tensor<B, 3> {
+    pub fn sublayer(&self, sublayer: Sublayer, input: Tensor<B, 3>, rope: &RotaryTable<B>) -> Tensor<B, 3> {
         match sublayer {
             Sublayer::Attention => self.attn.forward(self.attn_norm.forward(input), rope),
             Sublayer::Mlp => self.mlp.forward(self.mlp_norm.forward(input)),

@@ -56,6 +56,7 @@ pub mod mlp;
 pub mod model;
 pub mod norm;
 pub mod rms_match;
+pub mod rope;
 pub mod router;
 pub mod source_bank;
 pub mod telemetry;

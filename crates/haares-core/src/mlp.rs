@@ -3,7 +3,6 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Initializer, Linear, LinearConfig};
-use burn::tensor::activation::silu;
 use burn::tensor::{Tensor, backend::Backend};
 
 /// Configuration of a [`SwiGluMlp`].
@@ -36,6 +35,14 @@ pub(crate) fn linear_no_bias<B: Backend>(d_in: usize, d_out: usize, std: f64, de
         .with_bias(false)
         .with_initializer(Initializer::Normal { mean: 0.0, std })
         .init(device)
+}
+
+/// `SiLU(x) = x·σ(x)` with `σ(x) = (1 + tanh(x/2))/2`. Burn's `activation::silu` evaluates σ in
+/// f32 whatever the backend's float type; this identity stays in the backend's precision and,
+/// unlike `x / (1 + e^{−x})`, has a finite gradient for every finite `x`.
+pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    let sigmoid = (x.clone() * 0.5).tanh() * 0.5 + 0.5;
+    x * sigmoid
 }
 
 /// SwiGLU feed-forward block (the MLP sublayer f of eq:sublayer for odd events).

@@ -2,16 +2,16 @@
 //! configured residual method, the final readout (eq:final), final RMSNorm and the tied head.
 
 use burn::module::Module;
-use burn::nn::{Embedding, EmbeddingConfig, Initializer, RotaryEncoding};
+use burn::nn::{Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{ElementConversion, Int, Tensor, backend::Backend};
 
 use crate::accumulator::{BlockAccumulator, detail_signs};
-use crate::attention::rotary_table;
 use crate::config::{DetailSource, ModelConfig};
 use crate::error::{HaaresError, Result};
 use crate::layer::{Layer, Sublayer};
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::rms_match::rms_match;
+use crate::rope::RotaryTable;
 use crate::router::{DepthRouter, DepthRouterConfig};
 use crate::source_bank::SourceBank;
 use crate::telemetry::{ReadSite, RoutingTrace, SiteTrace};
@@ -35,7 +35,7 @@ impl ModelConfig {
             layers: (0..self.n_layers).map(|_| Layer::new(self, device)).collect(),
             final_norm: RmsNormConfig::new(self.d_model).with_epsilon(self.norm_epsilon).init(device),
             final_router,
-            rope: rotary_table(self.head_dim(), self.max_seq_len, self.rope_base, device),
+            rope: RotaryTable::new(self.head_dim(), self.max_seq_len, self.rope_base, device),
             config: self.clone(),
             signs,
         })
@@ -55,7 +55,7 @@ pub struct HaaresModel<B: Backend> {
     /// Router of the final readout over `{e, C_1 … C_N}` (routed methods only).
     pub final_router: Option<DepthRouter<B>>,
     /// Shared RoPE table (not a parameter).
-    pub rope: RotaryEncoding<B>,
+    pub rope: RotaryTable<B>,
     /// The configuration the model was built from.
     #[module(skip)]
     pub config: ModelConfig,

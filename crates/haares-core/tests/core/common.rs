@@ -1,0 +1,112 @@
+//! Shared test fixtures: explicitly seeded random weights (never the backend's global RNG, which
+//! races between parallel tests), tiny configurations and helpers.
+
+use std::collections::HashMap;
+
+use burn::backend::{Autodiff, NdArray};
+use burn::tensor::{Int, Tensor, TensorData};
+use haares_core::{HaaresModel, HaaresOptions, ModelConfig, ResidualMethod};
+
+pub type B64 = NdArray<f64>;
+pub type Ad64 = Autodiff<NdArray<f64>>;
+
+/// SplitMix64 with Box–Muller normals: deterministic test data from a seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    pub fn normal(&mut self) -> f64 {
+        let u1 = self.uniform().max(1e-300);
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+    pub fn normals(&mut self, n: usize, std: f64) -> Vec<f64> {
+        (0..n).map(|_| self.normal() * std).collect()
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// Every method and ablation the model supports.
+pub fn all_methods() -> Vec<ResidualMethod> {
+    vec![
+        ResidualMethod::Standard,
+        ResidualMethod::ReZero,
+        ResidualMethod::LayerScale { init: None },
+        ResidualMethod::BlockAttnRes,
+        ResidualMethod::haares(),
+        ResidualMethod::Haares(HaaresOptions::duplicated_cumulative()),
+        ResidualMethod::Haares(HaaresOptions::random_signs(7)),
+        ResidualMethod::Haares(HaaresOptions::fixed_detail_bias(0.0)),
+        ResidualMethod::Haares(HaaresOptions::without_rms_match()),
+    ]
+}
+
+/// A tiny model: vocabulary 23, d = 16, d_ff = 24, 2 heads of width 8.
+pub fn tiny_config(method: ResidualMethod, n_layers: usize, blocks: usize) -> ModelConfig {
+    ModelConfig::new(23, 16, 24, n_layers).with_n_heads(2).with_blocks(blocks).with_max_seq_len(16).with_method(method)
+}
+
+/// Random weights for every parameter of `config`, in checkpoint names and layout. Queries,
+/// biases, gates and norm weights are all perturbed so that no routing path is trivial.
+pub fn random_params(config: &ModelConfig, seed: u64) -> HashMap<String, TensorData> {
+    let shapes = config.init::<B64>(&Default::default()).expect("valid test config").checkpoint_shapes();
+    let mut rng = Rng::new(seed);
+    shapes
+        .into_iter()
+        .map(|(name, shape)| {
+            let n: usize = shape.iter().product();
+            let (offset, std) = if name.ends_with("norm.weight") {
+                (1.0, 0.2)
+            } else if name.ends_with("detail_bias") {
+                (-1.0, 0.5)
+            } else if name.ends_with("query") || name.ends_with("gate") || name.ends_with("scale") {
+                (0.0, 0.7)
+            } else {
+                (0.0, 0.3)
+            };
+            let values: Vec<f64> = rng.normals(n, std).into_iter().map(|v| v + offset).collect();
+            (name, TensorData::new(values, shape))
+        })
+        .collect()
+}
+
+pub fn random_tokens(rng: &mut Rng, batch: usize, seq: usize, vocab: usize) -> Vec<Vec<usize>> {
+    (0..batch).map(|_| (0..seq).map(|_| rng.below(vocab)).collect()).collect()
+}
+
+pub fn token_tensor<B: burn::tensor::backend::Backend>(tokens: &[Vec<usize>], device: &B::Device) -> Tensor<B, 2, Int> {
+    let (batch, seq) = (tokens.len(), tokens[0].len());
+    let flat: Vec<i64> = tokens.iter().flatten().map(|&t| t as i64).collect();
+    Tensor::from_data(TensorData::new(flat, [batch, seq]), device)
+}
+
+pub fn model_from(config: &ModelConfig, params: &HashMap<String, TensorData>) -> HaaresModel<B64> {
+    HaaresModel::from_named_tensors(config, params.clone(), &Default::default()).expect("parameters match the config")
+}
+
+pub fn logits(model: &HaaresModel<B64>, tokens: &[Vec<usize>]) -> Vec<f64> {
+    model.forward(token_tensor(tokens, &Default::default())).expect("valid tokens").into_data().to_vec::<f64>().unwrap()
+}
+
+pub fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+}
+
+pub fn tensor_values<B: burn::tensor::backend::Backend, const D: usize>(tensor: Tensor<B, D>) -> Vec<f64> {
+    tensor.into_data().convert::<f64>().to_vec::<f64>().unwrap()
+}

@@ -1,0 +1,6 @@
+//! haares-core's test suite, one binary (one link) for all of it. NdArray, f64 where exactness
+//! matters, tiny shapes.
+
+mod common;
+mod reference;
+mod accumulator;

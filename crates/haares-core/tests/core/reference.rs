@@ -1,0 +1,293 @@
+//! A plain, loop-based f64 forward pass written from the paper alone (App. A, eq:sublayer,
+//! eq:partial, eq:update, eq:rmsmatch, eq:sourceset, eq:routingweights, eq:final), independent of
+//! the module code, and the tests that every method's module matches it to 1e-9.
+
+use std::collections::HashMap;
+
+use burn::tensor::TensorData;
+use haares_core::accumulator::random_signs;
+use haares_core::{DetailBias, DetailSource, ModelConfig, ResidualMethod};
+
+use crate::common::*;
+
+type Rows = Vec<Vec<f64>>;
+
+struct Reference<'a> {
+    config: &'a ModelConfig,
+    params: HashMap<&'a str, Vec<f64>>,
+}
+
+fn rms(x: &[f64]) -> f64 {
+    (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64).sqrt()
+}
+
+fn add(a: &[f64], b: &[f64], scale: f64) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x + scale * y).collect()
+}
+
+impl<'a> Reference<'a> {
+    fn new(config: &'a ModelConfig, params: &'a HashMap<String, TensorData>) -> Self {
+        let params = params.iter().map(|(name, data)| (name.as_str(), data.to_vec::<f64>().unwrap())).collect();
+        Self { config, params }
+    }
+
+    fn p(&self, name: &str) -> &[f64] {
+        self.params.get(name).unwrap_or_else(|| panic!("missing {name}"))
+    }
+
+    fn rms_norm(&self, x: &[f64], weight: &str) -> Vec<f64> {
+        let scale = 1.0 / (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + self.config.norm_epsilon).sqrt();
+        x.iter().zip(self.p(weight)).map(|(v, w)| v * scale * w).collect()
+    }
+
+    /// `y = W x` with `W` stored `[out, in]` (PyTorch layout).
+    fn linear(&self, x: &[f64], weight: &str) -> Vec<f64> {
+        let w = self.p(weight);
+        w.chunks(x.len()).map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum()).collect()
+    }
+
+    fn rope(&self, x: &mut [f64], pos: usize) {
+        let dh = x.len();
+        for i in 0..dh / 2 {
+            let angle = pos as f64 * self.config.rope_base.powf(-2.0 * i as f64 / dh as f64);
+            let (a, b) = (x[2 * i], x[2 * i + 1]);
+            x[2 * i] = a * angle.cos() - b * angle.sin();
+            x[2 * i + 1] = a * angle.sin() + b * angle.cos();
+        }
+    }
+
+    fn attention(&self, layer: usize, xs: &Rows) -> Rows {
+        let name = |w: &str| format!("layers.{layer}.attn.{w}.weight");
+        let (heads, dh) = (self.config.n_heads, self.config.head_dim());
+        let project = |w: &str, rotate: bool| -> Rows {
+            xs.iter()
+                .enumerate()
+                .map(|(pos, x)| {
+                    let mut y = self.linear(x, &name(w));
+                    if rotate {
+                        for head in y.chunks_mut(dh) {
+                            self.rope(head, pos);
+                        }
+                    }
+                    y
+                })
+                .collect()
+        };
+        let (q, k, v) = (project("wq", true), project("wk", true), project("wv", false));
+        let mut out = Vec::new();
+        for t in 0..xs.len() {
+            let mut context = vec![0.0; self.config.d_model];
+            for h in 0..heads {
+                let range = h * dh..(h + 1) * dh;
+                let scores: Vec<f64> = (0..=t)
+                    .map(|s| q[t][range.clone()].iter().zip(&k[s][range.clone()]).map(|(a, b)| a * b).sum::<f64>() / (dh as f64).sqrt())
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let total: f64 = exps.iter().sum();
+                for (s, e) in exps.iter().enumerate() {
+                    for j in range.clone() {
+                        context[j] += e / total * v[s][j];
+                    }
+                }
+            }
+            out.push(self.linear(&context, &name("wo")));
+        }
+        out
+    }
+
+    fn mlp(&self, layer: usize, xs: &Rows) -> Rows {
+        let name = |w: &str| format!("layers.{layer}.mlp.{w}.weight");
+        xs.iter()
+            .map(|x| {
+                let gate = self.linear(x, &name("w_gate"));
+                let up = self.linear(x, &name("w_up"));
+                let hidden: Vec<f64> = gate.iter().zip(&up).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+                self.linear(&hidden, &name("w_down"))
+            })
+            .collect()
+    }
+
+    /// eq:sublayer: `u = f(Norm(x))`.
+    fn sublayer(&self, event: usize, xs: &Rows) -> Rows {
+        let layer = event / 2;
+        if event % 2 == 0 {
+            let normed = xs.iter().map(|x| self.rms_norm(x, &format!("layers.{layer}.attn_norm.weight"))).collect();
+            self.attention(layer, &normed)
+        } else {
+            let normed = xs.iter().map(|x| self.rms_norm(x, &format!("layers.{layer}.mlp_norm.weight"))).collect();
+            self.mlp(layer, &normed)
+        }
+    }
+
+    /// eq:routingweights over `(value, is_detail)` slots, position by position.
+    fn route(&self, router: &str, slots: &[(Rows, bool)], detail_bias: f64) -> Rows {
+        let query = self.p(&format!("{router}.query"));
+        (0..slots[0].0.len())
+            .map(|t| {
+                let scores: Vec<f64> = slots
+                    .iter()
+                    .map(|(value, is_detail)| {
+                        let key = self.rms_norm(&value[t], &format!("{router}.key_norm.weight"));
+                        key.iter().zip(query).map(|(a, b)| a * b).sum::<f64>() + if *is_detail { detail_bias } else { 0.0 }
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let total: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+                slots.iter().zip(&scores).fold(vec![0.0; self.config.d_model], |acc, ((value, _), s)| add(&acc, &value[t], (s - max).exp() / total))
+            })
+            .collect()
+    }
+
+    fn logits(&self, tokens: &[usize]) -> Vec<f64> {
+        let embed = self.p("embed.weight");
+        let d = self.config.d_model;
+        let embedding: Rows = tokens.iter().map(|&t| embed[t * d..(t + 1) * d].to_vec()).collect();
+        let hidden = match self.config.method {
+            ResidualMethod::BlockAttnRes | ResidualMethod::Haares(_) => self.routed(&embedding),
+            _ => self.additive(&embedding),
+        };
+        hidden
+            .iter()
+            .flat_map(|h| {
+                let h = self.rms_norm(h, "final_norm.weight");
+                embed.chunks(d).map(move |row| row.iter().zip(&h).map(|(a, b)| a * b).sum::<f64>()).collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn additive(&self, embedding: &Rows) -> Rows {
+        let mut hidden = embedding.clone();
+        for event in 0..2 * self.config.n_layers {
+            let u = self.sublayer(event, &hidden);
+            let prefix = format!("layers.{}.{}", event / 2, if event % 2 == 0 { "attn" } else { "mlp" });
+            hidden = hidden
+                .iter()
+                .zip(&u)
+                .map(|(h, u)| match self.config.method {
+                    ResidualMethod::ReZero => add(h, u, self.p(&format!("{prefix}_gate"))[0]),
+                    ResidualMethod::LayerScale { .. } => h.iter().zip(u).zip(self.p(&format!("{prefix}_scale"))).map(|((h, u), s)| h + s * u).collect(),
+                    _ => add(h, u, 1.0),
+                })
+                .collect();
+        }
+        hidden
+    }
+
+    fn routed(&self, embedding: &Rows) -> Rows {
+        let options = self.config.method.haares_options().copied();
+        let (events, blocks) = (2 * self.config.n_layers, self.config.blocks);
+        let m = events / blocks;
+        let k = m.div_ceil(2);
+        let random = match options.map(|o| o.detail) {
+            Some(DetailSource::RandomSigns { seed }) => Some(random_signs(seed, blocks, m)),
+            _ => None,
+        };
+        let zero = vec![vec![0.0; self.config.d_model]; embedding.len()];
+        // The value shown in a detail slot for the raw pair (C, D).
+        let detail_value = |c: &Rows, dd: &Rows| -> Option<Rows> {
+            let options = options?;
+            Some(match options.detail {
+                DetailSource::DuplicatedCumulative => c.clone(),
+                _ if !options.rms_match => dd.clone(),
+                _ => c
+                    .iter()
+                    .zip(dd)
+                    .map(|(c, dd)| {
+                        let a = (rms(c) / (rms(dd) + options.rms_epsilon)).clamp(1.0 / options.rms_gamma, options.rms_gamma);
+                        dd.iter().map(|v| v * a).collect()
+                    })
+                    .collect(),
+            })
+        };
+        let mut completed: Vec<(Rows, Option<Rows>)> = Vec::new();
+        let (mut c, mut dd) = (zero.clone(), zero.clone());
+        for event in 0..events {
+            let (n, r) = (event / m, event % m + 1);
+            let mut slots = vec![(embedding.clone(), false)];
+            for (cc, detail) in completed.iter() {
+                slots.push((cc.clone(), false));
+                if let Some(detail) = detail {
+                    slots.push((detail.clone(), true));
+                }
+            }
+            if r > 1 {
+                slots.push((c.clone(), false));
+                if let Some(detail) = detail_value(&c, &dd) {
+                    slots.push((detail, true));
+                }
+            }
+            let prefix = format!("layers.{}.{}_router", event / 2, if event % 2 == 0 { "attn" } else { "mlp" });
+            let bias = match options.map(|o| o.detail_bias) {
+                Some(DetailBias::Learned { .. }) => self.p(&format!("{prefix}.detail_bias"))[0],
+                Some(DetailBias::Fixed { value }) => value,
+                None => 0.0,
+            };
+            let u = self.sublayer(event, &self.route(&prefix, &slots, bias));
+            let sign = match &random {
+                Some(signs) => signs[n][r - 1],
+                None if r <= k => 1.0,
+                None => -1.0,
+            };
+            c = c.iter().zip(&u).map(|(c, u)| add(c, u, 1.0)).collect();
+            dd = dd.iter().zip(&u).map(|(d, u)| add(d, u, sign)).collect();
+            if r == m {
+                completed.push((c.clone(), detail_value(&c, &dd)));
+                c = zero.clone();
+                dd = zero.clone();
+            }
+        }
+        let mut slots = vec![(embedding.clone(), false)];
+        slots.extend(completed.into_iter().map(|(c, _)| (c, false)));
+        self.route("final_router", &slots, 0.0)
+    }
+}
+
+/// Reference logits of a batch, flattened `[batch, seq, vocab]`.
+pub fn reference_logits(config: &ModelConfig, params: &HashMap<String, TensorData>, tokens: &[Vec<usize>]) -> Vec<f64> {
+    let reference = Reference::new(config, params);
+    tokens.iter().flat_map(|row| reference.logits(row)).collect()
+}
+
+fn check_against_reference(n_layers: usize, blocks: usize) {
+    let mut rng = Rng::new(1000 + 10 * n_layers as u64 + blocks as u64);
+    for (i, method) in all_methods().into_iter().enumerate() {
+        let config = tiny_config(method, n_layers, blocks);
+        let params = random_params(&config, rng.next_u64());
+        let tokens = random_tokens(&mut rng, 2, 7, config.vocab_size);
+        let expected = reference_logits(&config, &params, &tokens);
+        let actual = logits(&model_from(&config, &params), &tokens);
+        let scale = expected.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(scale > 0.1, "{i}: logits are too small to make the comparison meaningful");
+        let diff = max_abs_diff(&expected, &actual);
+        assert!(diff < 1e-9, "{} (L = {n_layers}, N = {blocks}): max |module − reference| = {diff:e}", config.method.name());
+    }
+}
+
+#[test]
+fn every_method_matches_the_reference_with_even_blocks() {
+    check_against_reference(4, 2); // m = 4: k = 2, the contrast appears at r = 4
+}
+
+#[test]
+fn every_method_matches_the_reference_with_odd_blocks() {
+    check_against_reference(3, 2); // m = 3: the early half takes the extra event
+}
+
+#[test]
+fn every_method_matches_the_reference_with_single_event_blocks() {
+    check_against_reference(2, 4); // m = 1: no active pair is ever visible
+}
+
+#[test]
+fn reference_distinguishes_the_methods() {
+    // Guards the reference itself: with the same weights, HAARES and Block AttnRes must differ,
+    // otherwise the detail path would not be exercised by the comparisons above.
+    let haares = tiny_config(ResidualMethod::haares(), 4, 2);
+    let params = random_params(&haares, 5);
+    let tokens = random_tokens(&mut Rng::new(6), 1, 6, haares.vocab_size);
+    let block = tiny_config(ResidualMethod::BlockAttnRes, 4, 2);
+    let block_params: HashMap<_, _> = params.iter().filter(|(name, _)| !name.ends_with("detail_bias")).map(|(n, d)| (n.clone(), d.clone())).collect();
+    let diff = max_abs_diff(&reference_logits(&haares, &params, &tokens), &reference_logits(&block, &block_params, &tokens));
+    assert!(diff > 1e-3, "HAARES and Block AttnRes coincide (diff {diff:e})");
+}
