@@ -4,3 +4,6 @@
 mod common;
 mod reference;
 mod accumulator;
+mod rms_match;
+mod analysis;
+mod routing;
