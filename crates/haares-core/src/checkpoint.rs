@@ -99,7 +99,7 @@ impl<B: Backend> Importer<'_, B> {
             return None;
         };
         if data.shape.as_slice() != expected.as_slice() {
-            self.error = Some(HaaresError::Checkpoint(format!("tensor `{name}` has shape {:?}, expected {expected:?}", data.shape)));
+            self.error = Some(HaaresError::Checkpoint(format!("tensor `{name}` has shape {:?}, expected {expected:?}", data.shape.to_vec())));
             return None;
         }
         Some(Tensor::from_data(data, self.device))
@@ -141,7 +141,7 @@ impl<B: Backend> HaaresModel<B> {
     /// be present with its exact shape, and no other name may be: a mismatch is an error naming
     /// the tensor.
     pub fn from_named_tensors(config: &ModelConfig, tensors: HashMap<String, TensorData>, device: &B::Device) -> Result<Self> {
-        let mut model = config.init::<B>(device)?;
+        let mut model = config.init_lazy::<B>(device)?;
         let float = model.embed.weight.val().dtype();
         let tensors = tensors.into_iter().map(|(name, data)| (name, data.convert_dtype(float))).collect();
         let mut importer = Importer { tensors, device, error: None };

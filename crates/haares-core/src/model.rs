@@ -1,7 +1,7 @@
 //! The HAARES Transformer and its baselines: embedding, 2L residual events read through the
 //! configured residual method, the final readout (eq:final), final RMSNorm and the tied head.
 
-use burn::module::Module;
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{ElementConversion, Int, Tensor, backend::Backend};
 
@@ -21,7 +21,18 @@ impl ModelConfig {
     /// norm weights one, router queries zero, detail biases at their initial value, ReZero gates
     /// zero, LayerScale at its initial scale. Weights are drawn from the backend's global RNG
     /// (seed it with `B::seed`).
+    ///
+    /// Every parameter is materialised before returning. Burn initialises parameters lazily, and
+    /// a clone of a not-yet-initialised parameter draws its own independent values; materialising
+    /// makes clones of the returned model share its weights, as users expect.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<HaaresModel<B>> {
+        let model = self.init_lazy(device)?;
+        model.visit(&mut Materialise);
+        Ok(model)
+    }
+
+    /// [`init`](Self::init) without materialising: for callers that replace every parameter.
+    pub(crate) fn init_lazy<B: Backend>(&self, device: &B::Device) -> Result<HaaresModel<B>> {
         self.validate()?;
         let final_router = self.method.is_routed().then(|| DepthRouterConfig::new(self.d_model).with_norm_epsilon(self.norm_epsilon).init(device));
         let signs = match self.method.haares_options() {
@@ -39,6 +50,15 @@ impl ModelConfig {
             config: self.clone(),
             signs,
         })
+    }
+}
+
+/// Touches every float parameter so that its lazy initialiser runs in place.
+struct Materialise;
+
+impl<B: Backend> ModuleVisitor<B> for Materialise {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+        param.val();
     }
 }
 

@@ -7,3 +7,6 @@ mod accumulator;
 mod rms_match;
 mod analysis;
 mod routing;
+mod causality;
+mod checkpoint;
+mod errors;
