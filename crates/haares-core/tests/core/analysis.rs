@@ -70,6 +70,10 @@ fn paper_parameter_counts_at_48_layers() {
     assert_eq!(millions(count(ModelFamily::Large, 256).weight_matrices()), 453.0);
     let bpe = count(ModelFamily::Medium, 4096);
     assert_eq!(millions(bpe.weight_matrices() + bpe.embedding), 203.4);
+    // Every parameter: matrices + V·d + (2L+1)·d norms + 2L routers (2d + 1) + the final router (2d).
+    for (family, total) in [(ModelFamily::Small, 22_090_208), (ModelFamily::Medium, 201_606_752), (ModelFamily::Large, 453_405_024)] {
+        assert_eq!(count(family, 256).total(), total, "{family:?}");
+    }
     // HAARES adds < 0.01% over Block AttnRes (sec:efficiency): one detail bias per read site.
     let block = parameter_count(&ModelFamily::Medium.config(48, 256, ResidualMethod::BlockAttnRes)).total();
     let haares = count(ModelFamily::Medium, 256).total();
