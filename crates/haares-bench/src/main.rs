@@ -6,6 +6,9 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    eprintln!("haares-bench {}: no command is implemented yet; see `examples/cpu_backends.rs` for the CPU backend comparison.", env!("CARGO_PKG_VERSION"));
+    eprintln!(
+        "haares-bench {}: no command is implemented yet; see `examples/cpu_backends.rs` for the CPU backend comparison.",
+        env!("CARGO_PKG_VERSION")
+    );
     ExitCode::from(2)
 }

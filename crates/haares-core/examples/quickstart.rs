@@ -15,7 +15,11 @@ fn main() -> Result<(), haares_core::HaaresError> {
     let tokens = Tensor::<NdArray, 2, Int>::from_ints([[2, 72, 105]], &device);
     let (logits, trace) = model.forward_with_trace(tokens)?; // logits [1, 3, 256]
     let p_detail = trace.sites[1].detail_share(); // eq:groupmixture
-    println!("logits {:?}; p_D at the first active read: {}", logits.dims(), p_detail.mean().into_scalar());
+    println!(
+        "logits {:?}; p_D at the first active read: {}",
+        logits.dims(),
+        p_detail.mean().into_scalar()
+    );
     let path = std::env::temp_dir().join("haares-quickstart.safetensors");
     model.save_safetensors(&path)?; // PyTorch names and layouts
     println!("saved {}", path.display());

@@ -14,7 +14,11 @@ pub fn half_size(events_per_block: usize) -> usize {
 /// The half-split sign `s_r` of eq:partial for event `r` (1-based) of a block of `m` events:
 /// `+1` for `r ≤ k = ⌈m/2⌉`, `−1` after.
 pub fn half_split_sign(r: usize, events_per_block: usize) -> f64 {
-    if r <= half_size(events_per_block) { 1.0 } else { -1.0 }
+    if r <= half_size(events_per_block) {
+        1.0
+    } else {
+        -1.0
+    }
 }
 
 /// Fixed random signs `s_{n,r} ∈ {±1}` for the random-sign ablation (NOTES decision 6), indexed
@@ -31,7 +35,11 @@ pub fn random_signs(seed: u64, blocks: usize, events_per_block: usize) -> Vec<Ve
         z ^ (z >> 31)
     };
     (0..blocks)
-        .map(|_| (0..events_per_block).map(|_| if next() & 1 == 1 { 1.0 } else { -1.0 }).collect())
+        .map(|_| {
+            (0..events_per_block)
+                .map(|_| if next() & 1 == 1 { 1.0 } else { -1.0 })
+                .collect()
+        })
         .collect()
 }
 
@@ -40,7 +48,12 @@ pub fn random_signs(seed: u64, blocks: usize, events_per_block: usize) -> Vec<Ve
 pub fn detail_signs(source: DetailSource, blocks: usize, events_per_block: usize) -> Vec<Vec<f64>> {
     match source {
         DetailSource::HalfSplit => {
-            vec![(1..=events_per_block).map(|r| half_split_sign(r, events_per_block)).collect(); blocks]
+            vec![
+                (1..=events_per_block)
+                    .map(|r| half_split_sign(r, events_per_block))
+                    .collect();
+                blocks
+            ]
         }
         DetailSource::RandomSigns { seed } => random_signs(seed, blocks, events_per_block),
         DetailSource::DuplicatedCumulative => vec![vec![1.0; events_per_block]; blocks],
@@ -59,7 +72,11 @@ pub struct BlockAccumulator<B: Backend, const D: usize> {
 
 impl<B: Backend, const D: usize> Default for BlockAccumulator<B, D> {
     fn default() -> Self {
-        Self { cumulative: None, detail: None, writes: 0 }
+        Self {
+            cumulative: None,
+            detail: None,
+            writes: 0,
+        }
     }
 }
 
@@ -71,7 +88,11 @@ impl<B: Backend, const D: usize> BlockAccumulator<B, D> {
 
     /// eq:update: `C ← C + u`, `D ← D + s·u`.
     pub fn write(&mut self, output: Tensor<B, D>, sign: f64) {
-        let signed = if sign == 1.0 { output.clone() } else { output.clone().mul_scalar(sign) };
+        let signed = if sign == 1.0 {
+            output.clone()
+        } else {
+            output.clone().mul_scalar(sign)
+        };
         self.cumulative = Some(match self.cumulative.take() {
             Some(cumulative) => cumulative + output,
             None => output,
@@ -118,7 +139,10 @@ impl<B: Backend, const D: usize> BlockAccumulator<B, D> {
 
 /// eq:inverse: the early and late half totals `(E, F) = ((C + D)/2, (C − D)/2)` recovered from a
 /// raw half-split pair.
-pub fn recover_halves<B: Backend, const D: usize>(cumulative: Tensor<B, D>, detail: Tensor<B, D>) -> (Tensor<B, D>, Tensor<B, D>) {
+pub fn recover_halves<B: Backend, const D: usize>(
+    cumulative: Tensor<B, D>,
+    detail: Tensor<B, D>,
+) -> (Tensor<B, D>, Tensor<B, D>) {
     let early = (cumulative.clone() + detail.clone()).div_scalar(2.0);
     let late = (cumulative - detail).div_scalar(2.0);
     (early, late)

@@ -34,10 +34,17 @@ pub struct SourceCountSummary {
 
 /// Enumerates [`source_count`] over every event of an `n_layers`-deep model in `blocks` blocks.
 /// Refuses partitions where `blocks` does not divide `2L` (NOTES decision 12).
-pub fn source_count_summary(with_detail: bool, n_layers: usize, blocks: usize) -> crate::Result<SourceCountSummary> {
+pub fn source_count_summary(
+    with_detail: bool,
+    n_layers: usize,
+    blocks: usize,
+) -> crate::Result<SourceCountSummary> {
     let events = 2 * n_layers;
-    if blocks == 0 || events == 0 || events % blocks != 0 {
-        return Err(HaaresError::config("blocks", format!("N = {blocks} must divide 2L = {events} (NOTES decision 12)")));
+    if blocks == 0 || events == 0 || !events.is_multiple_of(blocks) {
+        return Err(HaaresError::config(
+            "blocks",
+            format!("N = {blocks} must divide 2L = {events} (NOTES decision 12)"),
+        ));
     }
     let events_per_block = events / blocks;
     let counts: Vec<usize> = (1..=blocks)
@@ -51,9 +58,17 @@ pub fn source_count_summary(with_detail: bool, n_layers: usize, blocks: usize) -
 }
 
 /// eq:avgsource in closed form: `(N+3)/2 − 1/m` (Block AttnRes) or `N + 2 − 2/m` (HAARES).
-pub fn average_source_count_closed_form(with_detail: bool, blocks: usize, events_per_block: usize) -> f64 {
+pub fn average_source_count_closed_form(
+    with_detail: bool,
+    blocks: usize,
+    events_per_block: usize,
+) -> f64 {
     let (n, m) = (blocks as f64, events_per_block as f64);
-    if with_detail { n + 2.0 - 2.0 / m } else { (n + 3.0) / 2.0 - 1.0 / m }
+    if with_detail {
+        n + 2.0 - 2.0 / m
+    } else {
+        (n + 3.0) / 2.0 - 1.0 / m
+    }
 }
 
 /// eq:initialmass: the aggregate detail weight at zero queries, `h·e^b / (c + h·e^b)`, for `c`
@@ -92,7 +107,12 @@ pub struct ParameterCount {
 impl ParameterCount {
     /// Every trainable parameter.
     pub fn total(&self) -> usize {
-        self.embedding + self.attention + self.mlp + self.norms + self.routers + self.residual_scales
+        self.embedding
+            + self.attention
+            + self.mlp
+            + self.norms
+            + self.routers
+            + self.residual_scales
     }
     /// The attention and MLP weight matrices alone. The paper's 48-layer figures for the
     /// character models (≈ 22.0M, 201.3M, 453.0M) are this quantity; its BPE figure (≈ 203.4M)
@@ -106,11 +126,17 @@ impl ParameterCount {
 pub fn parameter_count(config: &ModelConfig) -> ParameterCount {
     let (d, layers, sites) = (config.d_model, config.n_layers, 2 * config.n_layers);
     let learned_bias = match config.method {
-        ResidualMethod::Haares(options) => matches!(options.detail_bias, DetailBias::Learned { .. }) as usize,
+        ResidualMethod::Haares(options) => {
+            matches!(options.detail_bias, DetailBias::Learned { .. }) as usize
+        }
         _ => 0,
     };
     let router = 2 * d;
-    let routers = if config.method.is_routed() { sites * (router + learned_bias) + router } else { 0 };
+    let routers = if config.method.is_routed() {
+        sites * (router + learned_bias) + router
+    } else {
+        0
+    };
     let residual_scales = match config.method {
         ResidualMethod::ReZero => sites,
         ResidualMethod::LayerScale { .. } => sites * d,

@@ -28,7 +28,13 @@ impl CausalSelfAttentionConfig {
     /// The four projections, initialised N(0, σ²).
     pub fn init<B: Backend>(&self, device: &B::Device) -> CausalSelfAttention<B> {
         let linear = || linear_no_bias(self.d_model, self.d_model, self.init_std, device);
-        CausalSelfAttention { wq: linear(), wk: linear(), wv: linear(), wo: linear(), n_heads: self.n_heads }
+        CausalSelfAttention {
+            wq: linear(),
+            wk: linear(),
+            wv: linear(),
+            wo: linear(),
+            n_heads: self.n_heads,
+        }
     }
 }
 
@@ -57,13 +63,21 @@ impl<B: Backend> CausalSelfAttention<B> {
         let [batch, seq, d_model] = x.dims();
         let head_dim = d_model / self.n_heads;
         let heads = |projection: &Linear<B>| {
-            projection.forward(x.clone()).reshape([batch, seq, self.n_heads, head_dim]).swap_dims(1, 2)
+            projection
+                .forward(x.clone())
+                .reshape([batch, seq, self.n_heads, head_dim])
+                .swap_dims(1, 2)
         };
         let query = rope.apply(heads(&self.wq));
         let key = rope.apply(heads(&self.wk));
         let value = heads(&self.wv);
-        let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: true };
+        let options = AttentionModuleOptions {
+            scale: None,
+            softcap: None,
+            is_causal: true,
+        };
         let context = attention(query, key, value, None, None, options);
-        self.wo.forward(context.swap_dims(1, 2).reshape([batch, seq, d_model]))
+        self.wo
+            .forward(context.swap_dims(1, 2).reshape([batch, seq, d_model]))
     }
 }

@@ -42,10 +42,16 @@ fn visit_params<B: Backend>(model: &mut HaaresModel<B>, visitor: &mut impl Param
         visitor.linear(name("mlp.w_gate.weight"), &mut layer.mlp.w_gate.weight);
         visitor.linear(name("mlp.w_up.weight"), &mut layer.mlp.w_up.weight);
         visitor.linear(name("mlp.w_down.weight"), &mut layer.mlp.w_down.weight);
-        for (site, router) in [("attn_router", &mut layer.attn_router), ("mlp_router", &mut layer.mlp_router)] {
+        for (site, router) in [
+            ("attn_router", &mut layer.attn_router),
+            ("mlp_router", &mut layer.mlp_router),
+        ] {
             if let Some(router) = router {
                 visitor.vector(name(&format!("{site}.query")), &mut router.query);
-                visitor.vector(name(&format!("{site}.key_norm.weight")), &mut router.key_norm.weight);
+                visitor.vector(
+                    name(&format!("{site}.key_norm.weight")),
+                    &mut router.key_norm.weight,
+                );
                 if let Some(bias) = &mut router.detail_bias {
                     visitor.vector(name(&format!("{site}.detail_bias")), bias);
                 }
@@ -65,7 +71,10 @@ fn visit_params<B: Backend>(model: &mut HaaresModel<B>, visitor: &mut impl Param
     }
     if let Some(router) = &mut model.final_router {
         visitor.vector("final_router.query".into(), &mut router.query);
-        visitor.vector("final_router.key_norm.weight".into(), &mut router.key_norm.weight);
+        visitor.vector(
+            "final_router.key_norm.weight".into(),
+            &mut router.key_norm.weight,
+        );
     }
 }
 
@@ -95,11 +104,16 @@ impl<B: Backend> Importer<'_, B> {
             return None;
         }
         let Some(data) = self.tensors.remove(name) else {
-            self.error = Some(HaaresError::Checkpoint(format!("tensor `{name}` is missing; the checkpoint does not match its own config")));
+            self.error = Some(HaaresError::Checkpoint(format!(
+                "tensor `{name}` is missing; the checkpoint does not match its own config"
+            )));
             return None;
         };
         if data.shape.as_slice() != expected.as_slice() {
-            self.error = Some(HaaresError::Checkpoint(format!("tensor `{name}` has shape {:?}, expected {expected:?}", data.shape.to_vec())));
+            self.error = Some(HaaresError::Checkpoint(format!(
+                "tensor `{name}` has shape {:?}, expected {expected:?}",
+                data.shape.to_vec()
+            )));
             return None;
         }
         Some(Tensor::from_data(data, self.device))
@@ -140,11 +154,22 @@ impl<B: Backend> HaaresModel<B> {
     /// Builds a model of `config` from named tensors in checkpoint layout. Every expected name must
     /// be present with its exact shape, and no other name may be: a mismatch is an error naming
     /// the tensor.
-    pub fn from_named_tensors(config: &ModelConfig, tensors: HashMap<String, TensorData>, device: &B::Device) -> Result<Self> {
+    pub fn from_named_tensors(
+        config: &ModelConfig,
+        tensors: HashMap<String, TensorData>,
+        device: &B::Device,
+    ) -> Result<Self> {
         let mut model = config.init_lazy::<B>(device)?;
         let float = model.embed.weight.val().dtype();
-        let tensors = tensors.into_iter().map(|(name, data)| (name, data.convert_dtype(float))).collect();
-        let mut importer = Importer { tensors, device, error: None };
+        let tensors = tensors
+            .into_iter()
+            .map(|(name, data)| (name, data.convert_dtype(float)))
+            .collect();
+        let mut importer = Importer {
+            tensors,
+            device,
+            error: None,
+        };
         visit_params(&mut model, &mut importer);
         if let Some(error) = importer.error {
             return Err(error);
@@ -167,19 +192,34 @@ impl<B: Backend> HaaresModel<B> {
             .map(|(name, data)| {
                 let shape = data.shape.to_vec();
                 let (dtype, bytes) = if data.dtype == DType::F64 {
-                    (Dtype::F64, data.iter::<f64>().flat_map(f64::to_le_bytes).collect())
+                    (
+                        Dtype::F64,
+                        data.iter::<f64>().flat_map(f64::to_le_bytes).collect(),
+                    )
                 } else {
-                    (Dtype::F32, data.iter::<f32>().flat_map(f32::to_le_bytes).collect())
+                    (
+                        Dtype::F32,
+                        data.iter::<f32>().flat_map(f32::to_le_bytes).collect(),
+                    )
                 };
                 (name, dtype, shape, bytes)
             })
             .collect();
         let views = tensors
             .iter()
-            .map(|(name, dtype, shape, bytes)| Ok((name.as_str(), TensorView::new(*dtype, shape.clone(), bytes).map_err(safetensors_error)?)))
+            .map(|(name, dtype, shape, bytes)| {
+                Ok((
+                    name.as_str(),
+                    TensorView::new(*dtype, shape.clone(), bytes).map_err(safetensors_error)?,
+                ))
+            })
             .collect::<Result<Vec<_>>>()?;
-        let config = serde_json::to_string(&self.config).map_err(|e| HaaresError::Checkpoint(format!("cannot serialise the config: {e}")))?;
-        let metadata = HashMap::from([(CONFIG_METADATA_KEY.to_string(), config), ("format".to_string(), "haares".to_string())]);
+        let config = serde_json::to_string(&self.config)
+            .map_err(|e| HaaresError::Checkpoint(format!("cannot serialise the config: {e}")))?;
+        let metadata = HashMap::from([
+            (CONFIG_METADATA_KEY.to_string(), config),
+            ("format".to_string(), "haares".to_string()),
+        ]);
         safetensors::serialize(views, Some(metadata)).map_err(safetensors_error)
     }
 
@@ -190,7 +230,11 @@ impl<B: Backend> HaaresModel<B> {
         let config_json = metadata.metadata().as_ref().and_then(|m| m.get(CONFIG_METADATA_KEY)).ok_or_else(|| {
             HaaresError::Checkpoint(format!("no `{CONFIG_METADATA_KEY}` metadata; this file was not written by haares (see docs/checkpoint-format.md)"))
         })?;
-        let config: ModelConfig = serde_json::from_str(config_json).map_err(|e| HaaresError::Checkpoint(format!("the `{CONFIG_METADATA_KEY}` metadata is not a valid model config: {e}")))?;
+        let config: ModelConfig = serde_json::from_str(config_json).map_err(|e| {
+            HaaresError::Checkpoint(format!(
+                "the `{CONFIG_METADATA_KEY}` metadata is not a valid model config: {e}"
+            ))
+        })?;
         let file = SafeTensors::deserialize(bytes).map_err(safetensors_error)?;
         let mut tensors = HashMap::new();
         for (name, view) in file.tensors() {
@@ -204,19 +248,25 @@ impl<B: Backend> HaaresModel<B> {
     pub fn save_safetensors(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         let bytes = self.to_safetensors_bytes()?;
-        write_atomically(path, &bytes).map_err(|e| HaaresError::Checkpoint(format!("cannot write {}: {e}", path.display())))
+        write_atomically(path, &bytes)
+            .map_err(|e| HaaresError::Checkpoint(format!("cannot write {}: {e}", path.display())))
     }
 
     /// Loads a model saved by [`save_safetensors`](Self::save_safetensors).
     pub fn load_safetensors(path: impl AsRef<Path>, device: &B::Device) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| HaaresError::Checkpoint(format!("cannot read {}: {e}", path.display())))?;
-        Self::from_safetensors_bytes(&bytes, device).map_err(|e| HaaresError::Checkpoint(format!("{}: {e}", path.display())))
+        let bytes = std::fs::read(path)
+            .map_err(|e| HaaresError::Checkpoint(format!("cannot read {}: {e}", path.display())))?;
+        Self::from_safetensors_bytes(&bytes, device)
+            .map_err(|e| HaaresError::Checkpoint(format!("{}: {e}", path.display())))
     }
 
     /// The checkpoint names and PyTorch-layout shapes of this model's parameters.
     pub fn checkpoint_shapes(&self) -> BTreeMap<String, Vec<usize>> {
-        self.to_named_tensors().into_iter().map(|(name, data)| (name, data.shape.to_vec())).collect()
+        self.to_named_tensors()
+            .into_iter()
+            .map(|(name, data)| (name, data.shape.to_vec()))
+            .collect()
     }
 }
 
@@ -224,9 +274,23 @@ fn tensor_data(name: &str, view: &TensorView<'_>) -> Result<TensorData> {
     let bytes = view.data();
     let shape = view.shape().to_vec();
     match view.dtype() {
-        Dtype::F32 => Ok(TensorData::new(bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect::<Vec<_>>(), shape)),
-        Dtype::F64 => Ok(TensorData::new(bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap())).collect::<Vec<_>>(), shape)),
-        other => Err(HaaresError::Checkpoint(format!("tensor `{name}` has dtype {other:?}; only F32 and F64 are supported"))),
+        Dtype::F32 => Ok(TensorData::new(
+            bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+                .collect::<Vec<_>>(),
+            shape,
+        )),
+        Dtype::F64 => Ok(TensorData::new(
+            bytes
+                .chunks_exact(8)
+                .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+                .collect::<Vec<_>>(),
+            shape,
+        )),
+        other => Err(HaaresError::Checkpoint(format!(
+            "tensor `{name}` has dtype {other:?}; only F32 and F64 are supported"
+        ))),
     }
 }
 
@@ -236,8 +300,14 @@ fn safetensors_error(error: safetensors::SafeTensorError) -> HaaresError {
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    let file_name = path.file_name().ok_or_else(|| std::io::Error::other("the path has no file name"))?;
-    let temporary = path.with_file_name(format!(".{}.tmp-{}", file_name.to_string_lossy(), std::process::id()));
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("the path has no file name"))?;
+    let temporary = path.with_file_name(format!(
+        ".{}.tmp-{}",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
     let result = (|| {
         let mut file = std::fs::File::create(&temporary)?;
         file.write_all(bytes)?;

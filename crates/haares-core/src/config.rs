@@ -77,19 +77,31 @@ impl HaaresOptions {
     }
     /// Ablation "Duplicated C×2".
     pub fn duplicated_cumulative() -> Self {
-        Self { detail: DetailSource::DuplicatedCumulative, ..Self::paper() }
+        Self {
+            detail: DetailSource::DuplicatedCumulative,
+            ..Self::paper()
+        }
     }
     /// Ablation "Random-sign detail" with the given sign seed.
     pub fn random_signs(seed: u64) -> Self {
-        Self { detail: DetailSource::RandomSigns { seed }, ..Self::paper() }
+        Self {
+            detail: DetailSource::RandomSigns { seed },
+            ..Self::paper()
+        }
     }
     /// Ablation "Fixed detail bias `value`" (paper: 0, −2, −4).
     pub fn fixed_detail_bias(value: f64) -> Self {
-        Self { detail_bias: DetailBias::Fixed { value }, ..Self::paper() }
+        Self {
+            detail_bias: DetailBias::Fixed { value },
+            ..Self::paper()
+        }
     }
     /// Ablation "HAARES without RMS match".
     pub fn without_rms_match() -> Self {
-        Self { rms_match: false, ..Self::paper() }
+        Self {
+            rms_match: false,
+            ..Self::paper()
+        }
     }
 }
 
@@ -141,7 +153,8 @@ impl ResidualMethod {
             Self::ReZero => "rezero",
             Self::LayerScale { .. } => "layerscale",
             Self::BlockAttnRes => "block_attnres",
-            Self::Haares(options) => match (options.detail, options.rms_match, options.detail_bias) {
+            Self::Haares(options) => match (options.detail, options.rms_match, options.detail_bias)
+            {
                 (DetailSource::DuplicatedCumulative, ..) => "haares_duplicated_c",
                 (DetailSource::RandomSigns { .. }, ..) => "haares_random_signs",
                 (_, _, DetailBias::Fixed { .. }) => "haares_fixed_bias",
@@ -227,7 +240,7 @@ impl ModelConfig {
         if let Some((field, _)) = positive.iter().find(|(_, value)| *value == 0) {
             return Err(HaaresError::config(field, "must be at least 1"));
         }
-        if self.d_model % self.n_heads != 0 {
+        if !self.d_model.is_multiple_of(self.n_heads) {
             return Err(HaaresError::config(
                 "n_heads",
                 format!(
@@ -236,14 +249,19 @@ impl ModelConfig {
                 ),
             ));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return Err(HaaresError::config(
                 "d_model",
-                format!("head width d_model / n_heads = {} is odd; RoPE rotates pairs of dimensions and needs it even", self.head_dim()),
+                format!(
+                    "head width d_model / n_heads = {} is odd; RoPE rotates pairs of dimensions and needs it even",
+                    self.head_dim()
+                ),
             ));
         }
-        if self.method.is_routed() && self.events() % self.blocks != 0 {
-            let divisors: Vec<usize> = (1..=self.events()).filter(|n| self.events() % n == 0).collect();
+        if self.method.is_routed() && !self.events().is_multiple_of(self.blocks) {
+            let divisors: Vec<usize> = (1..=self.events())
+                .filter(|n| self.events().is_multiple_of(*n))
+                .collect();
             return Err(HaaresError::config(
                 "blocks",
                 format!(
@@ -253,26 +271,45 @@ impl ModelConfig {
                 ),
             ));
         }
-        for (field, value) in [("norm_epsilon", self.norm_epsilon), ("rope_base", self.rope_base), ("init_std", self.init_std)] {
+        for (field, value) in [
+            ("norm_epsilon", self.norm_epsilon),
+            ("rope_base", self.rope_base),
+            ("init_std", self.init_std),
+        ] {
             if !(value.is_finite() && value > 0.0) {
-                return Err(HaaresError::config(field, format!("must be a positive finite number, got {value}")));
+                return Err(HaaresError::config(
+                    field,
+                    format!("must be a positive finite number, got {value}"),
+                ));
             }
         }
         if let ResidualMethod::Haares(options) = &self.method {
             if !(options.rms_gamma.is_finite() && options.rms_gamma >= 1.0) {
-                return Err(HaaresError::config("method.rms_gamma", format!("the clip bound γ must be ≥ 1, got {}", options.rms_gamma)));
+                return Err(HaaresError::config(
+                    "method.rms_gamma",
+                    format!("the clip bound γ must be ≥ 1, got {}", options.rms_gamma),
+                ));
             }
             if !(options.rms_epsilon.is_finite() && options.rms_epsilon > 0.0) {
-                return Err(HaaresError::config("method.rms_epsilon", format!("must be positive, got {}", options.rms_epsilon)));
+                return Err(HaaresError::config(
+                    "method.rms_epsilon",
+                    format!("must be positive, got {}", options.rms_epsilon),
+                ));
             }
             if !options.detail_bias.initial_value().is_finite() {
-                return Err(HaaresError::config("method.detail_bias", "must be finite; mask detail slots by choosing BlockAttnRes instead"));
+                return Err(HaaresError::config(
+                    "method.detail_bias",
+                    "must be finite; mask detail slots by choosing BlockAttnRes instead",
+                ));
             }
         }
-        if let ResidualMethod::LayerScale { init: Some(init) } = self.method {
-            if !init.is_finite() {
-                return Err(HaaresError::config("method.init", format!("LayerScale init must be finite, got {init}")));
-            }
+        if let ResidualMethod::LayerScale { init: Some(init) } = self.method
+            && !init.is_finite()
+        {
+            return Err(HaaresError::config(
+                "method.init",
+                format!("LayerScale init must be finite, got {init}"),
+            ));
         }
         Ok(())
     }

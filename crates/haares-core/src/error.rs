@@ -20,7 +20,10 @@ pub enum HaaresError {
 
 impl HaaresError {
     pub(crate) fn config(field: &'static str, message: impl Into<String>) -> Self {
-        Self::InvalidConfig { field, message: message.into() }
+        Self::InvalidConfig {
+            field,
+            message: message.into(),
+        }
     }
 }
 

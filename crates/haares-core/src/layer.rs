@@ -25,7 +25,11 @@ impl Sublayer {
     /// The sublayer of residual event `event` (0-based): layer i's attention is event 2i, its MLP
     /// event 2i+1.
     pub fn of_event(event: usize) -> Self {
-        if event % 2 == 0 { Self::Attention } else { Self::Mlp }
+        if event.is_multiple_of(2) {
+            Self::Attention
+        } else {
+            Self::Mlp
+        }
     }
 }
 
@@ -57,9 +61,16 @@ pub struct Layer<B: Backend> {
 impl<B: Backend> Layer<B> {
     /// Builds a layer for `config` (assumed validated).
     pub fn new(config: &ModelConfig, device: &B::Device) -> Self {
-        let norm = || RmsNormConfig::new(config.d_model).with_epsilon(config.norm_epsilon).init(device);
+        let norm = || {
+            RmsNormConfig::new(config.d_model)
+                .with_epsilon(config.norm_epsilon)
+                .init(device)
+        };
         let router = || {
-            let detail_bias = config.method.haares_options().map(|options| options.detail_bias);
+            let detail_bias = config
+                .method
+                .haares_options()
+                .map(|options| options.detail_bias);
             Some(
                 DepthRouterConfig::new(config.d_model)
                     .with_detail_bias(detail_bias)
@@ -67,11 +78,17 @@ impl<B: Backend> Layer<B> {
                     .init(device),
             )
         };
-        let constant = |shape: usize, value: f64| Some(Param::from_tensor(Tensor::full([shape], value, device)));
+        let constant = |shape: usize, value: f64| {
+            Some(Param::from_tensor(Tensor::full([shape], value, device)))
+        };
         let (gates, scales, routed) = match config.method {
             ResidualMethod::Standard => (false, None, false),
             ResidualMethod::ReZero => (true, None, false),
-            ResidualMethod::LayerScale { init } => (false, Some(init.unwrap_or(layer_scale_init(config.n_layers))), false),
+            ResidualMethod::LayerScale { init } => (
+                false,
+                Some(init.unwrap_or(layer_scale_init(config.n_layers))),
+                false,
+            ),
             ResidualMethod::BlockAttnRes | ResidualMethod::Haares(_) => (false, None, true),
         };
         Self {
@@ -81,7 +98,9 @@ impl<B: Backend> Layer<B> {
                 .with_init_std(config.init_std)
                 .init(device),
             mlp_norm: norm(),
-            mlp: SwiGluMlpConfig::new(config.d_model, config.d_ff).with_init_std(config.init_std).init(device),
+            mlp: SwiGluMlpConfig::new(config.d_model, config.d_ff)
+                .with_init_std(config.init_std)
+                .init(device),
             attn_router: if routed { router() } else { None },
             mlp_router: if routed { router() } else { None },
             attn_gate: if gates { constant(1, 0.0) } else { None },
@@ -96,7 +115,12 @@ impl<B: Backend> Layer<B> {
     /// # Shapes
     /// - input: `[batch, seq, d]`
     /// - output: `[batch, seq, d]`
-    pub fn sublayer(&self, sublayer: Sublayer, input: Tensor<B, 3>, rope: &RotaryTable<B>) -> Tensor<B, 3> {
+    pub fn sublayer(
+        &self,
+        sublayer: Sublayer,
+        input: Tensor<B, 3>,
+        rope: &RotaryTable<B>,
+    ) -> Tensor<B, 3> {
         match sublayer {
             Sublayer::Attention => self.attn.forward(self.attn_norm.forward(input), rope),
             Sublayer::Mlp => self.mlp.forward(self.mlp_norm.forward(input)),
@@ -116,7 +140,12 @@ impl<B: Backend> Layer<B> {
     ///
     /// # Shapes
     /// - hidden, output: `[batch, seq, d]`
-    pub fn residual_update(&self, sublayer: Sublayer, hidden: Tensor<B, 3>, output: Tensor<B, 3>) -> Tensor<B, 3> {
+    pub fn residual_update(
+        &self,
+        sublayer: Sublayer,
+        hidden: Tensor<B, 3>,
+        output: Tensor<B, 3>,
+    ) -> Tensor<B, 3> {
         let (gate, scale) = match sublayer {
             Sublayer::Attention => (&self.attn_gate, &self.attn_scale),
             Sublayer::Mlp => (&self.mlp_gate, &self.mlp_scale),

@@ -61,7 +61,9 @@ pub mod router;
 pub mod source_bank;
 pub mod telemetry;
 
-pub use config::{DetailBias, DetailSource, HaaresOptions, ModelConfig, ModelFamily, ResidualMethod};
+pub use config::{
+    DetailBias, DetailSource, HaaresOptions, ModelConfig, ModelFamily, ResidualMethod,
+};
 pub use error::{HaaresError, Result};
 pub use model::HaaresModel;
 pub use source_bank::{SlotKind, SourceBank};

@@ -30,7 +30,12 @@ impl SwiGluMlpConfig {
 }
 
 /// A bias-free Linear layer initialised N(0, σ²); Burn stores its weight as `[d_in, d_out]`.
-pub(crate) fn linear_no_bias<B: Backend>(d_in: usize, d_out: usize, std: f64, device: &B::Device) -> Linear<B> {
+pub(crate) fn linear_no_bias<B: Backend>(
+    d_in: usize,
+    d_out: usize,
+    std: f64,
+    device: &B::Device,
+) -> Linear<B> {
     LinearConfig::new(d_in, d_out)
         .with_bias(false)
         .with_initializer(Initializer::Normal { mean: 0.0, std })

@@ -34,17 +34,28 @@ impl ModelConfig {
     /// [`init`](Self::init) without materialising: for callers that replace every parameter.
     pub(crate) fn init_lazy<B: Backend>(&self, device: &B::Device) -> Result<HaaresModel<B>> {
         self.validate()?;
-        let final_router = self.method.is_routed().then(|| DepthRouterConfig::new(self.d_model).with_norm_epsilon(self.norm_epsilon).init(device));
+        let final_router = self.method.is_routed().then(|| {
+            DepthRouterConfig::new(self.d_model)
+                .with_norm_epsilon(self.norm_epsilon)
+                .init(device)
+        });
         let signs = match self.method.haares_options() {
             Some(options) => detail_signs(options.detail, self.blocks, self.events_per_block()),
             None => Vec::new(),
         };
         Ok(HaaresModel {
             embed: EmbeddingConfig::new(self.vocab_size, self.d_model)
-                .with_initializer(Initializer::Normal { mean: 0.0, std: self.init_std })
+                .with_initializer(Initializer::Normal {
+                    mean: 0.0,
+                    std: self.init_std,
+                })
                 .init(device),
-            layers: (0..self.n_layers).map(|_| Layer::new(self, device)).collect(),
-            final_norm: RmsNormConfig::new(self.d_model).with_epsilon(self.norm_epsilon).init(device),
+            layers: (0..self.n_layers)
+                .map(|_| Layer::new(self, device))
+                .collect(),
+            final_norm: RmsNormConfig::new(self.d_model)
+                .with_epsilon(self.norm_epsilon)
+                .init(device),
             final_router,
             rope: RotaryTable::new(self.head_dim(), self.max_seq_len, self.rope_base, device),
             config: self.clone(),
@@ -98,7 +109,10 @@ impl<B: Backend> HaaresModel<B> {
 
     /// Like [`forward`](Self::forward), and also returns the routing weights of every read site
     /// (empty for unrouted methods).
-    pub fn forward_with_trace(&self, tokens: Tensor<B, 2, Int>) -> Result<(Tensor<B, 3>, RoutingTrace<B>)> {
+    pub fn forward_with_trace(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+    ) -> Result<(Tensor<B, 3>, RoutingTrace<B>)> {
         self.check_tokens(&tokens)?;
         let mut trace = RoutingTrace::default();
         let logits = self.run(tokens, Some(&mut trace));
@@ -115,7 +129,9 @@ impl<B: Backend> HaaresModel<B> {
     pub fn check_tokens(&self, tokens: &Tensor<B, 2, Int>) -> Result<()> {
         let [batch, seq] = tokens.dims();
         if batch == 0 || seq == 0 {
-            return Err(HaaresError::InvalidInput(format!("token batch of shape [{batch}, {seq}] is empty; pass at least one token")));
+            return Err(HaaresError::InvalidInput(format!(
+                "token batch of shape [{batch}, {seq}] is empty; pass at least one token"
+            )));
         }
         if seq > self.config.max_seq_len {
             return Err(HaaresError::InvalidInput(format!(
@@ -158,25 +174,30 @@ impl<B: Backend> HaaresModel<B> {
     /// Block AttnRes and HAARES (Algorithm alg:haares for every block, then eq:final): each event
     /// reads the bank of eq:sourceset, its output is written to the active accumulators
     /// (eq:update), and completed pairs are cached at block boundaries.
-    fn routed_hidden(&self, embedding: Tensor<B, 3>, mut trace: Option<&mut RoutingTrace<B>>) -> Tensor<B, 3> {
+    fn routed_hidden(
+        &self,
+        embedding: Tensor<B, 3>,
+        mut trace: Option<&mut RoutingTrace<B>>,
+    ) -> Tensor<B, 3> {
         let events_per_block = self.config.events_per_block();
-        let mut completed: Vec<(Tensor<B, 3>, Option<Tensor<B, 3>>)> = Vec::with_capacity(self.config.blocks);
+        let mut completed: Vec<(Tensor<B, 3>, Option<Tensor<B, 3>>)> =
+            Vec::with_capacity(self.config.blocks);
         let mut active = BlockAccumulator::<B, 3>::new();
         for event in 0..self.config.events() {
             let (block, r) = (event / events_per_block, event % events_per_block + 1);
-            let mut bank = SourceBank::new(embedding.clone());
-            for (cumulative, detail) in &completed {
-                bank.push_pair(cumulative.clone(), detail.clone());
-            }
-            if let Some(cumulative) = active.cumulative() {
-                bank.push_pair(cumulative.clone(), self.detail_slot(&active));
-            }
+            let bank = self.source_set(&embedding, &completed, &active);
             let layer = &self.layers[event / 2];
             let sublayer = Sublayer::of_event(event);
-            let router = layer.router(sublayer).expect("routed methods build a router per read site");
+            let router = layer
+                .router(sublayer)
+                .expect("routed methods build a router per read site");
             let read = router.forward(&bank);
             if let Some(trace) = trace.as_deref_mut() {
-                trace.sites.push(SiteTrace { site: ReadSite::Event { event }, kinds: bank.kinds().to_vec(), weights: read.weights });
+                trace.sites.push(SiteTrace {
+                    site: ReadSite::Event { event },
+                    kinds: bank.kinds().to_vec(),
+                    weights: read.weights,
+                });
             }
             let output = layer.sublayer(sublayer, read.mixture, &self.rope);
             match self.signs.get(block) {
@@ -184,19 +205,59 @@ impl<B: Backend> HaaresModel<B> {
                 None => active.write_cumulative(output),
             }
             if r == events_per_block {
-                let detail = self.detail_slot(&active);
+                // The last block's detail is never read: the final readout is cumulative-only.
+                let detail = if block + 1 < self.config.blocks {
+                    self.detail_slot(&active)
+                } else {
+                    None
+                };
                 let (cumulative, _) = active.take().expect("a completed block holds m ≥ 1 writes");
                 completed.push((cumulative, detail));
             }
         }
+        self.final_readout(embedding, completed, trace)
+    }
+
+    /// eq:sourceset: the embedding, every completed pair `(C_i, D̂_i)`, and the active pair once the
+    /// active block has a written output (`r > 1`). Block AttnRes pairs have no detail slot.
+    fn source_set(
+        &self,
+        embedding: &Tensor<B, 3>,
+        completed: &[(Tensor<B, 3>, Option<Tensor<B, 3>>)],
+        active: &BlockAccumulator<B, 3>,
+    ) -> SourceBank<B> {
+        let mut bank = SourceBank::new(embedding.clone());
+        for (cumulative, detail) in completed {
+            bank.push_pair(cumulative.clone(), detail.clone());
+        }
+        if let Some(cumulative) = active.cumulative() {
+            bank.push_pair(cumulative.clone(), self.detail_slot(active));
+        }
+        bank
+    }
+
+    /// eq:final: a separate router over `{e, C_1 … C_N}` only — never a detail slot.
+    fn final_readout(
+        &self,
+        embedding: Tensor<B, 3>,
+        completed: Vec<(Tensor<B, 3>, Option<Tensor<B, 3>>)>,
+        trace: Option<&mut RoutingTrace<B>>,
+    ) -> Tensor<B, 3> {
         let mut bank = SourceBank::new(embedding);
         for (cumulative, _) in completed {
             bank.push_pair(cumulative, None);
         }
-        let final_router = self.final_router.as_ref().expect("routed methods build a final router");
+        let final_router = self
+            .final_router
+            .as_ref()
+            .expect("routed methods build a final router");
         let read = final_router.forward(&bank);
         if let Some(trace) = trace {
-            trace.sites.push(SiteTrace { site: ReadSite::Final, kinds: bank.kinds().to_vec(), weights: read.weights });
+            trace.sites.push(SiteTrace {
+                site: ReadSite::Final,
+                kinds: bank.kinds().to_vec(),
+                weights: read.weights,
+            });
         }
         read.mixture
     }
@@ -210,7 +271,11 @@ impl<B: Backend> HaaresModel<B> {
             return Some(cumulative);
         }
         let detail = active.detail()?.clone();
-        Some(if options.rms_match { rms_match(detail, cumulative, options.rms_gamma, options.rms_epsilon) } else { detail })
+        Some(if options.rms_match {
+            rms_match(detail, cumulative, options.rms_gamma, options.rms_epsilon)
+        } else {
+            detail
+        })
     }
 
     /// The tied language-model head: logits `= h Eᵀ`.
@@ -218,6 +283,9 @@ impl<B: Backend> HaaresModel<B> {
         let [batch, seq, d_model] = hidden.dims();
         let weight = self.embed.weight.val();
         let vocab = weight.dims()[0];
-        hidden.reshape([batch * seq, d_model]).matmul(weight.transpose()).reshape([batch, seq, vocab])
+        hidden
+            .reshape([batch * seq, d_model])
+            .matmul(weight.transpose())
+            .reshape([batch, seq, vocab])
     }
 }

@@ -45,7 +45,9 @@ impl<B: Backend> RmsNorm<B> {
     /// - x: `[..., d]`
     /// - output: `[..., d]`
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let inverse_rms = (x.clone().square().mean_dim(D - 1) + self.epsilon).sqrt().recip();
+        let inverse_rms = (x.clone().square().mean_dim(D - 1) + self.epsilon)
+            .sqrt()
+            .recip();
         x * inverse_rms * self.weight.val().unsqueeze()
     }
 }

@@ -15,7 +15,12 @@ use crate::norm::rms;
 /// # Shapes
 /// - detail, cumulative: `[..., d]`
 /// - output: `[..., d]`
-pub fn rms_match<B: Backend, const D: usize>(detail: Tensor<B, D>, cumulative: Tensor<B, D>, gamma: f64, epsilon: f64) -> Tensor<B, D> {
+pub fn rms_match<B: Backend, const D: usize>(
+    detail: Tensor<B, D>,
+    cumulative: Tensor<B, D>,
+    gamma: f64,
+    epsilon: f64,
+) -> Tensor<B, D> {
     let multiplier = rms_match_multiplier(detail.clone(), cumulative, gamma, epsilon);
     detail * multiplier
 }
@@ -25,7 +30,12 @@ pub fn rms_match<B: Backend, const D: usize>(detail: Tensor<B, D>, cumulative: T
 /// # Shapes
 /// - detail, cumulative: `[..., d]`
 /// - output: `[..., 1]`
-pub fn rms_match_multiplier<B: Backend, const D: usize>(detail: Tensor<B, D>, cumulative: Tensor<B, D>, gamma: f64, epsilon: f64) -> Tensor<B, D> {
+pub fn rms_match_multiplier<B: Backend, const D: usize>(
+    detail: Tensor<B, D>,
+    cumulative: Tensor<B, D>,
+    gamma: f64,
+    epsilon: f64,
+) -> Tensor<B, D> {
     let ratio = rms(cumulative.detach()) / (rms(detail.detach()) + epsilon);
     ratio.clamp(1.0 / gamma, gamma).detach()
 }

@@ -22,13 +22,18 @@ impl<B: Backend> RotaryTable<B> {
     pub fn new(head_dim: usize, max_seq_len: usize, base: f64, device: &B::Device) -> Self {
         let pairs = head_dim / 2;
         let angles: Vec<f64> = (0..max_seq_len)
-            .flat_map(|pos| (0..pairs).map(move |i| pos as f64 * base.powf(-2.0 * i as f64 / head_dim as f64)))
+            .flat_map(|pos| {
+                (0..pairs).map(move |i| pos as f64 * base.powf(-2.0 * i as f64 / head_dim as f64))
+            })
             .collect();
         let table = |f: fn(f64) -> f64| {
             let values: Vec<f64> = angles.iter().map(|&angle| f(angle)).collect();
             Tensor::from_data(TensorData::new(values, [max_seq_len, pairs]), device)
         };
-        Self { cos: table(f64::cos), sin: table(f64::sin) }
+        Self {
+            cos: table(f64::cos),
+            sin: table(f64::sin),
+        }
     }
 
     /// Rotates each interleaved pair `(x_{2i}, x_{2i+1})` by the angle of its position.
@@ -41,8 +46,16 @@ impl<B: Backend> RotaryTable<B> {
         let pairs = x.reshape([batch, heads, seq, head_dim / 2, 2]);
         let even = pairs.clone().narrow(4, 0, 1);
         let odd = pairs.narrow(4, 1, 1);
-        let cos: Tensor<B, 5> = self.cos.clone().narrow(0, 0, seq).reshape([1, 1, seq, head_dim / 2, 1]);
-        let sin: Tensor<B, 5> = self.sin.clone().narrow(0, 0, seq).reshape([1, 1, seq, head_dim / 2, 1]);
+        let cos: Tensor<B, 5> =
+            self.cos
+                .clone()
+                .narrow(0, 0, seq)
+                .reshape([1, 1, seq, head_dim / 2, 1]);
+        let sin: Tensor<B, 5> =
+            self.sin
+                .clone()
+                .narrow(0, 0, seq)
+                .reshape([1, 1, seq, head_dim / 2, 1]);
         let rotated_even = even.clone() * cos.clone() - odd.clone() * sin.clone();
         let rotated_odd = even * sin + odd * cos;
         Tensor::cat(vec![rotated_even, rotated_odd], 4).reshape([batch, heads, seq, head_dim])

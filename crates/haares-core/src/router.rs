@@ -28,13 +28,18 @@ impl DepthRouterConfig {
     /// weight, and the detail bias at its initial value.
     pub fn init<B: Backend>(&self, device: &B::Device) -> DepthRouter<B> {
         let (learned, fixed) = match self.detail_bias {
-            Some(DetailBias::Learned { init }) => (Some(Param::from_tensor(Tensor::full([1], init, device))), None),
+            Some(DetailBias::Learned { init }) => (
+                Some(Param::from_tensor(Tensor::full([1], init, device))),
+                None,
+            ),
             Some(DetailBias::Fixed { value }) => (None, Some(value)),
             None => (None, None),
         };
         DepthRouter {
             query: Param::from_tensor(Tensor::zeros([self.d_model], device)),
-            key_norm: RmsNormConfig::new(self.d_model).with_epsilon(self.norm_epsilon).init(device),
+            key_norm: RmsNormConfig::new(self.d_model)
+                .with_epsilon(self.norm_epsilon)
+                .init(device),
             detail_bias: learned,
             fixed_detail_bias: fixed,
         }

@@ -26,7 +26,10 @@ pub struct SourceBank<B: Backend> {
 impl<B: Backend> SourceBank<B> {
     /// A bank holding only the embedding, which is always present.
     pub fn new(embedding: Tensor<B, 3>) -> Self {
-        Self { values: vec![embedding], kinds: vec![SlotKind::Embedding] }
+        Self {
+            values: vec![embedding],
+            kinds: vec![SlotKind::Embedding],
+        }
     }
 
     /// Adds one slot.

@@ -13,7 +13,10 @@ fn outputs(rng: &mut Rng, m: usize) -> Vec<Vec<f64>> {
 }
 
 fn tensor(values: &[f64]) -> Tensor<B64, 2> {
-    Tensor::from_data(TensorData::new(values.to_vec(), [2, D]), &Default::default())
+    Tensor::from_data(
+        TensorData::new(values.to_vec(), [2, D]),
+        &Default::default(),
+    )
 }
 
 fn sum(rows: &[Vec<f64>], coefficient: impl Fn(usize) -> f64) -> Vec<f64> {
@@ -51,28 +54,42 @@ fn accumulator_equals_the_closed_forms_at_every_event() {
     let mut rng = Rng::new(11);
     for m in [1, 2, 3, 4, 5, 6, 24] {
         let us = outputs(&mut rng, m);
-        let k = (m + 1) / 2;
+        let k = m.div_ceil(2);
         let mut acc = BlockAccumulator::<B64, 2>::new();
-        assert!(acc.cumulative().is_none() && acc.detail().is_none(), "starts at zero");
+        assert!(
+            acc.cumulative().is_none() && acc.detail().is_none(),
+            "starts at zero"
+        );
         for r in 1..=m {
             acc.write(tensor(&us[r - 1]), half_split_sign(r, m));
             assert_eq!(acc.writes(), r);
             // eq:partial after r writes.
             let c = sum(&us[..r], |_| 1.0);
             let d = sum(&us[..r], |t| if t <= k { 1.0 } else { -1.0 });
-            assert!(max_abs_diff(&tensor_values(acc.cumulative().unwrap().clone()), &c) < 1e-12, "C, m = {m}, r = {r}");
-            assert!(max_abs_diff(&tensor_values(acc.detail().unwrap().clone()), &d) < 1e-12, "D, m = {m}, r = {r}");
+            assert!(
+                max_abs_diff(&tensor_values(acc.cumulative().unwrap().clone()), &c) < 1e-12,
+                "C, m = {m}, r = {r}"
+            );
+            assert!(
+                max_abs_diff(&tensor_values(acc.detail().unwrap().clone()), &d) < 1e-12,
+                "D, m = {m}, r = {r}"
+            );
             // eq:onlinehalves: C = E + F_j, D = E − F_j once the early half is complete.
             if r >= k {
                 let early = sum(&us[..k], |_| 1.0);
                 let late = sum(&us[k..r], |_| 1.0);
                 let c_expected: Vec<f64> = early.iter().zip(&late).map(|(e, f)| e + f).collect();
                 let d_expected: Vec<f64> = early.iter().zip(&late).map(|(e, f)| e - f).collect();
-                assert!(max_abs_diff(&c, &c_expected) < 1e-12 && max_abs_diff(&d, &d_expected) < 1e-12);
+                assert!(
+                    max_abs_diff(&c, &c_expected) < 1e-12 && max_abs_diff(&d, &d_expected) < 1e-12
+                );
             }
         }
         let (c, d) = acc.take().unwrap();
-        assert!(acc.cumulative().is_none() && acc.writes() == 0, "take() resets the block");
+        assert!(
+            acc.cumulative().is_none() && acc.writes() == 0,
+            "take() resets the block"
+        );
         // eq:bases at the boundary.
         let (e, f) = (sum(&us[..k], |_| 1.0), sum(&us[k..], |_| 1.0));
         let c_expected: Vec<f64> = e.iter().zip(&f).map(|(e, f)| e + f).collect();
@@ -91,7 +108,10 @@ fn read_timing_follows_tab_timing() {
     let mut acc = BlockAccumulator::<B64, 2>::new();
     let mut before = Vec::new(); // (C, D) visible before each event of block 1
     for r in 1..=m {
-        before.push((acc.cumulative().map(|c| tensor_values(c.clone())), acc.detail().map(|d| tensor_values(d.clone()))));
+        before.push((
+            acc.cumulative().map(|c| tensor_values(c.clone())),
+            acc.detail().map(|d| tensor_values(d.clone())),
+        ));
         acc.write(tensor(&us[r - 1]), half_split_sign(r, m));
     }
     // r = 1: no active slots.
@@ -133,9 +153,16 @@ fn within_half_swaps_change_nothing_and_a_cross_swap_moves_d_by_twice_the_differ
     cross.swap(1, 4);
     let (c3, d3) = accumulate(&cross);
     assert!(max_abs_diff(&c, &c3) < 1e-12, "C is permutation-invariant");
-    let expected: Vec<f64> = d.iter().zip(v.iter().zip(&w)).map(|(d, (v, w))| d + 2.0 * (w - v)).collect();
+    let expected: Vec<f64> = d
+        .iter()
+        .zip(v.iter().zip(&w))
+        .map(|(d, (v, w))| d + 2.0 * (w - v))
+        .collect();
     assert!(max_abs_diff(&d3, &expected) < 1e-12);
-    assert!(max_abs_diff(&d, &d3) > 1e-3, "the cross swap is visible in D");
+    assert!(
+        max_abs_diff(&d, &d3) > 1e-3,
+        "the cross swap is visible in D"
+    );
 }
 
 #[test]
@@ -143,7 +170,7 @@ fn half_totals_are_recovered_exactly() {
     let mut rng = Rng::new(14);
     for m in [2, 5, 8] {
         let us = outputs(&mut rng, m);
-        let k = (m + 1) / 2;
+        let k = m.div_ceil(2);
         let (c, d) = accumulate(&us);
         let (e, f) = recover_halves(tensor(&c), tensor(&d));
         assert!(max_abs_diff(&tensor_values(e), &sum(&us[..k], |_| 1.0)) < 1e-12);
@@ -166,7 +193,13 @@ fn random_signs_are_fixed_by_their_seed() {
     let flat: Vec<f64> = a.iter().flatten().copied().collect();
     assert!(flat.iter().all(|s| *s == 1.0 || *s == -1.0));
     let positives = flat.iter().filter(|s| **s > 0.0).count();
-    assert!((24..=72).contains(&positives), "96 fair signs should not give {positives} positives");
+    assert!(
+        (24..=72).contains(&positives),
+        "96 fair signs should not give {positives} positives"
+    );
     let half_split: Vec<f64> = (1..=24).map(|r| half_split_sign(r, 24)).collect();
-    assert!(a.iter().all(|block| *block != half_split), "random signs are not the half split");
+    assert!(
+        a.iter().all(|block| *block != half_split),
+        "random signs are not the half split"
+    );
 }

@@ -21,9 +21,18 @@ fn future_tokens_never_change_past_logits() {
         let vocab = config.vocab_size;
         for row in 0..2 {
             let past = |x: &[f64]| x[row * seq * vocab..(row * seq + t + 1) * vocab].to_vec();
-            let future = |x: &[f64]| x[(row * seq + t + 1) * vocab..(row + 1) * seq * vocab].to_vec();
-            assert!(max_abs_diff(&past(&a), &past(&b)) < 1e-12, "{}: past logits moved", method.name());
-            assert!(max_abs_diff(&future(&a), &future(&b)) > 1e-6, "{}: the change must be visible later", method.name());
+            let future =
+                |x: &[f64]| x[(row * seq + t + 1) * vocab..(row + 1) * seq * vocab].to_vec();
+            assert!(
+                max_abs_diff(&past(&a), &past(&b)) < 1e-12,
+                "{}: past logits moved",
+                method.name()
+            );
+            assert!(
+                max_abs_diff(&future(&a), &future(&b)) > 1e-6,
+                "{}: the change must be visible later",
+                method.name()
+            );
         }
     }
 }

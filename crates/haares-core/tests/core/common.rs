@@ -57,13 +57,20 @@ pub fn all_methods() -> Vec<ResidualMethod> {
 
 /// A tiny model: vocabulary 23, d = 16, d_ff = 24, 2 heads of width 8.
 pub fn tiny_config(method: ResidualMethod, n_layers: usize, blocks: usize) -> ModelConfig {
-    ModelConfig::new(23, 16, 24, n_layers).with_n_heads(2).with_blocks(blocks).with_max_seq_len(16).with_method(method)
+    ModelConfig::new(23, 16, 24, n_layers)
+        .with_n_heads(2)
+        .with_blocks(blocks)
+        .with_max_seq_len(16)
+        .with_method(method)
 }
 
 /// Random weights for every parameter of `config`, in checkpoint names and layout. Queries,
 /// biases, gates and norm weights are all perturbed so that no routing path is trivial.
 pub fn random_params(config: &ModelConfig, seed: u64) -> HashMap<String, TensorData> {
-    let shapes = config.init::<B64>(&Default::default()).expect("valid test config").checkpoint_shapes();
+    let shapes = config
+        .init::<B64>(&Default::default())
+        .expect("valid test config")
+        .checkpoint_shapes();
     let mut rng = Rng::new(seed);
     shapes
         .into_iter()
@@ -78,35 +85,55 @@ pub fn random_params(config: &ModelConfig, seed: u64) -> HashMap<String, TensorD
             } else {
                 (0.0, 0.3)
             };
-            let values: Vec<f64> = rng.normals(n, std).into_iter().map(|v| v + offset).collect();
+            let values: Vec<f64> = rng
+                .normals(n, std)
+                .into_iter()
+                .map(|v| v + offset)
+                .collect();
             (name, TensorData::new(values, shape))
         })
         .collect()
 }
 
 pub fn random_tokens(rng: &mut Rng, batch: usize, seq: usize, vocab: usize) -> Vec<Vec<usize>> {
-    (0..batch).map(|_| (0..seq).map(|_| rng.below(vocab)).collect()).collect()
+    (0..batch)
+        .map(|_| (0..seq).map(|_| rng.below(vocab)).collect())
+        .collect()
 }
 
-pub fn token_tensor<B: burn::tensor::backend::Backend>(tokens: &[Vec<usize>], device: &B::Device) -> Tensor<B, 2, Int> {
+pub fn token_tensor<B: burn::tensor::backend::Backend>(
+    tokens: &[Vec<usize>],
+    device: &B::Device,
+) -> Tensor<B, 2, Int> {
     let (batch, seq) = (tokens.len(), tokens[0].len());
     let flat: Vec<i64> = tokens.iter().flatten().map(|&t| t as i64).collect();
     Tensor::from_data(TensorData::new(flat, [batch, seq]), device)
 }
 
 pub fn model_from(config: &ModelConfig, params: &HashMap<String, TensorData>) -> HaaresModel<B64> {
-    HaaresModel::from_named_tensors(config, params.clone(), &Default::default()).expect("parameters match the config")
+    HaaresModel::from_named_tensors(config, params.clone(), &Default::default())
+        .expect("parameters match the config")
 }
 
 pub fn logits(model: &HaaresModel<B64>, tokens: &[Vec<usize>]) -> Vec<f64> {
-    model.forward(token_tensor(tokens, &Default::default())).expect("valid tokens").into_data().to_vec::<f64>().unwrap()
+    model
+        .forward(token_tensor(tokens, &Default::default()))
+        .expect("valid tokens")
+        .into_data()
+        .to_vec::<f64>()
+        .unwrap()
 }
 
 pub fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len(), "length mismatch");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
 }
 
-pub fn tensor_values<B: burn::tensor::backend::Backend, const D: usize>(tensor: Tensor<B, D>) -> Vec<f64> {
+pub fn tensor_values<B: burn::tensor::backend::Backend, const D: usize>(
+    tensor: Tensor<B, D>,
+) -> Vec<f64> {
     tensor.into_data().convert::<f64>().to_vec::<f64>().unwrap()
 }

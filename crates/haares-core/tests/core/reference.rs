@@ -27,23 +27,35 @@ fn add(a: &[f64], b: &[f64], scale: f64) -> Vec<f64> {
 
 impl<'a> Reference<'a> {
     fn new(config: &'a ModelConfig, params: &'a HashMap<String, TensorData>) -> Self {
-        let params = params.iter().map(|(name, data)| (name.as_str(), data.to_vec::<f64>().unwrap())).collect();
+        let params = params
+            .iter()
+            .map(|(name, data)| (name.as_str(), data.to_vec::<f64>().unwrap()))
+            .collect();
         Self { config, params }
     }
 
     fn p(&self, name: &str) -> &[f64] {
-        self.params.get(name).unwrap_or_else(|| panic!("missing {name}"))
+        self.params
+            .get(name)
+            .unwrap_or_else(|| panic!("missing {name}"))
     }
 
     fn rms_norm(&self, x: &[f64], weight: &str) -> Vec<f64> {
-        let scale = 1.0 / (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + self.config.norm_epsilon).sqrt();
-        x.iter().zip(self.p(weight)).map(|(v, w)| v * scale * w).collect()
+        let scale = 1.0
+            / (x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64 + self.config.norm_epsilon)
+                .sqrt();
+        x.iter()
+            .zip(self.p(weight))
+            .map(|(v, w)| v * scale * w)
+            .collect()
     }
 
     /// `y = W x` with `W` stored `[out, in]` (PyTorch layout).
     fn linear(&self, x: &[f64], weight: &str) -> Vec<f64> {
         let w = self.p(weight);
-        w.chunks(x.len()).map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum()).collect()
+        w.chunks(x.len())
+            .map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum())
+            .collect()
     }
 
     fn rope(&self, x: &mut [f64], pos: usize) {
@@ -73,14 +85,25 @@ impl<'a> Reference<'a> {
                 })
                 .collect()
         };
-        let (q, k, v) = (project("wq", true), project("wk", true), project("wv", false));
+        let (q, k, v) = (
+            project("wq", true),
+            project("wk", true),
+            project("wv", false),
+        );
         let mut out = Vec::new();
-        for t in 0..xs.len() {
+        for (t, query) in q.iter().enumerate() {
             let mut context = vec![0.0; self.config.d_model];
             for h in 0..heads {
                 let range = h * dh..(h + 1) * dh;
                 let scores: Vec<f64> = (0..=t)
-                    .map(|s| q[t][range.clone()].iter().zip(&k[s][range.clone()]).map(|(a, b)| a * b).sum::<f64>() / (dh as f64).sqrt())
+                    .map(|s| {
+                        query[range.clone()]
+                            .iter()
+                            .zip(&k[s][range.clone()])
+                            .map(|(a, b)| a * b)
+                            .sum::<f64>()
+                            / (dh as f64).sqrt()
+                    })
                     .collect();
                 let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
@@ -102,7 +125,11 @@ impl<'a> Reference<'a> {
             .map(|x| {
                 let gate = self.linear(x, &name("w_gate"));
                 let up = self.linear(x, &name("w_up"));
-                let hidden: Vec<f64> = gate.iter().zip(&up).map(|(g, u)| g / (1.0 + (-g).exp()) * u).collect();
+                let hidden: Vec<f64> = gate
+                    .iter()
+                    .zip(&up)
+                    .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                    .collect();
                 self.linear(&hidden, &name("w_down"))
             })
             .collect()
@@ -111,11 +138,17 @@ impl<'a> Reference<'a> {
     /// eq:sublayer: `u = f(Norm(x))`.
     fn sublayer(&self, event: usize, xs: &Rows) -> Rows {
         let layer = event / 2;
-        if event % 2 == 0 {
-            let normed = xs.iter().map(|x| self.rms_norm(x, &format!("layers.{layer}.attn_norm.weight"))).collect();
+        if event.is_multiple_of(2) {
+            let normed = xs
+                .iter()
+                .map(|x| self.rms_norm(x, &format!("layers.{layer}.attn_norm.weight")))
+                .collect();
             self.attention(layer, &normed)
         } else {
-            let normed = xs.iter().map(|x| self.rms_norm(x, &format!("layers.{layer}.mlp_norm.weight"))).collect();
+            let normed = xs
+                .iter()
+                .map(|x| self.rms_norm(x, &format!("layers.{layer}.mlp_norm.weight")))
+                .collect();
             self.mlp(layer, &normed)
         }
     }
@@ -129,12 +162,18 @@ impl<'a> Reference<'a> {
                     .iter()
                     .map(|(value, is_detail)| {
                         let key = self.rms_norm(&value[t], &format!("{router}.key_norm.weight"));
-                        key.iter().zip(query).map(|(a, b)| a * b).sum::<f64>() + if *is_detail { detail_bias } else { 0.0 }
+                        key.iter().zip(query).map(|(a, b)| a * b).sum::<f64>()
+                            + if *is_detail { detail_bias } else { 0.0 }
                     })
                     .collect();
                 let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let total: f64 = scores.iter().map(|s| (s - max).exp()).sum();
-                slots.iter().zip(&scores).fold(vec![0.0; self.config.d_model], |acc, ((value, _), s)| add(&acc, &value[t], (s - max).exp() / total))
+                slots
+                    .iter()
+                    .zip(&scores)
+                    .fold(vec![0.0; self.config.d_model], |acc, ((value, _), s)| {
+                        add(&acc, &value[t], (s - max).exp() / total)
+                    })
             })
             .collect()
     }
@@ -142,7 +181,10 @@ impl<'a> Reference<'a> {
     fn logits(&self, tokens: &[usize]) -> Vec<f64> {
         let embed = self.p("embed.weight");
         let d = self.config.d_model;
-        let embedding: Rows = tokens.iter().map(|&t| embed[t * d..(t + 1) * d].to_vec()).collect();
+        let embedding: Rows = tokens
+            .iter()
+            .map(|&t| embed[t * d..(t + 1) * d].to_vec())
+            .collect();
         let hidden = match self.config.method {
             ResidualMethod::BlockAttnRes | ResidualMethod::Haares(_) => self.routed(&embedding),
             _ => self.additive(&embedding),
@@ -151,7 +193,10 @@ impl<'a> Reference<'a> {
             .iter()
             .flat_map(|h| {
                 let h = self.rms_norm(h, "final_norm.weight");
-                embed.chunks(d).map(move |row| row.iter().zip(&h).map(|(a, b)| a * b).sum::<f64>()).collect::<Vec<_>>()
+                embed
+                    .chunks(d)
+                    .map(move |row| row.iter().zip(&h).map(|(a, b)| a * b).sum::<f64>())
+                    .collect::<Vec<_>>()
             })
             .collect()
     }
@@ -160,13 +205,22 @@ impl<'a> Reference<'a> {
         let mut hidden = embedding.clone();
         for event in 0..2 * self.config.n_layers {
             let u = self.sublayer(event, &hidden);
-            let prefix = format!("layers.{}.{}", event / 2, if event % 2 == 0 { "attn" } else { "mlp" });
+            let prefix = format!(
+                "layers.{}.{}",
+                event / 2,
+                if event % 2 == 0 { "attn" } else { "mlp" }
+            );
             hidden = hidden
                 .iter()
                 .zip(&u)
                 .map(|(h, u)| match self.config.method {
                     ResidualMethod::ReZero => add(h, u, self.p(&format!("{prefix}_gate"))[0]),
-                    ResidualMethod::LayerScale { .. } => h.iter().zip(u).zip(self.p(&format!("{prefix}_scale"))).map(|((h, u), s)| h + s * u).collect(),
+                    ResidualMethod::LayerScale { .. } => h
+                        .iter()
+                        .zip(u)
+                        .zip(self.p(&format!("{prefix}_scale")))
+                        .map(|((h, u), s)| h + s * u)
+                        .collect(),
                     _ => add(h, u, 1.0),
                 })
                 .collect();
@@ -194,7 +248,8 @@ impl<'a> Reference<'a> {
                     .iter()
                     .zip(dd)
                     .map(|(c, dd)| {
-                        let a = (rms(c) / (rms(dd) + options.rms_epsilon)).clamp(1.0 / options.rms_gamma, options.rms_gamma);
+                        let a = (rms(c) / (rms(dd) + options.rms_epsilon))
+                            .clamp(1.0 / options.rms_gamma, options.rms_gamma);
                         dd.iter().map(|v| v * a).collect()
                     })
                     .collect(),
@@ -217,7 +272,11 @@ impl<'a> Reference<'a> {
                     slots.push((detail, true));
                 }
             }
-            let prefix = format!("layers.{}.{}_router", event / 2, if event % 2 == 0 { "attn" } else { "mlp" });
+            let prefix = format!(
+                "layers.{}.{}_router",
+                event / 2,
+                if event % 2 == 0 { "attn" } else { "mlp" }
+            );
             let bias = match options.map(|o| o.detail_bias) {
                 Some(DetailBias::Learned { .. }) => self.p(&format!("{prefix}.detail_bias"))[0],
                 Some(DetailBias::Fixed { value }) => value,
@@ -244,9 +303,16 @@ impl<'a> Reference<'a> {
 }
 
 /// Reference logits of a batch, flattened `[batch, seq, vocab]`.
-pub fn reference_logits(config: &ModelConfig, params: &HashMap<String, TensorData>, tokens: &[Vec<usize>]) -> Vec<f64> {
+pub fn reference_logits(
+    config: &ModelConfig,
+    params: &HashMap<String, TensorData>,
+    tokens: &[Vec<usize>],
+) -> Vec<f64> {
     let reference = Reference::new(config, params);
-    tokens.iter().flat_map(|row| reference.logits(row)).collect()
+    tokens
+        .iter()
+        .flat_map(|row| reference.logits(row))
+        .collect()
 }
 
 fn check_against_reference(n_layers: usize, blocks: usize) {
@@ -258,9 +324,16 @@ fn check_against_reference(n_layers: usize, blocks: usize) {
         let expected = reference_logits(&config, &params, &tokens);
         let actual = logits(&model_from(&config, &params), &tokens);
         let scale = expected.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        assert!(scale > 0.1, "{i}: logits are too small to make the comparison meaningful");
+        assert!(
+            scale > 0.1,
+            "{i}: logits are too small to make the comparison meaningful"
+        );
         let diff = max_abs_diff(&expected, &actual);
-        assert!(diff < 1e-9, "{} (L = {n_layers}, N = {blocks}): max |module − reference| = {diff:e}", config.method.name());
+        assert!(
+            diff < 1e-9,
+            "{} (L = {n_layers}, N = {blocks}): max |module − reference| = {diff:e}",
+            config.method.name()
+        );
     }
 }
 
@@ -287,7 +360,17 @@ fn reference_distinguishes_the_methods() {
     let params = random_params(&haares, 5);
     let tokens = random_tokens(&mut Rng::new(6), 1, 6, haares.vocab_size);
     let block = tiny_config(ResidualMethod::BlockAttnRes, 4, 2);
-    let block_params: HashMap<_, _> = params.iter().filter(|(name, _)| !name.ends_with("detail_bias")).map(|(n, d)| (n.clone(), d.clone())).collect();
-    let diff = max_abs_diff(&reference_logits(&haares, &params, &tokens), &reference_logits(&block, &block_params, &tokens));
-    assert!(diff > 1e-3, "HAARES and Block AttnRes coincide (diff {diff:e})");
+    let block_params: HashMap<_, _> = params
+        .iter()
+        .filter(|(name, _)| !name.ends_with("detail_bias"))
+        .map(|(n, d)| (n.clone(), d.clone()))
+        .collect();
+    let diff = max_abs_diff(
+        &reference_logits(&haares, &params, &tokens),
+        &reference_logits(&block, &block_params, &tokens),
+    );
+    assert!(
+        diff > 1e-3,
+        "HAARES and Block AttnRes coincide (diff {diff:e})"
+    );
 }
