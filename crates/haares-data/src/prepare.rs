@@ -1,0 +1,109 @@
+//! Preparation: a split is tokenised once, row by row, into a [`PreparedShard`], cached under a
+//! key of (dataset, revision, split rule, split, tokenizer, chunk length) so a second run starts
+//! at once.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::char_tokenizer::{CharTokenizer, PAD};
+use crate::chunking::{CHUNK_LEN, chunk_row};
+use crate::error::{DataError, Result};
+use crate::prepared::{PreparedShard, PreparedWriter};
+use crate::registry::{DatasetSpec, Split};
+use crate::shards::ReadStats;
+
+/// A tokenizer the pipeline can prepare data with.
+pub trait TextTokenizer {
+    /// `char` or `bpe`: part of the cache key and the file name.
+    fn kind(&self) -> &'static str;
+    /// Number of ids.
+    fn vocab_size(&self) -> usize;
+    /// Id of `<pad>`.
+    fn pad_id(&self) -> u32;
+    /// A fingerprint of the vocabulary: two tokenizers with the same fingerprint encode alike.
+    fn fingerprint(&self) -> u64;
+    /// Ids of one row.
+    fn encode_row(&self, text: &str) -> Result<Vec<u32>>;
+}
+
+impl TextTokenizer for CharTokenizer {
+    fn kind(&self) -> &'static str {
+        "char"
+    }
+    fn vocab_size(&self) -> usize {
+        CharTokenizer::vocab_size(self)
+    }
+    fn pad_id(&self) -> u32 {
+        PAD
+    }
+    fn fingerprint(&self) -> u64 {
+        fnv1a(self.chars().iter().collect::<String>().as_bytes())
+    }
+    fn encode_row(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(self.encode(text))
+    }
+}
+
+/// 64-bit FNV-1a: a stable, dependency-free hash for cache keys (not for security).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| (hash ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// What a preparation did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrepareReport {
+    /// The prepared file.
+    pub path: PathBuf,
+    /// Whether it was found in the cache.
+    pub cached: bool,
+    /// Row counts of the pass (zero when cached).
+    pub stats: ReadStats,
+    /// Chunks written.
+    pub chunks: usize,
+    /// Wall time in seconds.
+    pub seconds: f64,
+}
+
+/// The cache file of a split prepared with a tokenizer.
+pub fn cache_path(spec: &DatasetSpec, split: Split, tokenizer: &dyn TextTokenizer, cache_dir: &Path) -> PathBuf {
+    let key = format!(
+        "{}|{}|{:?}|{:?}|{}|{:016x}|{}|v1",
+        spec.name,
+        spec.revision.as_deref().unwrap_or("embedded"),
+        spec.rule,
+        split,
+        tokenizer.kind(),
+        tokenizer.fingerprint(),
+        CHUNK_LEN
+    );
+    cache_dir.join(format!("{}-{}-{}-{:016x}.tokens", spec.name, split.name(), tokenizer.kind(), fnv1a(key.as_bytes())))
+}
+
+/// Tokenises `split` of the dataset under `root` into the cache (or reuses the cached file).
+/// Shows a progress bar when `progress` is set.
+pub fn prepare_split(spec: &DatasetSpec, root: &Path, split: Split, tokenizer: &dyn TextTokenizer, cache_dir: &Path, progress: bool) -> Result<(PreparedShard, PrepareReport)> {
+    let start = Instant::now();
+    let path = cache_path(spec, split, tokenizer, cache_dir);
+    if path.exists() {
+        let shard = PreparedShard::open(&path)?;
+        let report = PrepareReport { path, cached: true, stats: ReadStats::default(), chunks: shard.len(), seconds: start.elapsed().as_secs_f64() };
+        return Ok((shard, report));
+    }
+    std::fs::create_dir_all(cache_dir).map_err(|e| DataError::io(cache_dir, e))?;
+    let reader = spec.split_reader(root, split)?;
+    let bar = if progress { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
+    bar.set_style(ProgressStyle::with_template("{spinner} preparing {msg} [{elapsed}] {pos} rows").expect("a valid template"));
+    bar.set_message(format!("{} {} ({})", spec.name, split.name(), tokenizer.kind()));
+    let mut writer = PreparedWriter::create(&path, tokenizer.vocab_size(), CHUNK_LEN)?;
+    let stats = reader.for_each_row(|row| {
+        bar.inc(1);
+        let ids = tokenizer.encode_row(row.text)?;
+        chunk_row(&ids, CHUNK_LEN, tokenizer.pad_id()).iter().try_for_each(|chunk| writer.push(chunk))
+    })?;
+    let chunks = writer.chunks();
+    let shard = writer.finish()?;
+    bar.finish_and_clear();
+    Ok((shard, PrepareReport { path, cached: false, stats, chunks, seconds: start.elapsed().as_secs_f64() }))
+}

@@ -1,0 +1,217 @@
+//! Prepared token shards: a split tokenised once into a binary file that training memory-maps.
+//!
+//! Layout (little-endian):
+//! - header, 64 bytes: magic `HAARESTK`, format version `u32` (1), token width in bytes `u32`
+//!   (1 for `u8`, 2 for `u16`), vocabulary size `u32`, chunk length `u32`, chunk count `u64`,
+//!   zero padding;
+//! - index: one `u16` per chunk, its number of real tokens (the rest is `<pad>`); zero padding to
+//!   a multiple of 8 bytes;
+//! - tokens: chunk after chunk, `chunk length` ids each.
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use crate::chunking::Chunk;
+use crate::error::{DataError, Result};
+
+const MAGIC: &[u8; 8] = b"HAARESTK";
+const VERSION: u32 = 1;
+const HEADER_LEN: usize = 64;
+
+/// Storage width of token ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenWidth {
+    /// One byte per id (character vocabularies of at most 256 entries).
+    U8,
+    /// Two bytes per id (BPE vocabularies of at most 65,536 entries).
+    U16,
+}
+
+impl TokenWidth {
+    /// The narrowest width holding every id of a `vocab_size`-entry vocabulary.
+    pub fn for_vocab(vocab_size: usize) -> Result<Self> {
+        match vocab_size {
+            0..=256 => Ok(Self::U8),
+            257..=65536 => Ok(Self::U16),
+            _ => Err(DataError::Tokenizer(format!("a vocabulary of {vocab_size} entries does not fit the u16 token storage (at most 65,536)"))),
+        }
+    }
+    fn bytes(self) -> usize {
+        match self {
+            Self::U8 => 1,
+            Self::U16 => 2,
+        }
+    }
+}
+
+/// Writes a prepared shard chunk by chunk into a temporary file, renamed into place by
+/// [`finish`](Self::finish): an interrupted preparation never leaves a file that looks complete.
+pub struct PreparedWriter {
+    path: PathBuf,
+    temporary: PathBuf,
+    width: TokenWidth,
+    vocab_size: usize,
+    chunk_len: usize,
+    lengths: Vec<u16>,
+    tokens: BufWriter<std::fs::File>,
+    tokens_path: PathBuf,
+}
+
+impl PreparedWriter {
+    /// Starts a shard for `path`.
+    pub fn create(path: &Path, vocab_size: usize, chunk_len: usize) -> Result<Self> {
+        let width = TokenWidth::for_vocab(vocab_size)?;
+        let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
+        let tokens_path = path.with_extension(format!("tokens-tmp-{}", std::process::id()));
+        let file = std::fs::File::create(&tokens_path).map_err(|e| DataError::io(&tokens_path, e))?;
+        Ok(Self { path: path.to_path_buf(), temporary, width, vocab_size, chunk_len, lengths: Vec::new(), tokens: BufWriter::new(file), tokens_path })
+    }
+
+    /// Appends one chunk.
+    pub fn push(&mut self, chunk: &Chunk) -> Result<()> {
+        debug_assert_eq!(chunk.tokens.len(), self.chunk_len);
+        let io = |e| DataError::io(&self.tokens_path, e);
+        for &id in &chunk.tokens {
+            if id as usize >= self.vocab_size {
+                return Err(DataError::Tokenizer(format!("id {id} is outside the vocabulary of {} entries", self.vocab_size)));
+            }
+            match self.width {
+                TokenWidth::U8 => self.tokens.write_all(&[id as u8]).map_err(io)?,
+                TokenWidth::U16 => self.tokens.write_all(&(id as u16).to_le_bytes()).map_err(io)?,
+            }
+        }
+        self.lengths.push(chunk.len as u16);
+        Ok(())
+    }
+
+    /// Chunks written so far.
+    pub fn chunks(&self) -> usize {
+        self.lengths.len()
+    }
+
+    /// Writes header and index, appends the tokens, syncs and renames into place.
+    pub fn finish(self) -> Result<PreparedShard> {
+        let Self { path, temporary, width, vocab_size, chunk_len, lengths, tokens, tokens_path } = self;
+        let result = (|| {
+            tokens.into_inner().map_err(|e| DataError::io(&tokens_path, e.into_error()))?.sync_all().map_err(io(&tokens_path))?;
+            let mut out = BufWriter::new(std::fs::File::create(&temporary).map_err(io(&temporary))?);
+            let mut header = Vec::with_capacity(HEADER_LEN);
+            header.extend_from_slice(MAGIC);
+            header.extend_from_slice(&VERSION.to_le_bytes());
+            header.extend_from_slice(&(width.bytes() as u32).to_le_bytes());
+            header.extend_from_slice(&(vocab_size as u32).to_le_bytes());
+            header.extend_from_slice(&(chunk_len as u32).to_le_bytes());
+            header.extend_from_slice(&(lengths.len() as u64).to_le_bytes());
+            header.resize(HEADER_LEN, 0);
+            out.write_all(&header).map_err(io(&temporary))?;
+            for len in &lengths {
+                out.write_all(&len.to_le_bytes()).map_err(io(&temporary))?;
+            }
+            out.write_all(&vec![0; index_padding(lengths.len())]).map_err(io(&temporary))?;
+            let mut token_file = std::fs::File::open(&tokens_path).map_err(io(&tokens_path))?;
+            std::io::copy(&mut token_file, &mut out).map_err(io(&temporary))?;
+            out.into_inner().map_err(|e| DataError::io(&temporary, e.into_error()))?.sync_all().map_err(io(&temporary))?;
+            std::fs::rename(&temporary, &path).map_err(io(&path))
+        })();
+        let _ = std::fs::remove_file(&tokens_path);
+        if result.is_err() {
+            let _ = std::fs::remove_file(&temporary);
+        }
+        result?;
+        PreparedShard::open(&path)
+    }
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> DataError + '_ {
+    move |e| DataError::io(path, e)
+}
+
+fn index_padding(chunks: usize) -> usize {
+    (8 - (2 * chunks) % 8) % 8
+}
+
+/// A memory-mapped prepared shard.
+#[derive(Debug)]
+pub struct PreparedShard {
+    path: PathBuf,
+    map: Mmap,
+    width: TokenWidth,
+    vocab_size: usize,
+    chunk_len: usize,
+    chunks: usize,
+    tokens_offset: usize,
+}
+
+impl PreparedShard {
+    /// Maps and validates a shard written by [`PreparedWriter`].
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(|e| DataError::io(path, e))?;
+        // Safety: the file is only ever written through a temporary file and a rename, so a mapped
+        // shard is never modified in place.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| DataError::io(path, e))?;
+        let bad = |message: String| DataError::format(path, format!("{message}; delete the file to prepare it again"));
+        if map.len() < HEADER_LEN || &map[..8] != MAGIC {
+            return Err(bad("not a prepared token shard (bad magic)".into()));
+        }
+        let u32_at = |at: usize| u32::from_le_bytes(map[at..at + 4].try_into().expect("4 bytes"));
+        let version = u32_at(8);
+        if version != VERSION {
+            return Err(bad(format!("format version {version}, this build reads {VERSION}")));
+        }
+        let width = match u32_at(12) {
+            1 => TokenWidth::U8,
+            2 => TokenWidth::U16,
+            other => return Err(bad(format!("token width {other} bytes is not 1 or 2"))),
+        };
+        let (vocab_size, chunk_len) = (u32_at(16) as usize, u32_at(20) as usize);
+        let chunks = u64::from_le_bytes(map[24..32].try_into().expect("8 bytes")) as usize;
+        let tokens_offset = HEADER_LEN + 2 * chunks + index_padding(chunks);
+        let expected = tokens_offset + chunks * chunk_len * width.bytes();
+        if map.len() != expected {
+            return Err(bad(format!("{} bytes, expected {expected} for {chunks} chunks of {chunk_len}", map.len())));
+        }
+        Ok(Self { path: path.to_path_buf(), map, width, vocab_size, chunk_len, chunks, tokens_offset })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// Number of chunks.
+    pub fn len(&self) -> usize {
+        self.chunks
+    }
+    /// Whether the shard holds no chunk.
+    pub fn is_empty(&self) -> bool {
+        self.chunks == 0
+    }
+    /// Tokens per chunk.
+    pub fn chunk_len(&self) -> usize {
+        self.chunk_len
+    }
+    /// Vocabulary size recorded at preparation.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+    /// Storage width of the ids.
+    pub fn width(&self) -> TokenWidth {
+        self.width
+    }
+
+    /// Real (non-pad) tokens of chunk `i`.
+    pub fn real_len(&self, i: usize) -> usize {
+        u16::from_le_bytes([self.map[HEADER_LEN + 2 * i], self.map[HEADER_LEN + 2 * i + 1]]) as usize
+    }
+
+    /// Copies chunk `i`'s ids into `out` (cleared first).
+    pub fn read_chunk(&self, i: usize, out: &mut Vec<u32>) {
+        out.clear();
+        let start = self.tokens_offset + i * self.chunk_len * self.width.bytes();
+        match self.width {
+            TokenWidth::U8 => out.extend(self.map[start..start + self.chunk_len].iter().map(|&b| b as u32)),
+            TokenWidth::U16 => out.extend(self.map[start..start + 2 * self.chunk_len].chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]) as u32)),
+        }
+    }
+}

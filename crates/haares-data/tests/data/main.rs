@@ -1,0 +1,7 @@
+//! haares-data's test suite, one binary. Fixture shards are written in the tests with the
+//! `parquet` crate.
+
+mod fixtures;
+mod loader;
+mod tokenizers;
+mod preparation;
