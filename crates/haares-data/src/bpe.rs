@@ -141,6 +141,12 @@ impl TextTokenizer for BpeTokenizer {
     fn encode_row(&self, text: &str) -> Result<Vec<u32>> {
         self.encode(text)
     }
+    /// Encodes in parallel with the `tokenizers` crate's batch encoder.
+    fn encode_rows(&self, texts: &[String]) -> Result<Vec<Vec<u32>>> {
+        let normalized: Vec<String> = texts.iter().map(|t| normalize_newlines(t).into_owned()).collect();
+        let encodings = self.inner.encode_batch(normalized, false).map_err(tokenizer_error("encoding failed"))?;
+        Ok(encodings.iter().map(|e| e.get_ids().to_vec()).collect())
+    }
 }
 
 /// The largest char boundary of `s` at or below `index`.

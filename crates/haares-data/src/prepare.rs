@@ -26,7 +26,14 @@ pub trait TextTokenizer {
     fn fingerprint(&self) -> u64;
     /// Ids of one row.
     fn encode_row(&self, text: &str) -> Result<Vec<u32>>;
+    /// Ids of several rows; tokenizers that can encode in parallel override this.
+    fn encode_rows(&self, texts: &[String]) -> Result<Vec<Vec<u32>>> {
+        texts.iter().map(|text| self.encode_row(text)).collect()
+    }
 }
+
+/// Rows handed to [`TextTokenizer::encode_rows`] at once.
+const ROWS_PER_BATCH: usize = 512;
 
 impl TextTokenizer for CharTokenizer {
     fn kind(&self) -> &'static str {
@@ -97,13 +104,60 @@ pub fn prepare_split(spec: &DatasetSpec, root: &Path, split: Split, tokenizer: &
     bar.set_style(ProgressStyle::with_template("{spinner} preparing {msg} [{elapsed}] {pos} rows").expect("a valid template"));
     bar.set_message(format!("{} {} ({})", spec.name, split.name(), tokenizer.kind()));
     let mut writer = PreparedWriter::create(&path, tokenizer.vocab_size(), CHUNK_LEN)?;
+    let mut pending: Vec<String> = Vec::with_capacity(ROWS_PER_BATCH);
+    let flush = |pending: &mut Vec<String>, writer: &mut PreparedWriter| -> Result<()> {
+        for ids in tokenizer.encode_rows(pending)? {
+            chunk_row(&ids, CHUNK_LEN, tokenizer.pad_id()).iter().try_for_each(|chunk| writer.push(chunk))?;
+        }
+        bar.inc(pending.len() as u64);
+        pending.clear();
+        Ok(())
+    };
     let stats = reader.for_each_row(|row| {
-        bar.inc(1);
-        let ids = tokenizer.encode_row(row.text)?;
-        chunk_row(&ids, CHUNK_LEN, tokenizer.pad_id()).iter().try_for_each(|chunk| writer.push(chunk))
+        pending.push(row.text.to_string());
+        if pending.len() == ROWS_PER_BATCH { flush(&mut pending, &mut writer) } else { Ok(()) }
     })?;
+    flush(&mut pending, &mut writer)?;
     let chunks = writer.chunks();
     let shard = writer.finish()?;
     bar.finish_and_clear();
     Ok((shard, PrepareReport { path, cached: false, stats, chunks, seconds: start.elapsed().as_secs_f64() }))
+}
+
+/// The BPE pipeline's split (NOTES decision 10): every 513-token chunk of the training source,
+/// shuffled with `seed`, the first `validation_fraction` of them to validation, the rest to
+/// training (both in their original order). Returns `(train, validation)`, cached like
+/// [`prepare_split`].
+pub fn prepare_chunk_split(
+    spec: &DatasetSpec,
+    root: &Path,
+    tokenizer: &dyn TextTokenizer,
+    cache_dir: &Path,
+    seed: u64,
+    validation_fraction: f64,
+    progress: bool,
+) -> Result<(PreparedShard, PreparedShard)> {
+    let (all, _) = prepare_split(spec, root, Split::Train, tokenizer, cache_dir, progress)?;
+    let base = cache_path(spec, Split::Train, tokenizer, cache_dir);
+    let stem = base.file_stem().and_then(|s| s.to_str()).unwrap_or("chunks").to_string();
+    let name = |split: &str| cache_dir.join(format!("{stem}-chunksplit-{seed}-{validation_fraction}-{split}.tokens"));
+    let (train_path, validation_path) = (name("train"), name("validation"));
+    if train_path.exists() && validation_path.exists() {
+        return Ok((PreparedShard::open(&train_path)?, PreparedShard::open(&validation_path)?));
+    }
+    let order = crate::batching::epoch_order(all.len(), seed, 0);
+    let validation_count = (all.len() as f64 * validation_fraction).round() as usize;
+    let mut is_validation = vec![false; all.len()];
+    for &chunk in &order[..validation_count] {
+        is_validation[chunk] = true;
+    }
+    let mut train = PreparedWriter::create(&train_path, all.vocab_size(), all.chunk_len())?;
+    let mut validation = PreparedWriter::create(&validation_path, all.vocab_size(), all.chunk_len())?;
+    let mut tokens = Vec::with_capacity(all.chunk_len());
+    for (chunk, to_validation) in is_validation.into_iter().enumerate() {
+        all.read_chunk(chunk, &mut tokens);
+        let piece = crate::chunking::Chunk { tokens: tokens.clone(), len: all.real_len(chunk) };
+        if to_validation { validation.push(&piece)? } else { train.push(&piece)? }
+    }
+    Ok((train.finish()?, validation.finish()?))
 }

@@ -140,3 +140,17 @@ fn the_embedded_corpus_reads_with_the_same_loader() {
     assert!(train.0 > 150 && validation.0 > 15, "{train:?} {validation:?}");
     assert!(train.1 + validation.1 > 10_000_000, "the corpus holds about 10.8 MB of text");
 }
+
+#[test]
+fn an_unreachable_hub_names_the_dataset_revision_and_where_to_place_shards() {
+    let cache = tempfile::tempdir().unwrap();
+    let spec = dataset("tinystories").unwrap();
+    // Port 9 on loopback (discard) refuses the connection at once: no traffic leaves the machine.
+    let options = haares_data::hub::HubOptions { cache_dir: cache.path().to_path_buf(), endpoint: Some("http://127.0.0.1:9".into()), progress: false };
+    let message = haares_data::hub::download(&spec, &options).unwrap_err().to_string();
+    assert!(message.contains("roneneldan/TinyStories") && message.contains("tinystories"), "{message}");
+    assert!(message.contains("f54c09fd23315a6f9c86f9dc80f725de7d8f9c64"), "{message}");
+    let root = haares_data::hub::snapshot_dir(&spec, cache.path()).unwrap();
+    assert!(message.contains(&root.display().to_string()), "{message}");
+    assert!(haares_data::hub::download(&dataset("sotu").unwrap(), &options).unwrap_err().to_string().contains("embedded"));
+}

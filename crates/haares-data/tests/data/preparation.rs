@@ -3,7 +3,7 @@
 use haares_data::batching::{BatchIterator, epoch_order, validation_batches};
 use haares_data::char_tokenizer::{CharCounter, PAD};
 use haares_data::chunking::{CHUNK_LEN, chunk_row};
-use haares_data::prepare::prepare_split;
+use haares_data::prepare::{prepare_chunk_split, prepare_split};
 use haares_data::prepared::{PreparedShard, PreparedWriter};
 use haares_data::registry::{DatasetSpec, Split, SplitRule};
 use haares_data::{dataset, embedded_corpus_dir};
@@ -26,7 +26,6 @@ fn pieces_with_fewer_than_two_tokens_are_dropped() {
     assert!(chunk_row(&[7], CHUNK_LEN, PAD).is_empty());
     let ids: Vec<u32> = vec![5; 514];
     assert_eq!(chunk_row(&ids, CHUNK_LEN, PAD).len(), 1, "the 1-token tail of a 514-token row predicts nothing");
-    assert_eq!(chunk_row(&ids[..515], CHUNK_LEN, PAD).len(), 1);
     assert_eq!(chunk_row(&vec![5; 515], CHUNK_LEN, PAD).len(), 2);
 }
 
@@ -146,4 +145,28 @@ fn corrupt_prepared_files_and_positions_are_refused() {
     let garbage = dir.path().join("garbage.tokens");
     std::fs::write(&garbage, b"not a shard").unwrap();
     assert!(PreparedShard::open(&garbage).unwrap_err().to_string().contains("bad magic"));
+}
+
+#[test]
+fn the_chunk_split_sends_a_seeded_5_percent_to_validation() {
+    let dir = tempfile::tempdir().unwrap();
+    let texts: Vec<String> = (0..400).map(|i| format!("row {i} ").repeat(3)).collect();
+    let rows: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
+    write_text_shard(&dir.path().join("data/train-00000-of-00001.parquet"), &rows);
+    let mut counter = CharCounter::default();
+    texts.iter().for_each(|t| counter.add(t));
+    let tokenizer = counter.build(256).unwrap();
+    let cache = dir.path().join("cache");
+    let (train, validation) = prepare_chunk_split(&fixture_spec(), dir.path(), &tokenizer, &cache, 42, 0.05, false).unwrap();
+    assert_eq!((train.len(), validation.len()), (380, 20));
+    let first_tokens = |shard: &PreparedShard| {
+        let mut tokens = Vec::new();
+        (0..shard.len()).map(|i| { shard.read_chunk(i, &mut tokens); tokenizer.decode(&tokens) }).collect::<Vec<_>>()
+    };
+    let (t, v) = (first_tokens(&train), first_tokens(&validation));
+    assert!(v.iter().all(|x| !t.contains(x)), "the two splits are disjoint");
+    let (train2, validation2) = prepare_chunk_split(&fixture_spec(), dir.path(), &tokenizer, &dir.path().join("cache2"), 42, 0.05, false).unwrap();
+    assert_eq!((first_tokens(&train2), first_tokens(&validation2)), (t, v), "the same seed gives the same split");
+    let (_, other) = prepare_chunk_split(&fixture_spec(), dir.path(), &tokenizer, &cache, 7, 0.05, false).unwrap();
+    assert_ne!(first_tokens(&other), first_tokens(&validation));
 }

@@ -57,8 +57,10 @@ fn bpe_trains_offline_on_the_embedded_corpus() {
         assert_eq!(tokenizer.inner().token_to_id(special), Some(id as u32));
     }
     let text = "The State of the Union is strong.\nWe, the People — café ünïcode 🙂";
+    let english = "The State of the Union is strong, and the people of the United States have made it so.";
+    let english_ids = tokenizer.encode(english).unwrap();
+    assert!(english_ids.len() < english.len() / 2, "BPE compresses ordinary English: {} ids for {} bytes", english_ids.len(), english.len());
     let ids = tokenizer.encode(text).unwrap();
-    assert!(ids.len() < text.len() / 2, "BPE compresses ordinary English: {} ids for {} bytes", ids.len(), text.len());
     assert!(ids.iter().all(|&id| id < 4096 && id as usize <= u16::MAX as usize));
     assert_eq!(tokenizer.decode(&ids).unwrap(), text, "byte-level BPE round-trips any text");
 
@@ -68,7 +70,11 @@ fn bpe_trains_offline_on_the_embedded_corpus() {
     let reloaded = BpeTokenizer::load(&path).unwrap();
     assert_eq!(reloaded.encode(text).unwrap(), ids);
     assert_eq!(reloaded.fingerprint(), tokenizer.fingerprint());
-    let _ = Split::Train;
+    // Prepared BPE data is stored as u16.
+    let cache = tempfile::tempdir().unwrap();
+    let (shard, _) = haares_data::prepare::prepare_split(&spec, &embedded_corpus_dir(), Split::Validation, &tokenizer, cache.path(), false).unwrap();
+    assert_eq!(shard.width(), haares_data::prepared::TokenWidth::U16);
+    assert_eq!(shard.vocab_size(), 4096);
 }
 
 #[test]
