@@ -30,14 +30,22 @@ impl Batch {
 
     fn from_chunks(shard: &PreparedShard, chunks: impl ExactSizeIterator<Item = usize>) -> Self {
         let (batch_size, seq_len) = (chunks.len(), shard.chunk_len() - 1);
-        let mut batch = Self { batch_size, seq_len, inputs: Vec::with_capacity(batch_size * seq_len), targets: Vec::with_capacity(batch_size * seq_len), mask: Vec::with_capacity(batch_size * seq_len) };
+        let mut batch = Self {
+            batch_size,
+            seq_len,
+            inputs: Vec::with_capacity(batch_size * seq_len),
+            targets: Vec::with_capacity(batch_size * seq_len),
+            mask: Vec::with_capacity(batch_size * seq_len),
+        };
         let mut tokens = Vec::with_capacity(shard.chunk_len());
         for chunk in chunks {
             shard.read_chunk(chunk, &mut tokens);
             let real = shard.real_len(chunk);
             batch.inputs.extend_from_slice(&tokens[..seq_len]);
             batch.targets.extend_from_slice(&tokens[1..]);
-            batch.mask.extend((1..=seq_len).map(|position| if position < real { 1.0 } else { 0.0 }));
+            batch
+                .mask
+                .extend((1..=seq_len).map(|position| if position < real { 1.0 } else { 0.0 }));
         }
         batch
     }
@@ -71,21 +79,46 @@ pub struct BatchIterator<'a> {
 impl<'a> BatchIterator<'a> {
     /// Starts at epoch 0.
     pub fn new(shard: &'a PreparedShard, batch_size: usize, seed: u64) -> Result<Self> {
-        Self::restore(shard, BatchPosition { seed, batch_size, chunks: shard.len(), epoch: 0, cursor: 0 })
+        Self::restore(
+            shard,
+            BatchPosition {
+                seed,
+                batch_size,
+                chunks: shard.len(),
+                epoch: 0,
+                cursor: 0,
+            },
+        )
     }
 
     /// Continues from a saved position.
     pub fn restore(shard: &'a PreparedShard, position: BatchPosition) -> Result<Self> {
         if position.batch_size == 0 || position.batch_size > shard.len() {
-            return Err(DataError::format(shard.path(), format!("batch size {} must be between 1 and the {} chunks of the shard", position.batch_size, shard.len())));
+            return Err(DataError::format(
+                shard.path(),
+                format!(
+                    "batch size {} must be between 1 and the {} chunks of the shard",
+                    position.batch_size,
+                    shard.len()
+                ),
+            ));
         }
         if position.chunks != shard.len() || position.cursor > shard.len() {
             return Err(DataError::format(
                 shard.path(),
-                format!("saved batch position is for {} chunks (cursor {}), the shard has {}; the prepared data changed since the checkpoint", position.chunks, position.cursor, shard.len()),
+                format!(
+                    "saved batch position is for {} chunks (cursor {}), the shard has {}; the prepared data changed since the checkpoint",
+                    position.chunks,
+                    position.cursor,
+                    shard.len()
+                ),
             ));
         }
-        Ok(Self { shard, order: epoch_order(shard.len(), position.seed, position.epoch), position })
+        Ok(Self {
+            shard,
+            order: epoch_order(shard.len(), position.seed, position.epoch),
+            position,
+        })
     }
 
     /// The position to save for an exact resume.
@@ -109,9 +142,14 @@ impl<'a> BatchIterator<'a> {
 
 /// Every chunk once, in file order, in batches of at most `batch_size` (the last may be smaller):
 /// the full validation pass.
-pub fn validation_batches(shard: &PreparedShard, batch_size: usize) -> impl Iterator<Item = Batch> + '_ {
+pub fn validation_batches(
+    shard: &PreparedShard,
+    batch_size: usize,
+) -> impl Iterator<Item = Batch> + '_ {
     let batch_size = batch_size.max(1);
-    (0..shard.len()).step_by(batch_size).map(move |start| Batch::from_chunks(shard, start..(start + batch_size).min(shard.len())))
+    (0..shard.len())
+        .step_by(batch_size)
+        .map(move |start| Batch::from_chunks(shard, start..(start + batch_size).min(shard.len())))
 }
 
 /// A permutation of `0..n` by Fisher–Yates, driven by SplitMix64 seeded from `(seed, epoch)`: fixed

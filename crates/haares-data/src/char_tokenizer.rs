@@ -19,7 +19,11 @@ pub const UNK: u32 = 1;
 
 /// `\r\n` and lone `\r` become `\n` (sec:methodology; NOTES decision 8).
 pub fn normalize_newlines(text: &str) -> Cow<'_, str> {
-    if text.contains('\r') { Cow::Owned(text.replace("\r\n", "\n").replace('\r', "\n")) } else { Cow::Borrowed(text) }
+    if text.contains('\r') {
+        Cow::Owned(text.replace("\r\n", "\n").replace('\r', "\n"))
+    } else {
+        Cow::Borrowed(text)
+    }
 }
 
 /// Counts characters of the training split, after newline normalisation.
@@ -40,12 +44,17 @@ impl CharCounter {
     /// fewer distinct characters); ties break by code point.
     pub fn build(&self, vocab_size: usize) -> Result<CharTokenizer> {
         if vocab_size <= CHAR_SPECIALS.len() {
-            return Err(DataError::Tokenizer(format!("a character vocabulary needs more than the {} specials, got {vocab_size}", CHAR_SPECIALS.len())));
+            return Err(DataError::Tokenizer(format!(
+                "a character vocabulary needs more than the {} specials, got {vocab_size}",
+                CHAR_SPECIALS.len()
+            )));
         }
         let mut ranked: Vec<(char, u64)> = self.counts.iter().map(|(c, n)| (*c, *n)).collect();
         ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         ranked.truncate(vocab_size - CHAR_SPECIALS.len());
-        Ok(CharTokenizer::from_chars(ranked.into_iter().map(|(c, _)| c).collect()))
+        Ok(CharTokenizer::from_chars(
+            ranked.into_iter().map(|(c, _)| c).collect(),
+        ))
     }
 }
 
@@ -64,7 +73,11 @@ struct CharVocabFile {
 
 impl CharTokenizer {
     fn from_chars(chars: Vec<char>) -> Self {
-        let ids = chars.iter().enumerate().map(|(i, c)| (*c, (i + CHAR_SPECIALS.len()) as u32)).collect();
+        let ids = chars
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (*c, (i + CHAR_SPECIALS.len()) as u32))
+            .collect();
         Self { chars, ids }
     }
 
@@ -80,7 +93,10 @@ impl CharTokenizer {
 
     /// Ids of a text after newline normalisation; characters outside the vocabulary map to `<unk>`.
     pub fn encode(&self, text: &str) -> Vec<u32> {
-        normalize_newlines(text).chars().map(|c| self.ids.get(&c).copied().unwrap_or(UNK)).collect()
+        normalize_newlines(text)
+            .chars()
+            .map(|c| self.ids.get(&c).copied().unwrap_or(UNK))
+            .collect()
     }
 
     /// Text of ids: specials are dropped, `<unk>` shows as U+FFFD.
@@ -96,24 +112,40 @@ impl CharTokenizer {
 
     /// Writes the vocabulary as JSON (atomically).
     pub fn save(&self, path: &Path) -> Result<()> {
-        let file = CharVocabFile { specials: CHAR_SPECIALS.iter().map(|s| s.to_string()).collect(), chars: self.chars.iter().map(|c| c.to_string()).collect() };
-        let json = serde_json::to_vec_pretty(&file).map_err(|e| DataError::Tokenizer(e.to_string()))?;
+        let file = CharVocabFile {
+            specials: CHAR_SPECIALS.iter().map(|s| s.to_string()).collect(),
+            chars: self.chars.iter().map(|c| c.to_string()).collect(),
+        };
+        let json =
+            serde_json::to_vec_pretty(&file).map_err(|e| DataError::Tokenizer(e.to_string()))?;
         write_atomically(path, &json)
     }
 
     /// Reads a vocabulary written by [`save`](Self::save).
     pub fn load(path: &Path) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| DataError::io(path, e))?;
-        let file: CharVocabFile = serde_json::from_slice(&bytes).map_err(|e| DataError::format(path, format!("not a character vocabulary: {e}")))?;
+        let file: CharVocabFile = serde_json::from_slice(&bytes)
+            .map_err(|e| DataError::format(path, format!("not a character vocabulary: {e}")))?;
         if file.specials != CHAR_SPECIALS {
-            return Err(DataError::format(path, format!("specials are {:?}, expected {CHAR_SPECIALS:?}", file.specials)));
+            return Err(DataError::format(
+                path,
+                format!(
+                    "specials are {:?}, expected {CHAR_SPECIALS:?}",
+                    file.specials
+                ),
+            ));
         }
         let mut chars = Vec::with_capacity(file.chars.len());
         for entry in &file.chars {
             let mut it = entry.chars();
             match (it.next(), it.next()) {
                 (Some(c), None) => chars.push(c),
-                _ => return Err(DataError::format(path, format!("vocabulary entry {entry:?} is not one character"))),
+                _ => {
+                    return Err(DataError::format(
+                        path,
+                        format!("vocabulary entry {entry:?} is not one character"),
+                    ));
+                }
             }
         }
         Ok(Self::from_chars(chars))

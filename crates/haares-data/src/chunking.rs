@@ -23,7 +23,10 @@ pub fn chunk_row(ids: &[u32], chunk_len: usize, pad: u32) -> Vec<Chunk> {
         .map(|piece| {
             let mut tokens = piece.to_vec();
             tokens.resize(chunk_len, pad);
-            Chunk { tokens, len: piece.len() }
+            Chunk {
+                tokens,
+                len: piece.len(),
+            }
         })
         .collect()
 }

@@ -70,10 +70,16 @@ pub enum DataError {
 
 impl DataError {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        Self::Io { path: path.to_path_buf(), source }
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
     pub(crate) fn format(path: &Path, message: impl Into<String>) -> Self {
-        Self::Format { path: path.to_path_buf(), message: message.into() }
+        Self::Format {
+            path: path.to_path_buf(),
+            message: message.into(),
+        }
     }
 }
 
@@ -86,12 +92,20 @@ impl fmt::Display for DataError {
                 "{}: not a readable Parquet file ({message}); re-download the shard or delete it so it is fetched again",
                 path.display()
             ),
-            Self::MissingColumn { path, column, available } => write!(
+            Self::MissingColumn {
+                path,
+                column,
+                available,
+            } => write!(
                 f,
                 "{}: no column `{column}` (the shard has {available:?}); choose the text column with `--text-column`",
                 path.display()
             ),
-            Self::NotAStringColumn { path, column, found } => write!(
+            Self::NotAStringColumn {
+                path,
+                column,
+                found,
+            } => write!(
                 f,
                 "{}: column `{column}` holds {found}, not text; choose a string column with `--text-column`",
                 path.display()
@@ -101,7 +115,11 @@ impl fmt::Display for DataError {
                 "no Parquet shard matches `{pattern}` under {}; place the dataset's shards there in the hub layout or fix the pattern",
                 root.display()
             ),
-            Self::UnknownDataset { name, known } => write!(f, "unknown dataset `{name}`; known datasets: {}", known.join(", ")),
+            Self::UnknownDataset { name, known } => write!(
+                f,
+                "unknown dataset `{name}`; known datasets: {}",
+                known.join(", ")
+            ),
             Self::Hub { message } => write!(f, "Hugging Face hub: {message}"),
             Self::Tokenizer(message) => write!(f, "tokenizer: {message}"),
             Self::Format { path, message } => write!(f, "{}: {message}", path.display()),

@@ -19,7 +19,7 @@ pub mod shards;
 
 pub use error::{DataError, Result};
 pub use registry::{DatasetSpec, Split, SplitRule, dataset, embedded_corpus_dir, registry};
-pub use shards::{ReadStats, TextColumnReader, TextRow, find_shards};
+pub use shards::{ReadStats, RowSource, TextColumnReader, TextRow, find_shards};
 
 use std::path::Path;
 

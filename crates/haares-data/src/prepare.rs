@@ -13,6 +13,7 @@ use crate::error::{DataError, Result};
 use crate::prepared::{PreparedShard, PreparedWriter};
 use crate::registry::{DatasetSpec, Split};
 use crate::shards::ReadStats;
+use crate::shards::RowSource;
 
 /// A tokenizer the pipeline can prepare data with.
 pub trait TextTokenizer {
@@ -55,7 +56,9 @@ impl TextTokenizer for CharTokenizer {
 
 /// 64-bit FNV-1a: a stable, dependency-free hash for cache keys (not for security).
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| (hash ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// What a preparation did.
@@ -74,7 +77,12 @@ pub struct PrepareReport {
 }
 
 /// The cache file of a split prepared with a tokenizer.
-pub fn cache_path(spec: &DatasetSpec, split: Split, tokenizer: &dyn TextTokenizer, cache_dir: &Path) -> PathBuf {
+pub fn cache_path(
+    spec: &DatasetSpec,
+    split: Split,
+    tokenizer: &dyn TextTokenizer,
+    cache_dir: &Path,
+) -> PathBuf {
     let key = format!(
         "{}|{}|{:?}|{:?}|{}|{:016x}|{}|v1",
         spec.name,
@@ -85,29 +93,62 @@ pub fn cache_path(spec: &DatasetSpec, split: Split, tokenizer: &dyn TextTokenize
         tokenizer.fingerprint(),
         CHUNK_LEN
     );
-    cache_dir.join(format!("{}-{}-{}-{:016x}.tokens", spec.name, split.name(), tokenizer.kind(), fnv1a(key.as_bytes())))
+    cache_dir.join(format!(
+        "{}-{}-{}-{:016x}.tokens",
+        spec.name,
+        split.name(),
+        tokenizer.kind(),
+        fnv1a(key.as_bytes())
+    ))
 }
 
 /// Tokenises `split` of the dataset under `root` into the cache (or reuses the cached file).
 /// Shows a progress bar when `progress` is set.
-pub fn prepare_split(spec: &DatasetSpec, root: &Path, split: Split, tokenizer: &dyn TextTokenizer, cache_dir: &Path, progress: bool) -> Result<(PreparedShard, PrepareReport)> {
+pub fn prepare_split(
+    spec: &DatasetSpec,
+    root: &Path,
+    split: Split,
+    tokenizer: &dyn TextTokenizer,
+    cache_dir: &Path,
+    progress: bool,
+) -> Result<(PreparedShard, PrepareReport)> {
     let start = Instant::now();
     let path = cache_path(spec, split, tokenizer, cache_dir);
     if path.exists() {
         let shard = PreparedShard::open(&path)?;
-        let report = PrepareReport { path, cached: true, stats: ReadStats::default(), chunks: shard.len(), seconds: start.elapsed().as_secs_f64() };
+        let report = PrepareReport {
+            path,
+            cached: true,
+            stats: ReadStats::default(),
+            chunks: shard.len(),
+            seconds: start.elapsed().as_secs_f64(),
+        };
         return Ok((shard, report));
     }
     std::fs::create_dir_all(cache_dir).map_err(|e| DataError::io(cache_dir, e))?;
     let reader = spec.split_reader(root, split)?;
-    let bar = if progress { ProgressBar::new_spinner() } else { ProgressBar::hidden() };
-    bar.set_style(ProgressStyle::with_template("{spinner} preparing {msg} [{elapsed}] {pos} rows").expect("a valid template"));
-    bar.set_message(format!("{} {} ({})", spec.name, split.name(), tokenizer.kind()));
+    let bar = if progress {
+        ProgressBar::new_spinner()
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} preparing {msg} [{elapsed}] {pos} rows")
+            .expect("a valid template"),
+    );
+    bar.set_message(format!(
+        "{} {} ({})",
+        spec.name,
+        split.name(),
+        tokenizer.kind()
+    ));
     let mut writer = PreparedWriter::create(&path, tokenizer.vocab_size(), CHUNK_LEN)?;
     let mut pending: Vec<String> = Vec::with_capacity(ROWS_PER_BATCH);
     let flush = |pending: &mut Vec<String>, writer: &mut PreparedWriter| -> Result<()> {
         for ids in tokenizer.encode_rows(pending)? {
-            chunk_row(&ids, CHUNK_LEN, tokenizer.pad_id()).iter().try_for_each(|chunk| writer.push(chunk))?;
+            chunk_row(&ids, CHUNK_LEN, tokenizer.pad_id())
+                .iter()
+                .try_for_each(|chunk| writer.push(chunk))?;
         }
         bar.inc(pending.len() as u64);
         pending.clear();
@@ -115,13 +156,26 @@ pub fn prepare_split(spec: &DatasetSpec, root: &Path, split: Split, tokenizer: &
     };
     let stats = reader.for_each_row(|row| {
         pending.push(row.text.to_string());
-        if pending.len() == ROWS_PER_BATCH { flush(&mut pending, &mut writer) } else { Ok(()) }
+        if pending.len() == ROWS_PER_BATCH {
+            flush(&mut pending, &mut writer)
+        } else {
+            Ok(())
+        }
     })?;
     flush(&mut pending, &mut writer)?;
     let chunks = writer.chunks();
     let shard = writer.finish()?;
     bar.finish_and_clear();
-    Ok((shard, PrepareReport { path, cached: false, stats, chunks, seconds: start.elapsed().as_secs_f64() }))
+    Ok((
+        shard,
+        PrepareReport {
+            path,
+            cached: false,
+            stats,
+            chunks,
+            seconds: start.elapsed().as_secs_f64(),
+        },
+    ))
 }
 
 /// The BPE pipeline's split (NOTES decision 10): every 513-token chunk of the training source,
@@ -139,11 +193,22 @@ pub fn prepare_chunk_split(
 ) -> Result<(PreparedShard, PreparedShard)> {
     let (all, _) = prepare_split(spec, root, Split::Train, tokenizer, cache_dir, progress)?;
     let base = cache_path(spec, Split::Train, tokenizer, cache_dir);
-    let stem = base.file_stem().and_then(|s| s.to_str()).unwrap_or("chunks").to_string();
-    let name = |split: &str| cache_dir.join(format!("{stem}-chunksplit-{seed}-{validation_fraction}-{split}.tokens"));
+    let stem = base
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("chunks")
+        .to_string();
+    let name = |split: &str| {
+        cache_dir.join(format!(
+            "{stem}-chunksplit-{seed}-{validation_fraction}-{split}.tokens"
+        ))
+    };
     let (train_path, validation_path) = (name("train"), name("validation"));
     if train_path.exists() && validation_path.exists() {
-        return Ok((PreparedShard::open(&train_path)?, PreparedShard::open(&validation_path)?));
+        return Ok((
+            PreparedShard::open(&train_path)?,
+            PreparedShard::open(&validation_path)?,
+        ));
     }
     let order = crate::batching::epoch_order(all.len(), seed, 0);
     let validation_count = (all.len() as f64 * validation_fraction).round() as usize;
@@ -152,12 +217,20 @@ pub fn prepare_chunk_split(
         is_validation[chunk] = true;
     }
     let mut train = PreparedWriter::create(&train_path, all.vocab_size(), all.chunk_len())?;
-    let mut validation = PreparedWriter::create(&validation_path, all.vocab_size(), all.chunk_len())?;
+    let mut validation =
+        PreparedWriter::create(&validation_path, all.vocab_size(), all.chunk_len())?;
     let mut tokens = Vec::with_capacity(all.chunk_len());
     for (chunk, to_validation) in is_validation.into_iter().enumerate() {
         all.read_chunk(chunk, &mut tokens);
-        let piece = crate::chunking::Chunk { tokens: tokens.clone(), len: all.real_len(chunk) };
-        if to_validation { validation.push(&piece)? } else { train.push(&piece)? }
+        let piece = crate::chunking::Chunk {
+            tokens: tokens.clone(),
+            len: all.real_len(chunk),
+        };
+        if to_validation {
+            validation.push(&piece)?
+        } else {
+            train.push(&piece)?
+        }
     }
     Ok((train.finish()?, validation.finish()?))
 }

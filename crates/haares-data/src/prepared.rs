@@ -35,7 +35,9 @@ impl TokenWidth {
         match vocab_size {
             0..=256 => Ok(Self::U8),
             257..=65536 => Ok(Self::U16),
-            _ => Err(DataError::Tokenizer(format!("a vocabulary of {vocab_size} entries does not fit the u16 token storage (at most 65,536)"))),
+            _ => Err(DataError::Tokenizer(format!(
+                "a vocabulary of {vocab_size} entries does not fit the u16 token storage (at most 65,536)"
+            ))),
         }
     }
     fn bytes(self) -> usize {
@@ -65,8 +67,18 @@ impl PreparedWriter {
         let width = TokenWidth::for_vocab(vocab_size)?;
         let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
         let tokens_path = path.with_extension(format!("tokens-tmp-{}", std::process::id()));
-        let file = std::fs::File::create(&tokens_path).map_err(|e| DataError::io(&tokens_path, e))?;
-        Ok(Self { path: path.to_path_buf(), temporary, width, vocab_size, chunk_len, lengths: Vec::new(), tokens: BufWriter::new(file), tokens_path })
+        let file =
+            std::fs::File::create(&tokens_path).map_err(|e| DataError::io(&tokens_path, e))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            temporary,
+            width,
+            vocab_size,
+            chunk_len,
+            lengths: Vec::new(),
+            tokens: BufWriter::new(file),
+            tokens_path,
+        })
     }
 
     /// Appends one chunk.
@@ -75,11 +87,17 @@ impl PreparedWriter {
         let io = |e| DataError::io(&self.tokens_path, e);
         for &id in &chunk.tokens {
             if id as usize >= self.vocab_size {
-                return Err(DataError::Tokenizer(format!("id {id} is outside the vocabulary of {} entries", self.vocab_size)));
+                return Err(DataError::Tokenizer(format!(
+                    "id {id} is outside the vocabulary of {} entries",
+                    self.vocab_size
+                )));
             }
             match self.width {
                 TokenWidth::U8 => self.tokens.write_all(&[id as u8]).map_err(io)?,
-                TokenWidth::U16 => self.tokens.write_all(&(id as u16).to_le_bytes()).map_err(io)?,
+                TokenWidth::U16 => self
+                    .tokens
+                    .write_all(&(id as u16).to_le_bytes())
+                    .map_err(io)?,
             }
         }
         self.lengths.push(chunk.len as u16);
@@ -93,10 +111,24 @@ impl PreparedWriter {
 
     /// Writes header and index, appends the tokens, syncs and renames into place.
     pub fn finish(self) -> Result<PreparedShard> {
-        let Self { path, temporary, width, vocab_size, chunk_len, lengths, tokens, tokens_path } = self;
+        let Self {
+            path,
+            temporary,
+            width,
+            vocab_size,
+            chunk_len,
+            lengths,
+            tokens,
+            tokens_path,
+        } = self;
         let result = (|| {
-            tokens.into_inner().map_err(|e| DataError::io(&tokens_path, e.into_error()))?.sync_all().map_err(io(&tokens_path))?;
-            let mut out = BufWriter::new(std::fs::File::create(&temporary).map_err(io(&temporary))?);
+            tokens
+                .into_inner()
+                .map_err(|e| DataError::io(&tokens_path, e.into_error()))?
+                .sync_all()
+                .map_err(io(&tokens_path))?;
+            let mut out =
+                BufWriter::new(std::fs::File::create(&temporary).map_err(io(&temporary))?);
             let mut header = Vec::with_capacity(HEADER_LEN);
             header.extend_from_slice(MAGIC);
             header.extend_from_slice(&VERSION.to_le_bytes());
@@ -109,10 +141,14 @@ impl PreparedWriter {
             for len in &lengths {
                 out.write_all(&len.to_le_bytes()).map_err(io(&temporary))?;
             }
-            out.write_all(&vec![0; index_padding(lengths.len())]).map_err(io(&temporary))?;
+            out.write_all(&vec![0; index_padding(lengths.len())])
+                .map_err(io(&temporary))?;
             let mut token_file = std::fs::File::open(&tokens_path).map_err(io(&tokens_path))?;
             std::io::copy(&mut token_file, &mut out).map_err(io(&temporary))?;
-            out.into_inner().map_err(|e| DataError::io(&temporary, e.into_error()))?.sync_all().map_err(io(&temporary))?;
+            out.into_inner()
+                .map_err(|e| DataError::io(&temporary, e.into_error()))?
+                .sync_all()
+                .map_err(io(&temporary))?;
             std::fs::rename(&temporary, &path).map_err(io(&path))
         })();
         let _ = std::fs::remove_file(&tokens_path);
@@ -151,14 +187,21 @@ impl PreparedShard {
         // Safety: the file is only ever written through a temporary file and a rename, so a mapped
         // shard is never modified in place.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| DataError::io(path, e))?;
-        let bad = |message: String| DataError::format(path, format!("{message}; delete the file to prepare it again"));
+        let bad = |message: String| {
+            DataError::format(
+                path,
+                format!("{message}; delete the file to prepare it again"),
+            )
+        };
         if map.len() < HEADER_LEN || &map[..8] != MAGIC {
             return Err(bad("not a prepared token shard (bad magic)".into()));
         }
         let u32_at = |at: usize| u32::from_le_bytes(map[at..at + 4].try_into().expect("4 bytes"));
         let version = u32_at(8);
         if version != VERSION {
-            return Err(bad(format!("format version {version}, this build reads {VERSION}")));
+            return Err(bad(format!(
+                "format version {version}, this build reads {VERSION}"
+            )));
         }
         let width = match u32_at(12) {
             1 => TokenWidth::U8,
@@ -170,9 +213,20 @@ impl PreparedShard {
         let tokens_offset = HEADER_LEN + 2 * chunks + index_padding(chunks);
         let expected = tokens_offset + chunks * chunk_len * width.bytes();
         if map.len() != expected {
-            return Err(bad(format!("{} bytes, expected {expected} for {chunks} chunks of {chunk_len}", map.len())));
+            return Err(bad(format!(
+                "{} bytes, expected {expected} for {chunks} chunks of {chunk_len}",
+                map.len()
+            )));
         }
-        Ok(Self { path: path.to_path_buf(), map, width, vocab_size, chunk_len, chunks, tokens_offset })
+        Ok(Self {
+            path: path.to_path_buf(),
+            map,
+            width,
+            vocab_size,
+            chunk_len,
+            chunks,
+            tokens_offset,
+        })
     }
 
     /// The file.
@@ -202,7 +256,10 @@ impl PreparedShard {
 
     /// Real (non-pad) tokens of chunk `i`.
     pub fn real_len(&self, i: usize) -> usize {
-        u16::from_le_bytes([self.map[HEADER_LEN + 2 * i], self.map[HEADER_LEN + 2 * i + 1]]) as usize
+        u16::from_le_bytes([
+            self.map[HEADER_LEN + 2 * i],
+            self.map[HEADER_LEN + 2 * i + 1],
+        ]) as usize
     }
 
     /// Copies chunk `i`'s ids into `out` (cleared first).
@@ -210,8 +267,16 @@ impl PreparedShard {
         out.clear();
         let start = self.tokens_offset + i * self.chunk_len * self.width.bytes();
         match self.width {
-            TokenWidth::U8 => out.extend(self.map[start..start + self.chunk_len].iter().map(|&b| b as u32)),
-            TokenWidth::U16 => out.extend(self.map[start..start + 2 * self.chunk_len].chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]]) as u32)),
+            TokenWidth::U8 => out.extend(
+                self.map[start..start + self.chunk_len]
+                    .iter()
+                    .map(|&b| b as u32),
+            ),
+            TokenWidth::U16 => out.extend(
+                self.map[start..start + 2 * self.chunk_len]
+                    .chunks_exact(2)
+                    .map(|b| u16::from_le_bytes([b[0], b[1]]) as u32),
+            ),
         }
     }
 }

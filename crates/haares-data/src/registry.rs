@@ -5,7 +5,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use crate::error::{DataError, Result};
-use crate::shards::{ReadStats, TextColumnReader, TextRow, find_shards};
+use crate::shards::{ReadStats, RowSource, TextColumnReader, TextRow, find_shards};
 
 /// A dataset split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -64,7 +64,10 @@ pub struct DatasetSpec {
 }
 
 fn own_splits(train: &str, validation: &str) -> SplitRule {
-    SplitRule::OwnSplits { train: train.into(), validation: validation.into() }
+    SplitRule::OwnSplits {
+        train: train.into(),
+        validation: validation.into(),
+    }
 }
 
 /// The datasets this crate knows, by name.
@@ -77,19 +80,59 @@ pub fn registry() -> Vec<DatasetSpec> {
         rule,
     };
     vec![
-        DatasetSpec { name: "sotu".into(), repo_id: None, revision: None, text_column: "text".into(), rule: own_splits("data/train-*.parquet", "data/validation-*.parquet") },
+        DatasetSpec {
+            name: "sotu".into(),
+            repo_id: None,
+            revision: None,
+            text_column: "text".into(),
+            rule: own_splits("data/train-*.parquet", "data/validation-*.parquet"),
+        },
         hub(
             "openwebtext",
             "Skylion007/openwebtext",
             "b4325f019c648b1641a1784748667e8b74e5e064",
             "text",
-            SplitRule::RowModulo { pattern: "**/train-*.parquet".into(), shards: 30, modulo: 10 },
+            SplitRule::RowModulo {
+                pattern: "**/train-*.parquet".into(),
+                shards: 30,
+                modulo: 10,
+            },
         ),
-        hub("wikitext103", "Salesforce/wikitext", "b08601e04326c79dfdd32d625aee71d232d685c3", "text", own_splits("wikitext-103-raw-v1/train-*.parquet", "wikitext-103-raw-v1/validation-*.parquet")),
-        hub("tinystories", "roneneldan/TinyStories", "f54c09fd23315a6f9c86f9dc80f725de7d8f9c64", "text", own_splits("data/train-*.parquet", "data/validation-*.parquet")),
+        hub(
+            "wikitext103",
+            "Salesforce/wikitext",
+            "b08601e04326c79dfdd32d625aee71d232d685c3",
+            "text",
+            own_splits(
+                "wikitext-103-raw-v1/train-*.parquet",
+                "wikitext-103-raw-v1/validation-*.parquet",
+            ),
+        ),
+        hub(
+            "tinystories",
+            "roneneldan/TinyStories",
+            "f54c09fd23315a6f9c86f9dc80f725de7d8f9c64",
+            "text",
+            own_splits("data/train-*.parquet", "data/validation-*.parquet"),
+        ),
         // Yelp has no validation split; its 50K-row test split served for checkpoint selection (app:data).
-        hub("yelp", "Yelp/yelp_review_full", "c1f9ee939b7d05667af864ee1cb066393154bf85", "text", own_splits("yelp_review_full/train-*.parquet", "yelp_review_full/test-*.parquet")),
-        hub("codesearchnet-python", "code-search-net/code_search_net", "bd0cf261e357a3eb5c8fba490d23ec1a1cd59555", "whole_func_string", own_splits("python/train-*.parquet", "python/validation-*.parquet")),
+        hub(
+            "yelp",
+            "Yelp/yelp_review_full",
+            "c1f9ee939b7d05667af864ee1cb066393154bf85",
+            "text",
+            own_splits(
+                "yelp_review_full/train-*.parquet",
+                "yelp_review_full/test-*.parquet",
+            ),
+        ),
+        hub(
+            "codesearchnet-python",
+            "code-search-net/code_search_net",
+            "bd0cf261e357a3eb5c8fba490d23ec1a1cd59555",
+            "whole_func_string",
+            own_splits("python/train-*.parquet", "python/validation-*.parquet"),
+        ),
     ]
 }
 
@@ -97,12 +140,19 @@ pub fn registry() -> Vec<DatasetSpec> {
 pub fn dataset(name: &str) -> Result<DatasetSpec> {
     let all = registry();
     let known = all.iter().map(|d| d.name.clone()).collect();
-    all.into_iter().find(|d| d.name == name).ok_or(DataError::UnknownDataset { name: name.into(), known })
+    all.into_iter()
+        .find(|d| d.name == name)
+        .ok_or(DataError::UnknownDataset {
+            name: name.into(),
+            known,
+        })
 }
 
 /// The directory of the embedded State of the Union corpus (hub layout, committed to the repo).
 pub fn embedded_corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus").join("sotu")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("corpus")
+        .join("sotu")
 }
 
 impl DatasetSpec {
@@ -110,16 +160,28 @@ impl DatasetSpec {
     pub fn split_reader(&self, root: &Path, split: Split) -> Result<SplitReader> {
         let (shards, modulo) = match &self.rule {
             SplitRule::OwnSplits { train, validation } => {
-                let pattern = if split == Split::Train { train } else { validation };
+                let pattern = if split == Split::Train {
+                    train
+                } else {
+                    validation
+                };
                 (find_shards(root, pattern)?, None)
             }
-            SplitRule::RowModulo { pattern, shards, modulo } => {
+            SplitRule::RowModulo {
+                pattern,
+                shards,
+                modulo,
+            } => {
                 let mut all = find_shards(root, pattern)?;
                 all.truncate(*shards);
                 (all, Some(*modulo))
             }
         };
-        Ok(SplitReader { reader: TextColumnReader::new(shards, self.text_column.clone()), split, modulo })
+        Ok(SplitReader {
+            reader: TextColumnReader::new(shards, self.text_column.clone()),
+            split,
+            modulo,
+        })
     }
 }
 
@@ -136,18 +198,23 @@ impl SplitReader {
     pub fn shards(&self) -> &[PathBuf] {
         self.reader.shards()
     }
+}
 
-    /// Calls `visit` for every row of the split, in order.
-    pub fn for_each_row(&self, mut visit: impl FnMut(TextRow<'_>) -> Result<()>) -> Result<ReadStats> {
-        self.for_each_row_while(|row| visit(row).map(ControlFlow::Continue))
-    }
-
-    /// Like [`for_each_row`](Self::for_each_row), with an early stop by `ControlFlow::Break`.
-    pub fn for_each_row_while(&self, mut visit: impl FnMut(TextRow<'_>) -> Result<ControlFlow<()>>) -> Result<ReadStats> {
+impl RowSource for SplitReader {
+    fn for_each_row_while(
+        &self,
+        mut visit: impl FnMut(TextRow<'_>) -> Result<ControlFlow<()>>,
+    ) -> Result<ReadStats> {
         let wanted = self.split == Split::Validation;
         match self.modulo {
             None => self.reader.for_each_row_while(visit),
-            Some(modulo) => self.reader.for_each_row_while(|row| if (row.global_index % modulo == 0) == wanted { visit(row) } else { Ok(ControlFlow::Continue(())) }),
+            Some(modulo) => self.reader.for_each_row_while(|row| {
+                if (row.global_index % modulo == 0) == wanted {
+                    visit(row)
+                } else {
+                    Ok(ControlFlow::Continue(()))
+                }
+            }),
         }
     }
 }

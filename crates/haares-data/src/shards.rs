@@ -5,7 +5,9 @@ use std::fs::File;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
-use arrow_array::{ArrayRef, BinaryArray, LargeBinaryArray, LargeStringArray, StringArray, StringViewArray};
+use arrow_array::{
+    ArrayRef, BinaryArray, LargeBinaryArray, LargeStringArray, StringArray, StringViewArray,
+};
 use arrow_schema::DataType;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -21,17 +23,24 @@ const BATCH_ROWS: usize = 1024;
 pub fn find_shards(root: &Path, pattern: &str) -> Result<Vec<PathBuf>> {
     let full = root.join(pattern);
     let full = full.to_string_lossy();
-    let paths = glob::glob(&full).map_err(|e| DataError::Format { path: root.to_path_buf(), message: format!("invalid shard pattern `{pattern}`: {e}") })?;
+    let paths = glob::glob(&full).map_err(|e| DataError::Format {
+        path: root.to_path_buf(),
+        message: format!("invalid shard pattern `{pattern}`: {e}"),
+    })?;
     let mut shards = Vec::new();
     for path in paths {
-        let path = path.map_err(|e| DataError::io(e.path(), std::io::Error::other(e.to_string())))?;
+        let path =
+            path.map_err(|e| DataError::io(e.path(), std::io::Error::other(e.to_string())))?;
         if path.is_file() {
             shards.push(path);
         }
     }
     shards.sort_by(|a, b| a.file_name().cmp(&b.file_name()).then_with(|| a.cmp(b)));
     if shards.is_empty() {
-        return Err(DataError::NoShards { root: root.to_path_buf(), pattern: pattern.to_string() });
+        return Err(DataError::NoShards {
+            root: root.to_path_buf(),
+            pattern: pattern.to_string(),
+        });
     }
     Ok(shards)
 }
@@ -70,51 +79,104 @@ pub struct TextColumnReader {
 impl TextColumnReader {
     /// A reader of `column` over `shards` (read in the given order).
     pub fn new(shards: Vec<PathBuf>, column: impl Into<String>) -> Self {
-        Self { shards, column: column.into() }
+        Self {
+            shards,
+            column: column.into(),
+        }
     }
 
     /// The shards, in reading order.
     pub fn shards(&self) -> &[PathBuf] {
         &self.shards
     }
+}
 
-    /// Calls `visit` for every non-null, valid row in order. Stops at the first error, from the
-    /// files or from `visit`.
-    pub fn for_each_row(&self, mut visit: impl FnMut(TextRow<'_>) -> Result<()>) -> Result<ReadStats> {
+/// A source of text rows: a column over shards, or one split of a dataset.
+pub trait RowSource {
+    /// Calls `visit` for every non-null, valid row in order; `ControlFlow::Break` ends the pass
+    /// early (the rest of the files is not read). Stops at the first error, from the files or
+    /// from `visit`.
+    fn for_each_row_while(
+        &self,
+        visit: impl FnMut(TextRow<'_>) -> Result<ControlFlow<()>>,
+    ) -> Result<ReadStats>;
+
+    /// Calls `visit` for every non-null, valid row in order.
+    fn for_each_row(&self, mut visit: impl FnMut(TextRow<'_>) -> Result<()>) -> Result<ReadStats> {
         self.for_each_row_while(|row| visit(row).map(ControlFlow::Continue))
     }
+}
 
-    /// Like [`for_each_row`](Self::for_each_row), but `visit` can end the pass early with
-    /// `ControlFlow::Break` (the rest of the files is not read).
-    pub fn for_each_row_while(&self, mut visit: impl FnMut(TextRow<'_>) -> Result<ControlFlow<()>>) -> Result<ReadStats> {
+impl RowSource for TextColumnReader {
+    fn for_each_row_while(
+        &self,
+        mut visit: impl FnMut(TextRow<'_>) -> Result<ControlFlow<()>>,
+    ) -> Result<ReadStats> {
         let mut stats = ReadStats::default();
         for (shard, path) in self.shards.iter().enumerate() {
-            if self.read_shard(path, shard, &mut stats, &mut visit)?.is_break() {
+            if self
+                .read_shard(path, shard, &mut stats, &mut visit)?
+                .is_break()
+            {
                 break;
             }
         }
         Ok(stats)
     }
+}
 
-    fn read_shard(&self, path: &Path, shard: usize, stats: &mut ReadStats, visit: &mut impl FnMut(TextRow<'_>) -> Result<ControlFlow<()>>) -> Result<ControlFlow<()>> {
-        let parquet_error = |e: parquet::errors::ParquetError| DataError::Parquet { path: path.to_path_buf(), message: e.to_string() };
+impl TextColumnReader {
+    fn read_shard(
+        &self,
+        path: &Path,
+        shard: usize,
+        stats: &mut ReadStats,
+        visit: &mut impl FnMut(TextRow<'_>) -> Result<ControlFlow<()>>,
+    ) -> Result<ControlFlow<()>> {
+        let parquet_error = |e: parquet::errors::ParquetError| DataError::Parquet {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        };
         let file = File::open(path).map_err(|e| DataError::io(path, e))?;
         let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(parquet_error)?;
         let schema = builder.schema().clone();
-        let Some((index, field)) = schema.fields().iter().enumerate().find(|(_, f)| f.name() == &self.column) else {
+        let Some((index, field)) = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .find(|(_, f)| f.name() == &self.column)
+        else {
             return Err(DataError::MissingColumn {
                 path: path.to_path_buf(),
                 column: self.column.clone(),
                 available: schema.fields().iter().map(|f| f.name().clone()).collect(),
             });
         };
-        if !matches!(field.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Binary | DataType::LargeBinary) {
-            return Err(DataError::NotAStringColumn { path: path.to_path_buf(), column: self.column.clone(), found: field.data_type().to_string() });
+        if !matches!(
+            field.data_type(),
+            DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Utf8View
+                | DataType::Binary
+                | DataType::LargeBinary
+        ) {
+            return Err(DataError::NotAStringColumn {
+                path: path.to_path_buf(),
+                column: self.column.clone(),
+                found: field.data_type().to_string(),
+            });
         }
         let mask = ProjectionMask::roots(builder.parquet_schema(), [index]);
-        let reader = builder.with_projection(mask).with_batch_size(BATCH_ROWS).build().map_err(parquet_error)?;
+        let reader = builder
+            .with_projection(mask)
+            .with_batch_size(BATCH_ROWS)
+            .build()
+            .map_err(parquet_error)?;
         for batch in reader {
-            let batch = batch.map_err(|e| DataError::Parquet { path: path.to_path_buf(), message: e.to_string() })?;
+            let batch = batch.map_err(|e| DataError::Parquet {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
             if visit_column(path, &self.column, batch.column(0), shard, stats, visit)?.is_break() {
                 return Ok(ControlFlow::Break(()));
             }
@@ -132,41 +194,51 @@ fn visit_column(
     visit: &mut impl FnMut(TextRow<'_>) -> Result<ControlFlow<()>>,
 ) -> Result<ControlFlow<()>> {
     let any = column.as_any();
-    let mut emit = |value: Option<&[u8]>, is_str: bool, stats: &mut ReadStats| -> Result<ControlFlow<()>> {
-        let global_index = stats.rows;
-        stats.rows += 1;
-        let Some(bytes) = value else {
-            stats.null_rows += 1;
-            return Ok(ControlFlow::Continue(()));
-        };
-        let text = if is_str {
-            // Arrow string arrays are valid UTF-8 by construction.
-            std::str::from_utf8(bytes).unwrap_or_default()
-        } else {
-            match std::str::from_utf8(bytes) {
-                Ok(text) => text,
-                Err(_) => {
-                    stats.invalid_utf8_rows += 1;
-                    return Ok(ControlFlow::Continue(()));
+    let mut emit =
+        |value: Option<&[u8]>, is_str: bool, stats: &mut ReadStats| -> Result<ControlFlow<()>> {
+            let global_index = stats.rows;
+            stats.rows += 1;
+            let Some(bytes) = value else {
+                stats.null_rows += 1;
+                return Ok(ControlFlow::Continue(()));
+            };
+            let text = if is_str {
+                // Arrow string arrays are valid UTF-8 by construction.
+                std::str::from_utf8(bytes).unwrap_or_default()
+            } else {
+                match std::str::from_utf8(bytes) {
+                    Ok(text) => text,
+                    Err(_) => {
+                        stats.invalid_utf8_rows += 1;
+                        return Ok(ControlFlow::Continue(()));
+                    }
                 }
-            }
+            };
+            stats.delivered += 1;
+            visit(TextRow {
+                global_index,
+                shard,
+                text,
+            })
         };
-        stats.delivered += 1;
-        visit(TextRow { global_index, shard, text })
-    };
-    let (values, is_str): (Box<dyn Iterator<Item = Option<&[u8]>> + '_>, bool) = if let Some(array) = any.downcast_ref::<StringArray>() {
-        (Box::new(array.iter().map(|v| v.map(str::as_bytes))), true)
-    } else if let Some(array) = any.downcast_ref::<LargeStringArray>() {
-        (Box::new(array.iter().map(|v| v.map(str::as_bytes))), true)
-    } else if let Some(array) = any.downcast_ref::<StringViewArray>() {
-        (Box::new(array.iter().map(|v| v.map(str::as_bytes))), true)
-    } else if let Some(array) = any.downcast_ref::<BinaryArray>() {
-        (Box::new(array.iter()), false)
-    } else if let Some(array) = any.downcast_ref::<LargeBinaryArray>() {
-        (Box::new(array.iter()), false)
-    } else {
-        return Err(DataError::NotAStringColumn { path: path.to_path_buf(), column: name.to_string(), found: column.data_type().to_string() });
-    };
+    let (values, is_str): (Box<dyn Iterator<Item = Option<&[u8]>> + '_>, bool) =
+        if let Some(array) = any.downcast_ref::<StringArray>() {
+            (Box::new(array.iter().map(|v| v.map(str::as_bytes))), true)
+        } else if let Some(array) = any.downcast_ref::<LargeStringArray>() {
+            (Box::new(array.iter().map(|v| v.map(str::as_bytes))), true)
+        } else if let Some(array) = any.downcast_ref::<StringViewArray>() {
+            (Box::new(array.iter().map(|v| v.map(str::as_bytes))), true)
+        } else if let Some(array) = any.downcast_ref::<BinaryArray>() {
+            (Box::new(array.iter()), false)
+        } else if let Some(array) = any.downcast_ref::<LargeBinaryArray>() {
+            (Box::new(array.iter()), false)
+        } else {
+            return Err(DataError::NotAStringColumn {
+                path: path.to_path_buf(),
+                column: name.to_string(),
+                found: column.data_type().to_string(),
+            });
+        };
     for value in values {
         if emit(value, is_str, stats)?.is_break() {
             return Ok(ControlFlow::Break(()));

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Int64Array};
+use haares_data::RowSource;
 use haares_data::registry::{DatasetSpec, Split, SplitRule};
 use haares_data::{DataError, TextColumnReader, dataset, embedded_corpus_dir, find_shards};
 
@@ -11,34 +12,68 @@ use crate::fixtures::*;
 
 fn rows(reader: &TextColumnReader) -> Vec<String> {
     let mut out = Vec::new();
-    reader.for_each_row(|row| {
-        out.push(row.text.to_string());
-        Ok(())
-    })
-    .unwrap();
+    reader
+        .for_each_row(|row| {
+            out.push(row.text.to_string());
+            Ok(())
+        })
+        .unwrap();
     out
 }
 
 #[test]
 fn shards_are_globbed_in_file_name_order_with_hash_suffixes() {
     let dir = tempfile::tempdir().unwrap();
-    write_text_shard(&dir.path().join("data/train-00001-of-00002-9f3c2a.parquet"), &[Some("c"), Some("d")]);
-    write_text_shard(&dir.path().join("data/train-00000-of-00002-5b6a8e.parquet"), &[Some("a"), Some("b")]);
-    write_text_shard(&dir.path().join("data/validation-00000-of-00001.parquet"), &[Some("v")]);
+    write_text_shard(
+        &dir.path().join("data/train-00001-of-00002-9f3c2a.parquet"),
+        &[Some("c"), Some("d")],
+    );
+    write_text_shard(
+        &dir.path().join("data/train-00000-of-00002-5b6a8e.parquet"),
+        &[Some("a"), Some("b")],
+    );
+    write_text_shard(
+        &dir.path().join("data/validation-00000-of-00001.parquet"),
+        &[Some("v")],
+    );
     let shards = find_shards(dir.path(), "data/train-*.parquet").unwrap();
     assert_eq!(shards.len(), 2);
     assert!(shards[0].ends_with("data/train-00000-of-00002-5b6a8e.parquet"));
-    assert_eq!(rows(&TextColumnReader::new(shards, "text")), ["a", "b", "c", "d"]);
+    assert_eq!(
+        rows(&TextColumnReader::new(shards, "text")),
+        ["a", "b", "c", "d"]
+    );
 }
 
 #[test]
 fn the_text_column_is_selectable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("data/train-00000-of-00001.parquet");
-    write_columns(&path, vec![("docstring", Arc::new(arrow_array::StringArray::from(vec!["doc"])) as ArrayRef), ("whole_func_string", Arc::new(arrow_array::StringArray::from(vec!["def f(): pass"])))]);
-    assert_eq!(rows(&TextColumnReader::new(vec![path.clone()], "whole_func_string")), ["def f(): pass"]);
+    write_columns(
+        &path,
+        vec![
+            (
+                "docstring",
+                Arc::new(arrow_array::StringArray::from(vec!["doc"])) as ArrayRef,
+            ),
+            (
+                "whole_func_string",
+                Arc::new(arrow_array::StringArray::from(vec!["def f(): pass"])),
+            ),
+        ],
+    );
+    assert_eq!(
+        rows(&TextColumnReader::new(
+            vec![path.clone()],
+            "whole_func_string"
+        )),
+        ["def f(): pass"]
+    );
     match TextColumnReader::new(vec![path], "text").for_each_row(|_| Ok(())) {
-        Err(error @ DataError::MissingColumn { .. }) => assert!(error.to_string().contains("no column `text`") && error.to_string().contains("whole_func_string")),
+        Err(error @ DataError::MissingColumn { .. }) => assert!(
+            error.to_string().contains("no column `text`")
+                && error.to_string().contains("whole_func_string")
+        ),
         other => panic!("expected a missing-column error, got {other:?}"),
     }
 }
@@ -50,24 +85,52 @@ fn openwebtext_rule_counts_rows_globally_over_the_first_shards() {
     for shard in 0..4 {
         let texts: Vec<String> = (0..7).map(|row| format!("r{shard}_{row}")).collect();
         let rows_ref: Vec<Option<&str>> = texts.iter().map(|t| Some(t.as_str())).collect();
-        write_text_shard(&dir.path().join(format!("plain_text/train-{shard:05}-of-00004.parquet")), &rows_ref);
+        write_text_shard(
+            &dir.path()
+                .join(format!("plain_text/train-{shard:05}-of-00004.parquet")),
+            &rows_ref,
+        );
     }
-    let spec = DatasetSpec { name: "owt-fixture".into(), repo_id: None, revision: None, text_column: "text".into(), rule: SplitRule::RowModulo { pattern: "**/train-*.parquet".into(), shards: 3, modulo: 10 } };
+    let spec = DatasetSpec {
+        name: "owt-fixture".into(),
+        repo_id: None,
+        revision: None,
+        text_column: "text".into(),
+        rule: SplitRule::RowModulo {
+            pattern: "**/train-*.parquet".into(),
+            shards: 3,
+            modulo: 10,
+        },
+    };
     let read = |split| {
         let mut out = Vec::new();
-        spec.split_reader(dir.path(), split).unwrap().for_each_row(|row| {
-            out.push((row.global_index, row.text.to_string()));
-            Ok(())
-        })
-        .unwrap();
+        spec.split_reader(dir.path(), split)
+            .unwrap()
+            .for_each_row(|row| {
+                out.push((row.global_index, row.text.to_string()));
+                Ok(())
+            })
+            .unwrap();
         out
     };
     let validation = read(Split::Validation);
     // Global indices 0, 10, 20 over 21 rows: shard 0 row 0, shard 1 row 3, shard 2 row 6 (not reset per shard).
-    assert_eq!(validation, [(0, "r0_0".to_string()), (10, "r1_3".to_string()), (20, "r2_6".to_string())]);
+    assert_eq!(
+        validation,
+        [
+            (0, "r0_0".to_string()),
+            (10, "r1_3".to_string()),
+            (20, "r2_6".to_string())
+        ]
+    );
     let train = read(Split::Train);
     assert_eq!(train.len(), 18);
-    assert!(train.iter().all(|(i, text)| i % 10 != 0 && !text.starts_with("r3_")), "shard 3 is not among the first 3");
+    assert!(
+        train
+            .iter()
+            .all(|(i, text)| i % 10 != 0 && !text.starts_with("r3_")),
+        "shard 3 is not among the first 3"
+    );
 }
 
 #[test]
@@ -79,47 +142,94 @@ fn null_and_invalid_utf8_rows_are_skipped_and_counted() {
     write_binary_shard(&binary, &[Some(b"ok"), Some(&[0xff, 0xfe]), None]);
     let reader = TextColumnReader::new(vec![strings, binary], "text");
     let mut seen = Vec::new();
-    let stats = reader.for_each_row(|row| {
-        seen.push((row.global_index, row.text.to_string()));
-        Ok(())
-    })
-    .unwrap();
-    assert_eq!(seen, [(0, "one".into()), (2, "three".into()), (3, "ok".into())]);
-    assert_eq!((stats.rows, stats.delivered, stats.null_rows, stats.invalid_utf8_rows), (6, 3, 2, 1));
+    let stats = reader
+        .for_each_row(|row| {
+            seen.push((row.global_index, row.text.to_string()));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(
+        seen,
+        [(0, "one".into()), (2, "three".into()), (3, "ok".into())]
+    );
+    assert_eq!(
+        (
+            stats.rows,
+            stats.delivered,
+            stats.null_rows,
+            stats.invalid_utf8_rows
+        ),
+        (6, 3, 2, 1)
+    );
 }
 
 #[test]
 fn bad_input_gives_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
-    let message = |result: haares_data::Result<haares_data::ReadStats>| result.expect_err("expected an error").to_string();
+    let message = |result: haares_data::Result<haares_data::ReadStats>| {
+        result.expect_err("expected an error").to_string()
+    };
 
     let missing = dir.path().join("gone.parquet");
-    assert!(message(TextColumnReader::new(vec![missing], "text").for_each_row(|_| Ok(()))).contains("gone.parquet"));
+    assert!(
+        message(TextColumnReader::new(vec![missing], "text").for_each_row(|_| Ok(())))
+            .contains("gone.parquet")
+    );
 
     let corrupt = dir.path().join("corrupt.parquet");
     std::fs::write(&corrupt, b"PAR1 this is not parquet").unwrap();
-    assert!(message(TextColumnReader::new(vec![corrupt], "text").for_each_row(|_| Ok(()))).contains("not a readable Parquet file"));
+    assert!(
+        message(TextColumnReader::new(vec![corrupt], "text").for_each_row(|_| Ok(())))
+            .contains("not a readable Parquet file")
+    );
 
     let numbers = dir.path().join("numbers.parquet");
-    write_columns(&numbers, vec![("text", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef)]);
-    assert!(message(TextColumnReader::new(vec![numbers], "text").for_each_row(|_| Ok(()))).contains("holds Int64, not text"));
+    write_columns(
+        &numbers,
+        vec![("text", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef)],
+    );
+    assert!(
+        message(TextColumnReader::new(vec![numbers], "text").for_each_row(|_| Ok(())))
+            .contains("holds Int64, not text")
+    );
 
     let none = find_shards(dir.path(), "data/train-*.parquet").expect_err("no shards");
-    assert!(none.to_string().contains("no Parquet shard matches `data/train-*.parquet`"));
+    assert!(
+        none.to_string()
+            .contains("no Parquet shard matches `data/train-*.parquet`")
+    );
 
     let unknown = dataset("openwebtxt").expect_err("unknown");
-    assert!(unknown.to_string().contains("unknown dataset `openwebtxt`") && unknown.to_string().contains("openwebtext"));
+    assert!(
+        unknown.to_string().contains("unknown dataset `openwebtxt`")
+            && unknown.to_string().contains("openwebtext")
+    );
 }
 
 #[test]
 fn registry_pins_the_paper_revisions() {
     let revision = |name: &str| dataset(name).unwrap().revision.unwrap();
-    assert_eq!(revision("openwebtext"), "b4325f019c648b1641a1784748667e8b74e5e064");
-    assert_eq!(revision("wikitext103"), "b08601e04326c79dfdd32d625aee71d232d685c3");
-    assert_eq!(revision("tinystories"), "f54c09fd23315a6f9c86f9dc80f725de7d8f9c64");
+    assert_eq!(
+        revision("openwebtext"),
+        "b4325f019c648b1641a1784748667e8b74e5e064"
+    );
+    assert_eq!(
+        revision("wikitext103"),
+        "b08601e04326c79dfdd32d625aee71d232d685c3"
+    );
+    assert_eq!(
+        revision("tinystories"),
+        "f54c09fd23315a6f9c86f9dc80f725de7d8f9c64"
+    );
     assert_eq!(revision("yelp"), "c1f9ee939b7d05667af864ee1cb066393154bf85");
-    assert_eq!(revision("codesearchnet-python"), "bd0cf261e357a3eb5c8fba490d23ec1a1cd59555");
-    assert_eq!(dataset("codesearchnet-python").unwrap().text_column, "whole_func_string");
+    assert_eq!(
+        revision("codesearchnet-python"),
+        "bd0cf261e357a3eb5c8fba490d23ec1a1cd59555"
+    );
+    assert_eq!(
+        dataset("codesearchnet-python").unwrap().text_column,
+        "whole_func_string"
+    );
 }
 
 #[test]
@@ -128,17 +238,25 @@ fn the_embedded_corpus_reads_with_the_same_loader() {
     let root = embedded_corpus_dir();
     let count = |split| {
         let (mut rows, mut bytes) = (0, 0);
-        spec.split_reader(&root, split).unwrap().for_each_row(|row| {
-            rows += 1;
-            bytes += row.text.len();
-            Ok(())
-        })
-        .unwrap();
+        spec.split_reader(&root, split)
+            .unwrap()
+            .for_each_row(|row| {
+                rows += 1;
+                bytes += row.text.len();
+                Ok(())
+            })
+            .unwrap();
         (rows, bytes)
     };
     let (train, validation) = (count(Split::Train), count(Split::Validation));
-    assert!(train.0 > 150 && validation.0 > 15, "{train:?} {validation:?}");
-    assert!(train.1 + validation.1 > 10_000_000, "the corpus holds about 10.8 MB of text");
+    assert!(
+        train.0 > 150 && validation.0 > 15,
+        "{train:?} {validation:?}"
+    );
+    assert!(
+        train.1 + validation.1 > 10_000_000,
+        "the corpus holds about 10.8 MB of text"
+    );
 }
 
 #[test]
@@ -146,11 +264,28 @@ fn an_unreachable_hub_names_the_dataset_revision_and_where_to_place_shards() {
     let cache = tempfile::tempdir().unwrap();
     let spec = dataset("tinystories").unwrap();
     // Port 9 on loopback (discard) refuses the connection at once: no traffic leaves the machine.
-    let options = haares_data::hub::HubOptions { cache_dir: cache.path().to_path_buf(), endpoint: Some("http://127.0.0.1:9".into()), progress: false };
-    let message = haares_data::hub::download(&spec, &options).unwrap_err().to_string();
-    assert!(message.contains("roneneldan/TinyStories") && message.contains("tinystories"), "{message}");
-    assert!(message.contains("f54c09fd23315a6f9c86f9dc80f725de7d8f9c64"), "{message}");
+    let options = haares_data::hub::HubOptions {
+        cache_dir: cache.path().to_path_buf(),
+        endpoint: Some("http://127.0.0.1:9".into()),
+        progress: false,
+    };
+    let message = haares_data::hub::download(&spec, &options)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("roneneldan/TinyStories") && message.contains("tinystories"),
+        "{message}"
+    );
+    assert!(
+        message.contains("f54c09fd23315a6f9c86f9dc80f725de7d8f9c64"),
+        "{message}"
+    );
     let root = haares_data::hub::snapshot_dir(&spec, cache.path()).unwrap();
     assert!(message.contains(&root.display().to_string()), "{message}");
-    assert!(haares_data::hub::download(&dataset("sotu").unwrap(), &options).unwrap_err().to_string().contains("embedded"));
+    assert!(
+        haares_data::hub::download(&dataset("sotu").unwrap(), &options)
+            .unwrap_err()
+            .to_string()
+            .contains("embedded")
+    );
 }

@@ -3,5 +3,5 @@
 
 mod fixtures;
 mod loader;
-mod tokenizers;
 mod preparation;
+mod tokenizers;

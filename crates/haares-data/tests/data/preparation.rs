@@ -1,5 +1,6 @@
 //! Chunking, prepared shards, the preparation cache and the batch iterator.
 
+use haares_data::RowSource;
 use haares_data::batching::{BatchIterator, epoch_order, validation_batches};
 use haares_data::char_tokenizer::{CharCounter, PAD};
 use haares_data::chunking::{CHUNK_LEN, chunk_row};
@@ -14,7 +15,10 @@ use crate::fixtures::write_text_shard;
 fn a_1300_token_row_gives_two_full_chunks_and_a_padded_tail() {
     let ids: Vec<u32> = (0..1300).map(|i| 4 + (i % 50)).collect();
     let chunks = chunk_row(&ids, CHUNK_LEN, PAD);
-    assert_eq!(chunks.iter().map(|c| c.len).collect::<Vec<_>>(), [513, 513, 274]);
+    assert_eq!(
+        chunks.iter().map(|c| c.len).collect::<Vec<_>>(),
+        [513, 513, 274]
+    );
     assert!(chunks.iter().all(|c| c.tokens.len() == 513));
     assert_eq!(chunks[1].tokens[0], ids[513]);
     assert_eq!(&chunks[2].tokens[..274], &ids[1026..]);
@@ -25,32 +29,62 @@ fn a_1300_token_row_gives_two_full_chunks_and_a_padded_tail() {
 fn pieces_with_fewer_than_two_tokens_are_dropped() {
     assert!(chunk_row(&[7], CHUNK_LEN, PAD).is_empty());
     let ids: Vec<u32> = vec![5; 514];
-    assert_eq!(chunk_row(&ids, CHUNK_LEN, PAD).len(), 1, "the 1-token tail of a 514-token row predicts nothing");
+    assert_eq!(
+        chunk_row(&ids, CHUNK_LEN, PAD).len(),
+        1,
+        "the 1-token tail of a 514-token row predicts nothing"
+    );
     assert_eq!(chunk_row(&vec![5; 515], CHUNK_LEN, PAD).len(), 2);
 }
 
 fn fixture_spec() -> DatasetSpec {
-    DatasetSpec { name: "fixture".into(), repo_id: None, revision: None, text_column: "text".into(), rule: SplitRule::OwnSplits { train: "data/train-*.parquet".into(), validation: "data/validation-*.parquet".into() } }
+    DatasetSpec {
+        name: "fixture".into(),
+        repo_id: None,
+        revision: None,
+        text_column: "text".into(),
+        rule: SplitRule::OwnSplits {
+            train: "data/train-*.parquet".into(),
+            validation: "data/validation-*.parquet".into(),
+        },
+    }
 }
 
 #[test]
 fn rows_are_never_concatenated_and_masks_exclude_pads() {
     let dir = tempfile::tempdir().unwrap();
     let long = "x".repeat(600);
-    write_text_shard(&dir.path().join("data/train-00000-of-00001.parquet"), &[Some("ab"), Some(&long), Some("c"), Some("hello")]);
+    write_text_shard(
+        &dir.path().join("data/train-00000-of-00001.parquet"),
+        &[Some("ab"), Some(&long), Some("c"), Some("hello")],
+    );
     let mut counter = CharCounter::default();
     counter.add(&long);
     counter.add("abchello");
     let tokenizer = counter.build(256).unwrap();
     let cache = dir.path().join("cache");
-    let (shard, report) = prepare_split(&fixture_spec(), dir.path(), Split::Train, &tokenizer, &cache, false).unwrap();
+    let (shard, report) = prepare_split(
+        &fixture_spec(),
+        dir.path(),
+        Split::Train,
+        &tokenizer,
+        &cache,
+        false,
+    )
+    .unwrap();
     // "ab" → 1 chunk; 600 x → 513 + 87; "c" dropped; "hello" → 1 chunk.
     assert_eq!(report.chunks, 4);
-    assert_eq!((0..4).map(|i| shard.real_len(i)).collect::<Vec<_>>(), [2, 513, 87, 5]);
+    assert_eq!(
+        (0..4).map(|i| shard.real_len(i)).collect::<Vec<_>>(),
+        [2, 513, 87, 5]
+    );
     let mut tokens = Vec::new();
     shard.read_chunk(0, &mut tokens);
     assert_eq!(&tokens[..2], tokenizer.encode("ab").as_slice());
-    assert!(tokens[2..].iter().all(|&t| t == PAD), "the row is padded, not followed by the next row");
+    assert!(
+        tokens[2..].iter().all(|&t| t == PAD),
+        "the row is padded, not followed by the next row"
+    );
     let batch = validation_batches(&shard, 4).next().unwrap();
     assert_eq!(batch.seq_len, 512);
     // Real targets per chunk: len − 1.
@@ -59,7 +93,15 @@ fn rows_are_never_concatenated_and_masks_exclude_pads() {
         assert_eq!(mask == 0.0, target == PAD, "position {position}");
     }
     // The cache: a second preparation reuses the file.
-    let (_, again) = prepare_split(&fixture_spec(), dir.path(), Split::Train, &tokenizer, &cache, false).unwrap();
+    let (_, again) = prepare_split(
+        &fixture_spec(),
+        dir.path(),
+        Split::Train,
+        &tokenizer,
+        &cache,
+        false,
+    )
+    .unwrap();
     assert!(again.cached && again.path == report.path);
 }
 
@@ -68,14 +110,24 @@ fn the_embedded_corpus_prepares_into_u8_chunks() {
     let spec = dataset("sotu").unwrap();
     let root = embedded_corpus_dir();
     let mut counter = CharCounter::default();
-    spec.split_reader(&root, Split::Train).unwrap().for_each_row(|row| {
-        counter.add(row.text);
-        Ok(())
-    })
-    .unwrap();
+    spec.split_reader(&root, Split::Train)
+        .unwrap()
+        .for_each_row(|row| {
+            counter.add(row.text);
+            Ok(())
+        })
+        .unwrap();
     let tokenizer = counter.build(256).unwrap();
     let cache = tempfile::tempdir().unwrap();
-    let (shard, report) = prepare_split(&spec, &root, Split::Validation, &tokenizer, cache.path(), false).unwrap();
+    let (shard, report) = prepare_split(
+        &spec,
+        &root,
+        Split::Validation,
+        &tokenizer,
+        cache.path(),
+        false,
+    )
+    .unwrap();
     assert!(!report.cached && shard.len() > 1000, "{report:?}");
     assert_eq!(shard.width(), haares_data::prepared::TokenWidth::U8);
 }
@@ -85,7 +137,9 @@ fn numbered_shard(dir: &std::path::Path, chunks: usize) -> PreparedShard {
     let mut writer = PreparedWriter::create(&path, 256, 9).unwrap();
     for i in 0..chunks {
         let tokens: Vec<u32> = (0..9).map(|j| ((i * 9 + j) % 250 + 4) as u32).collect();
-        writer.push(&haares_data::chunking::Chunk { tokens, len: 9 }).unwrap();
+        writer
+            .push(&haares_data::chunking::Chunk { tokens, len: 9 })
+            .unwrap();
     }
     writer.finish().unwrap()
 }
@@ -124,10 +178,19 @@ fn each_epoch_visits_every_chunk_once() {
 fn validation_covers_every_chunk_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let shard = numbered_shard(dir.path(), 10);
-    let sizes: Vec<usize> = validation_batches(&shard, 4).map(|b| b.batch_size).collect();
+    let sizes: Vec<usize> = validation_batches(&shard, 4)
+        .map(|b| b.batch_size)
+        .collect();
     assert_eq!(sizes, [4, 4, 2]);
-    let first: Vec<u32> = validation_batches(&shard, 4).flat_map(|b| b.inputs.chunks(8).map(|row| row[0]).collect::<Vec<_>>()).collect();
-    assert_eq!(first, (0..10).map(|i| ((i * 9) % 250 + 4) as u32).collect::<Vec<_>>());
+    let first: Vec<u32> = validation_batches(&shard, 4)
+        .flat_map(|b| b.inputs.chunks(8).map(|row| row[0]).collect::<Vec<_>>())
+        .collect();
+    assert_eq!(
+        first,
+        (0..10)
+            .map(|i| ((i * 9) % 250 + 4) as u32)
+            .collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -136,15 +199,30 @@ fn corrupt_prepared_files_and_positions_are_refused() {
     let shard = numbered_shard(dir.path(), 10);
     let mut position = BatchIterator::new(&shard, 4, 1).unwrap().position();
     position.chunks = 11;
-    assert!(BatchIterator::restore(&shard, position).unwrap_err().to_string().contains("prepared data changed"));
+    assert!(
+        BatchIterator::restore(&shard, position)
+            .unwrap_err()
+            .to_string()
+            .contains("prepared data changed")
+    );
     assert!(BatchIterator::new(&shard, 11, 1).is_err());
     let bytes = std::fs::read(shard.path()).unwrap();
     let truncated = dir.path().join("truncated.tokens");
     std::fs::write(&truncated, &bytes[..bytes.len() - 3]).unwrap();
-    assert!(PreparedShard::open(&truncated).unwrap_err().to_string().contains("delete the file"));
+    assert!(
+        PreparedShard::open(&truncated)
+            .unwrap_err()
+            .to_string()
+            .contains("delete the file")
+    );
     let garbage = dir.path().join("garbage.tokens");
     std::fs::write(&garbage, b"not a shard").unwrap();
-    assert!(PreparedShard::open(&garbage).unwrap_err().to_string().contains("bad magic"));
+    assert!(
+        PreparedShard::open(&garbage)
+            .unwrap_err()
+            .to_string()
+            .contains("bad magic")
+    );
 }
 
 #[test]
@@ -157,16 +235,55 @@ fn the_chunk_split_sends_a_seeded_5_percent_to_validation() {
     texts.iter().for_each(|t| counter.add(t));
     let tokenizer = counter.build(256).unwrap();
     let cache = dir.path().join("cache");
-    let (train, validation) = prepare_chunk_split(&fixture_spec(), dir.path(), &tokenizer, &cache, 42, 0.05, false).unwrap();
+    let (train, validation) = prepare_chunk_split(
+        &fixture_spec(),
+        dir.path(),
+        &tokenizer,
+        &cache,
+        42,
+        0.05,
+        false,
+    )
+    .unwrap();
     assert_eq!((train.len(), validation.len()), (380, 20));
     let first_tokens = |shard: &PreparedShard| {
         let mut tokens = Vec::new();
-        (0..shard.len()).map(|i| { shard.read_chunk(i, &mut tokens); tokenizer.decode(&tokens) }).collect::<Vec<_>>()
+        (0..shard.len())
+            .map(|i| {
+                shard.read_chunk(i, &mut tokens);
+                tokenizer.decode(&tokens)
+            })
+            .collect::<Vec<_>>()
     };
     let (t, v) = (first_tokens(&train), first_tokens(&validation));
-    assert!(v.iter().all(|x| !t.contains(x)), "the two splits are disjoint");
-    let (train2, validation2) = prepare_chunk_split(&fixture_spec(), dir.path(), &tokenizer, &dir.path().join("cache2"), 42, 0.05, false).unwrap();
-    assert_eq!((first_tokens(&train2), first_tokens(&validation2)), (t, v), "the same seed gives the same split");
-    let (_, other) = prepare_chunk_split(&fixture_spec(), dir.path(), &tokenizer, &cache, 7, 0.05, false).unwrap();
+    assert!(
+        v.iter().all(|x| !t.contains(x)),
+        "the two splits are disjoint"
+    );
+    let (train2, validation2) = prepare_chunk_split(
+        &fixture_spec(),
+        dir.path(),
+        &tokenizer,
+        &dir.path().join("cache2"),
+        42,
+        0.05,
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        (first_tokens(&train2), first_tokens(&validation2)),
+        (t, v),
+        "the same seed gives the same split"
+    );
+    let (_, other) = prepare_chunk_split(
+        &fixture_spec(),
+        dir.path(),
+        &tokenizer,
+        &cache,
+        7,
+        0.05,
+        false,
+    )
+    .unwrap();
     assert_ne!(first_tokens(&other), first_tokens(&validation));
 }

@@ -2,7 +2,9 @@
 //! tokenizer trained offline on the embedded corpus.
 
 use haares_data::bpe::{BPE_SPECIALS, BpeTokenizer};
-use haares_data::char_tokenizer::{CHAR_SPECIALS, CharCounter, CharTokenizer, UNK, normalize_newlines};
+use haares_data::char_tokenizer::{
+    CHAR_SPECIALS, CharCounter, CharTokenizer, UNK, normalize_newlines,
+};
 use haares_data::prepare::TextTokenizer;
 use haares_data::registry::Split;
 use haares_data::{dataset, embedded_corpus_dir};
@@ -18,7 +20,11 @@ fn specials_come_first_then_characters_by_frequency_with_ties_by_code_point() {
     assert_eq!(tokenizer.vocab_size(), CHAR_SPECIALS.len() + 8);
     assert_eq!(tokenizer.encode("b"), [4]);
     let truncated = counter.build(4 + 3).unwrap();
-    assert_eq!(truncated.chars(), ['b', ' ', 'd'], "ties at the cut are decided by code point");
+    assert_eq!(
+        truncated.chars(),
+        ['b', ' ', 'd'],
+        "ties at the cut are decided by code point"
+    );
     assert_eq!(truncated.encode("bq\n"), [4, UNK, UNK]);
 }
 
@@ -43,26 +49,48 @@ fn the_vocabulary_is_saved_and_reloaded() {
     tokenizer.save(&path).unwrap();
     assert_eq!(CharTokenizer::load(&path).unwrap(), tokenizer);
     std::fs::write(&path, r#"{"specials": ["<pad>"], "chars": []}"#).unwrap();
-    assert!(CharTokenizer::load(&path).unwrap_err().to_string().contains("specials"));
-    assert!(counter.build(4).is_err(), "a vocabulary of specials only is refused");
+    assert!(
+        CharTokenizer::load(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("specials")
+    );
+    assert!(
+        counter.build(4).is_err(),
+        "a vocabulary of specials only is refused"
+    );
 }
 
 #[test]
 fn bpe_trains_offline_on_the_embedded_corpus() {
     let spec = dataset("sotu").unwrap();
     // A 2 MB budget keeps the test quick; the paper's budget is 100M bytes (all of this corpus).
-    let tokenizer = BpeTokenizer::train_on(&spec, &embedded_corpus_dir(), 4096, 2_000_000, false).unwrap();
+    let tokenizer =
+        BpeTokenizer::train_on(&spec, &embedded_corpus_dir(), 4096, 2_000_000, false).unwrap();
     assert_eq!(TextTokenizer::vocab_size(&tokenizer), 4096);
     for (id, special) in BPE_SPECIALS.iter().enumerate() {
         assert_eq!(tokenizer.inner().token_to_id(special), Some(id as u32));
     }
     let text = "The State of the Union is strong.\nWe, the People — café ünïcode 🙂";
-    let english = "The State of the Union is strong, and the people of the United States have made it so.";
+    let english =
+        "The State of the Union is strong, and the people of the United States have made it so.";
     let english_ids = tokenizer.encode(english).unwrap();
-    assert!(english_ids.len() < english.len() / 2, "BPE compresses ordinary English: {} ids for {} bytes", english_ids.len(), english.len());
+    assert!(
+        english_ids.len() < english.len() / 2,
+        "BPE compresses ordinary English: {} ids for {} bytes",
+        english_ids.len(),
+        english.len()
+    );
     let ids = tokenizer.encode(text).unwrap();
-    assert!(ids.iter().all(|&id| id < 4096 && id as usize <= u16::MAX as usize));
-    assert_eq!(tokenizer.decode(&ids).unwrap(), text, "byte-level BPE round-trips any text");
+    assert!(
+        ids.iter()
+            .all(|&id| id < 4096 && id as usize <= u16::MAX as usize)
+    );
+    assert_eq!(
+        tokenizer.decode(&ids).unwrap(),
+        text,
+        "byte-level BPE round-trips any text"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tokenizer.json");
@@ -72,7 +100,15 @@ fn bpe_trains_offline_on_the_embedded_corpus() {
     assert_eq!(reloaded.fingerprint(), tokenizer.fingerprint());
     // Prepared BPE data is stored as u16.
     let cache = tempfile::tempdir().unwrap();
-    let (shard, _) = haares_data::prepare::prepare_split(&spec, &embedded_corpus_dir(), Split::Validation, &tokenizer, cache.path(), false).unwrap();
+    let (shard, _) = haares_data::prepare::prepare_split(
+        &spec,
+        &embedded_corpus_dir(),
+        Split::Validation,
+        &tokenizer,
+        cache.path(),
+        false,
+    )
+    .unwrap();
     assert_eq!(shard.width(), haares_data::prepared::TokenWidth::U16);
     assert_eq!(shard.vocab_size(), 4096);
 }
@@ -80,6 +116,10 @@ fn bpe_trains_offline_on_the_embedded_corpus() {
 #[test]
 fn vocabularies_too_large_for_the_id_type_are_refused() {
     let error = BpeTokenizer::train(["abc"], 70_000, 10, false).unwrap_err();
-    assert!(error.to_string().contains("does not fit the u16 token storage"));
+    assert!(
+        error
+            .to_string()
+            .contains("does not fit the u16 token storage")
+    );
     assert!(haares_data::prepared::TokenWidth::for_vocab(65_537).is_err());
 }
