@@ -12,14 +12,21 @@ use haares_data::registry::Split;
 use haares_data::{RowSource, dataset, embedded_corpus_dir};
 
 fn main() -> Result<(), haares_data::DataError> {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
-    let (batch_size, batches) = (args.first().copied().unwrap_or(16), args.get(1).copied().unwrap_or(2000));
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let (batch_size, batches) = (
+        args.first().copied().unwrap_or(16),
+        args.get(1).copied().unwrap_or(2000),
+    );
     let (spec, root) = (dataset("sotu")?, embedded_corpus_dir());
     let mut counter = CharCounter::default();
-    spec.split_reader(&root, Split::Train)?.for_each_row(|row| {
-        counter.add(row.text);
-        Ok(())
-    })?;
+    spec.split_reader(&root, Split::Train)?
+        .for_each_row(|row| {
+            counter.add(row.text);
+            Ok(())
+        })?;
     let tokenizer = counter.build(256)?;
     let cache = std::env::temp_dir().join("haares-batch-rate");
     let (shard, _) = prepare_split(&spec, &root, Split::Train, &tokenizer, &cache, false)?;
