@@ -6,10 +6,10 @@
 use std::time::Instant;
 
 use haares_data::batching::BatchIterator;
-use haares_data::char_tokenizer::CharCounter;
+use haares_data::char_tokenizer::CharTokenizer;
 use haares_data::prepare::prepare_split;
 use haares_data::registry::Split;
-use haares_data::{RowSource, dataset, embedded_corpus_dir};
+use haares_data::{dataset, embedded_corpus_dir};
 
 fn main() -> Result<(), haares_data::DataError> {
     let args: Vec<usize> = std::env::args()
@@ -21,13 +21,7 @@ fn main() -> Result<(), haares_data::DataError> {
         args.get(1).copied().unwrap_or(2000),
     );
     let (spec, root) = (dataset("sotu")?, embedded_corpus_dir());
-    let mut counter = CharCounter::default();
-    spec.split_reader(&root, Split::Train)?
-        .for_each_row(|row| {
-            counter.add(row.text);
-            Ok(())
-        })?;
-    let tokenizer = counter.build(256)?;
+    let tokenizer = CharTokenizer::train_on(&spec, &root, 256)?;
     let cache = std::env::temp_dir().join("haares-batch-rate");
     let (shard, _) = prepare_split(&spec, &root, Split::Train, &tokenizer, &cache, false)?;
     let mut iterator = BatchIterator::new(&shard, batch_size, 42)?;

@@ -5,10 +5,10 @@
 use std::time::Instant;
 
 use haares_data::bpe::{BPE_TRAINING_BYTES, BPE_VOCAB_SIZE, BpeTokenizer};
-use haares_data::char_tokenizer::CharCounter;
+use haares_data::char_tokenizer::CharTokenizer;
 use haares_data::prepare::{prepare_chunk_split, prepare_split};
 use haares_data::registry::Split;
-use haares_data::{RowSource, dataset, embedded_corpus_dir};
+use haares_data::{dataset, embedded_corpus_dir};
 
 fn main() -> Result<(), haares_data::DataError> {
     let cache = std::env::args()
@@ -18,13 +18,7 @@ fn main() -> Result<(), haares_data::DataError> {
     let (spec, root) = (dataset("sotu")?, embedded_corpus_dir());
 
     let start = Instant::now();
-    let mut counter = CharCounter::default();
-    spec.split_reader(&root, Split::Train)?
-        .for_each_row(|row| {
-            counter.add(row.text);
-            Ok(())
-        })?;
-    let chars = counter.build(256)?;
+    let chars = CharTokenizer::train_on(&spec, &root, 256)?;
     println!(
         "char vocabulary: {} entries in {:.2} s",
         chars.vocab_size(),

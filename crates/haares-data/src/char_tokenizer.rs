@@ -8,6 +8,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DataError, Result};
+use crate::registry::{DatasetSpec, Split};
+use crate::shards::RowSource;
 use crate::write_atomically;
 
 /// The special tokens, in id order.
@@ -79,6 +81,17 @@ impl CharTokenizer {
             .map(|(i, c)| (*c, (i + CHAR_SPECIALS.len()) as u32))
             .collect();
         Self { chars, ids }
+    }
+
+    /// Counts the characters of a dataset's training split and keeps the `vocab_size − 4` most
+    /// frequent (the paper: `vocab_size = 256`).
+    pub fn train_on(spec: &DatasetSpec, root: &Path, vocab_size: usize) -> Result<Self> {
+        let mut counter = CharCounter::default();
+        spec.split_reader(root, Split::Train)?.for_each_row(|row| {
+            counter.add(row.text);
+            Ok(())
+        })?;
+        counter.build(vocab_size)
     }
 
     /// Number of ids, specials included.

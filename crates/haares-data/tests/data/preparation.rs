@@ -1,8 +1,7 @@
 //! Chunking, prepared shards, the preparation cache and the batch iterator.
 
-use haares_data::RowSource;
 use haares_data::batching::{BatchIterator, epoch_order, validation_batches};
-use haares_data::char_tokenizer::{CharCounter, PAD};
+use haares_data::char_tokenizer::{CharCounter, CharTokenizer, PAD};
 use haares_data::chunking::{CHUNK_LEN, chunk_row};
 use haares_data::prepare::{prepare_chunk_split, prepare_split};
 use haares_data::prepared::{PreparedShard, PreparedWriter};
@@ -109,15 +108,7 @@ fn rows_are_never_concatenated_and_masks_exclude_pads() {
 fn the_embedded_corpus_prepares_into_u8_chunks() {
     let spec = dataset("sotu").unwrap();
     let root = embedded_corpus_dir();
-    let mut counter = CharCounter::default();
-    spec.split_reader(&root, Split::Train)
-        .unwrap()
-        .for_each_row(|row| {
-            counter.add(row.text);
-            Ok(())
-        })
-        .unwrap();
-    let tokenizer = counter.build(256).unwrap();
+    let tokenizer = CharTokenizer::train_on(&spec, &root, 256).unwrap();
     let cache = tempfile::tempdir().unwrap();
     let (shard, report) = prepare_split(
         &spec,
