@@ -65,6 +65,12 @@ impl PreparedWriter {
     /// Starts a shard for `path`.
     pub fn create(path: &Path, vocab_size: usize, chunk_len: usize) -> Result<Self> {
         let width = TokenWidth::for_vocab(vocab_size)?;
+        if !(2..=u16::MAX as usize).contains(&chunk_len) {
+            return Err(DataError::format(
+                path,
+                format!("chunk length {chunk_len} must be between 2 and 65,535"),
+            ));
+        }
         let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
         let tokens_path = path.with_extension(format!("tokens-tmp-{}", std::process::id()));
         let file =
@@ -83,7 +89,17 @@ impl PreparedWriter {
 
     /// Appends one chunk.
     pub fn push(&mut self, chunk: &Chunk) -> Result<()> {
-        debug_assert_eq!(chunk.tokens.len(), self.chunk_len);
+        if chunk.tokens.len() != self.chunk_len || chunk.len > self.chunk_len {
+            return Err(DataError::format(
+                &self.path,
+                format!(
+                    "a chunk of {} ids ({} real) does not fit chunks of {}",
+                    chunk.tokens.len(),
+                    chunk.len,
+                    self.chunk_len
+                ),
+            ));
+        }
         let io = |e| DataError::io(&self.tokens_path, e);
         for &id in &chunk.tokens {
             if id as usize >= self.vocab_size {
