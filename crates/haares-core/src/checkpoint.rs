@@ -92,6 +92,21 @@ impl<B: Backend> ParamVisitor<B> for Exporter {
     }
 }
 
+struct ShapeCollector(BTreeMap<String, Vec<usize>>);
+
+impl<B: Backend> ParamVisitor<B> for ShapeCollector {
+    fn vector(&mut self, name: String, param: &mut Param<Tensor<B, 1>>) {
+        self.0.insert(name, param.lazy_shape().to_vec());
+    }
+    fn linear(&mut self, name: String, param: &mut Param<Tensor<B, 2>>) {
+        let [d_in, d_out] = param.lazy_shape().dims::<2>();
+        self.0.insert(name, vec![d_out, d_in]);
+    }
+    fn matrix(&mut self, name: String, param: &mut Param<Tensor<B, 2>>) {
+        self.0.insert(name, param.lazy_shape().to_vec());
+    }
+}
+
 struct Importer<'a, B: Backend> {
     tensors: HashMap<String, TensorData>,
     device: &'a B::Device,
@@ -262,11 +277,11 @@ impl<B: Backend> HaaresModel<B> {
     }
 
     /// The checkpoint names and PyTorch-layout shapes of this model's parameters.
+    /// Reads no tensor data: shapes come from the parameters' metadata.
     pub fn checkpoint_shapes(&self) -> BTreeMap<String, Vec<usize>> {
-        self.to_named_tensors()
-            .into_iter()
-            .map(|(name, data)| (name, data.shape.to_vec()))
-            .collect()
+        let mut shapes = ShapeCollector(BTreeMap::new());
+        visit_params(&mut self.clone(), &mut shapes);
+        shapes.0
     }
 }
 

@@ -185,6 +185,11 @@ impl TextColumnReader {
     }
 }
 
+/// Text of a binary value, or `Err` when it is not UTF-8.
+fn utf8(bytes: &[u8]) -> std::result::Result<&str, ()> {
+    std::str::from_utf8(bytes).map_err(|_| ())
+}
+
 fn visit_column(
     path: &Path,
     name: &str,
@@ -194,53 +199,47 @@ fn visit_column(
     visit: &mut impl FnMut(TextRow<'_>) -> Result<ControlFlow<()>>,
 ) -> Result<ControlFlow<()>> {
     let any = column.as_any();
-    let mut emit =
-        |value: Option<&[u8]>, is_str: bool, stats: &mut ReadStats| -> Result<ControlFlow<()>> {
-            let global_index = stats.rows;
-            stats.rows += 1;
-            let Some(bytes) = value else {
-                stats.null_rows += 1;
-                return Ok(ControlFlow::Continue(()));
-            };
-            let text = if is_str {
-                // Arrow string arrays are valid UTF-8 by construction.
-                std::str::from_utf8(bytes).unwrap_or_default()
-            } else {
-                match std::str::from_utf8(bytes) {
-                    Ok(text) => text,
-                    Err(_) => {
-                        stats.invalid_utf8_rows += 1;
-                        return Ok(ControlFlow::Continue(()));
-                    }
-                }
-            };
-            stats.delivered += 1;
-            visit(TextRow {
-                global_index,
-                shard,
-                text,
-            })
-        };
-    let (values, is_str): (Box<dyn Iterator<Item = Option<&[u8]>> + '_>, bool) =
-        if let Some(array) = any.downcast_ref::<StringArray>() {
-            (Box::new(array.iter().map(|v| v.map(str::as_bytes))), true)
-        } else if let Some(array) = any.downcast_ref::<LargeStringArray>() {
-            (Box::new(array.iter().map(|v| v.map(str::as_bytes))), true)
-        } else if let Some(array) = any.downcast_ref::<StringViewArray>() {
-            (Box::new(array.iter().map(|v| v.map(str::as_bytes))), true)
-        } else if let Some(array) = any.downcast_ref::<BinaryArray>() {
-            (Box::new(array.iter()), false)
-        } else if let Some(array) = any.downcast_ref::<LargeBinaryArray>() {
-            (Box::new(array.iter()), false)
-        } else {
-            return Err(DataError::NotAStringColumn {
-                path: path.to_path_buf(),
-                column: name.to_string(),
-                found: column.data_type().to_string(),
-            });
-        };
+    // Each row: `None` for null, `Some(Err(()))` for bytes that are not UTF-8. Arrow string arrays
+    // are valid UTF-8 by construction and are passed through without a second check.
+    let mut emit = |value: Option<std::result::Result<&str, ()>>,
+                    stats: &mut ReadStats|
+     -> Result<ControlFlow<()>> {
+        let global_index = stats.rows;
+        stats.rows += 1;
+        match value {
+            None => stats.null_rows += 1,
+            Some(Err(())) => stats.invalid_utf8_rows += 1,
+            Some(Ok(text)) => {
+                stats.delivered += 1;
+                return visit(TextRow {
+                    global_index,
+                    shard,
+                    text,
+                });
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    };
+    type Rows<'a> = Box<dyn Iterator<Item = Option<std::result::Result<&'a str, ()>>> + 'a>;
+    let values: Rows<'_> = if let Some(array) = any.downcast_ref::<StringArray>() {
+        Box::new(array.iter().map(|v| v.map(Ok)))
+    } else if let Some(array) = any.downcast_ref::<LargeStringArray>() {
+        Box::new(array.iter().map(|v| v.map(Ok)))
+    } else if let Some(array) = any.downcast_ref::<StringViewArray>() {
+        Box::new(array.iter().map(|v| v.map(Ok)))
+    } else if let Some(array) = any.downcast_ref::<BinaryArray>() {
+        Box::new(array.iter().map(|v| v.map(utf8)))
+    } else if let Some(array) = any.downcast_ref::<LargeBinaryArray>() {
+        Box::new(array.iter().map(|v| v.map(utf8)))
+    } else {
+        return Err(DataError::NotAStringColumn {
+            path: path.to_path_buf(),
+            column: name.to_string(),
+            found: column.data_type().to_string(),
+        });
+    };
     for value in values {
-        if emit(value, is_str, stats)?.is_break() {
+        if emit(value, stats)?.is_break() {
             return Ok(ControlFlow::Break(()));
         }
     }

@@ -62,15 +62,18 @@ fn rows_are_never_concatenated_and_masks_exclude_pads() {
     counter.add("abchello");
     let tokenizer = counter.build(256).unwrap();
     let cache = dir.path().join("cache");
-    let (shard, report) = prepare_split(
-        &fixture_spec(),
-        dir.path(),
-        Split::Train,
-        &tokenizer,
-        &cache,
-        false,
-    )
-    .unwrap();
+    let prepare = || {
+        prepare_split(
+            &fixture_spec(),
+            dir.path(),
+            Split::Train,
+            &tokenizer,
+            &cache,
+            false,
+        )
+        .unwrap()
+    };
+    let (shard, report) = prepare();
     // "ab" → 1 chunk; 600 x → 513 + 87; "c" dropped; "hello" → 1 chunk.
     assert_eq!(report.chunks, 4);
     assert_eq!(
@@ -92,15 +95,7 @@ fn rows_are_never_concatenated_and_masks_exclude_pads() {
         assert_eq!(mask == 0.0, target == PAD, "position {position}");
     }
     // The cache: a second preparation reuses the file.
-    let (_, again) = prepare_split(
-        &fixture_spec(),
-        dir.path(),
-        Split::Train,
-        &tokenizer,
-        &cache,
-        false,
-    )
-    .unwrap();
+    let (_, again) = prepare();
     assert!(again.cached && again.path == report.path);
 }
 
