@@ -19,8 +19,10 @@ use crate::model::HaaresModel;
 /// Metadata key holding the model config as JSON.
 pub const CONFIG_METADATA_KEY: &str = "haares_config";
 
-/// Walks every trainable parameter of a model with its checkpoint name.
-trait ParamVisitor<B: Backend> {
+/// Walks every trainable parameter of a model with its checkpoint name (see
+/// [`HaaresModel::visit_named_params`]); optimizers and exporters implement it.
+pub trait ParamVisitor<B: Backend> {
+    /// A vector parameter (norm weights, router queries, detail biases, gates, scales).
     fn vector(&mut self, name: String, param: &mut Param<Tensor<B, 1>>);
     /// A Linear weight: Burn `[d_in, d_out]`, checkpoint `[out, in]`.
     fn linear(&mut self, name: String, param: &mut Param<Tensor<B, 2>>);
@@ -158,6 +160,12 @@ impl<B: Backend> ParamVisitor<B> for Importer<'_, B> {
 }
 
 impl<B: Backend> HaaresModel<B> {
+    /// Visits every trainable parameter under its checkpoint name, in a fixed order (embedding,
+    /// final norm, layers in order, final router); the visitor may replace a parameter's value.
+    pub fn visit_named_params(&mut self, visitor: &mut impl ParamVisitor<B>) {
+        visit_params(self, visitor);
+    }
+
     /// Every parameter under its checkpoint name, in PyTorch layout (Linear weights `[out, in]`),
     /// in a fixed order: embedding, final norm, layers in order, final router.
     pub fn to_named_tensors(&self) -> Vec<(String, TensorData)> {
@@ -201,41 +209,13 @@ impl<B: Backend> HaaresModel<B> {
     /// Serialises the model as `.safetensors` bytes (f64 backends as F64, others as F32), with the
     /// config under the metadata key [`CONFIG_METADATA_KEY`].
     pub fn to_safetensors_bytes(&self) -> Result<Vec<u8>> {
-        let tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = self
-            .to_named_tensors()
-            .into_iter()
-            .map(|(name, data)| {
-                let shape = data.shape.to_vec();
-                let (dtype, bytes) = if data.dtype == DType::F64 {
-                    (
-                        Dtype::F64,
-                        data.iter::<f64>().flat_map(f64::to_le_bytes).collect(),
-                    )
-                } else {
-                    (
-                        Dtype::F32,
-                        data.iter::<f32>().flat_map(f32::to_le_bytes).collect(),
-                    )
-                };
-                (name, dtype, shape, bytes)
-            })
-            .collect();
-        let views = tensors
-            .iter()
-            .map(|(name, dtype, shape, bytes)| {
-                Ok((
-                    name.as_str(),
-                    TensorView::new(*dtype, shape.clone(), bytes).map_err(safetensors_error)?,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
         let config = serde_json::to_string(&self.config)
             .map_err(|e| HaaresError::Checkpoint(format!("cannot serialise the config: {e}")))?;
         let metadata = HashMap::from([
             (CONFIG_METADATA_KEY.to_string(), config),
             ("format".to_string(), "haares".to_string()),
         ]);
-        safetensors::serialize(views, Some(metadata)).map_err(safetensors_error)
+        serialize_named_tensors(self.to_named_tensors(), metadata)
     }
 
     /// Rebuilds a model from `.safetensors` bytes written by [`to_safetensors_bytes`](Self::to_safetensors_bytes)
@@ -250,11 +230,7 @@ impl<B: Backend> HaaresModel<B> {
                 "the `{CONFIG_METADATA_KEY}` metadata is not a valid model config: {e}"
             ))
         })?;
-        let file = SafeTensors::deserialize(bytes).map_err(safetensors_error)?;
-        let mut tensors = HashMap::new();
-        for (name, view) in file.tensors() {
-            tensors.insert(name.clone(), tensor_data(&name, &view)?);
-        }
+        let (tensors, _) = deserialize_named_tensors(bytes)?;
         Self::from_named_tensors(&config, tensors, device)
     }
 
@@ -283,6 +259,56 @@ impl<B: Backend> HaaresModel<B> {
         visit_params(&mut self.clone(), &mut shapes);
         shapes.0
     }
+}
+
+/// Serialises named tensors (f64 data as F64, anything else as F32) with string metadata as
+/// `.safetensors` bytes.
+pub fn serialize_named_tensors(
+    tensors: Vec<(String, TensorData)>,
+    metadata: HashMap<String, String>,
+) -> Result<Vec<u8>> {
+    let tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
+        .into_iter()
+        .map(|(name, data)| {
+            let shape = data.shape.to_vec();
+            let (dtype, bytes) = if data.dtype == DType::F64 {
+                (
+                    Dtype::F64,
+                    data.iter::<f64>().flat_map(f64::to_le_bytes).collect(),
+                )
+            } else {
+                (
+                    Dtype::F32,
+                    data.iter::<f32>().flat_map(f32::to_le_bytes).collect(),
+                )
+            };
+            (name, dtype, shape, bytes)
+        })
+        .collect();
+    let views = tensors
+        .iter()
+        .map(|(name, dtype, shape, bytes)| {
+            Ok((
+                name.as_str(),
+                TensorView::new(*dtype, shape.clone(), bytes).map_err(safetensors_error)?,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    safetensors::serialize(views, Some(metadata)).map_err(safetensors_error)
+}
+
+/// Reads every tensor (F32 or F64) and the metadata of `.safetensors` bytes.
+pub fn deserialize_named_tensors(
+    bytes: &[u8],
+) -> Result<(HashMap<String, TensorData>, HashMap<String, String>)> {
+    let (_, header) = SafeTensors::read_metadata(bytes).map_err(safetensors_error)?;
+    let metadata = header.metadata().clone().unwrap_or_default();
+    let file = SafeTensors::deserialize(bytes).map_err(safetensors_error)?;
+    let mut tensors = HashMap::new();
+    for (name, view) in file.tensors() {
+        tensors.insert(name.clone(), tensor_data(&name, &view)?);
+    }
+    Ok((tensors, metadata))
 }
 
 fn tensor_data(name: &str, view: &TensorView<'_>) -> Result<TensorData> {

@@ -25,7 +25,7 @@ use std::path::Path;
 
 /// Writes `bytes` to `path` atomically: a temporary file beside it is written, synced and renamed
 /// over `path`.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
     let result = (|| {

@@ -1,17 +1,378 @@
-//! `haares-train`: the learner loop and the experiment runner.
-//!
-//! Skeleton: the learner loop, `sweep`, `report`, `train`, `eval` and `sample` arrive with the
-//! learner issue. Until then every command says so and exits with status 2.
+//! `haares-train`: train, sweep, report, eval and sample. See `docs/experiments.md`.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use clap::{Args, Parser, Subcommand};
+use haares_train::backend::{BackendKind, dispatch};
+use haares_train::data::DataPaths;
+use haares_train::error::Result;
+use haares_train::inference::{EvalJob, ModelSource, SampleJob};
+use haares_train::learner::Outcome;
+use haares_train::report;
+use haares_train::study::{Overrides, load_study, parse_assignment, parse_shard, shard_runs};
+use haares_train::sweep::{RunStatus, SingleRunJob, SweepJob};
+
+#[derive(Parser)]
+#[command(
+    name = "haares-train",
+    version,
+    about = "Train HAARES and its baselines; run and report the paper's studies"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every run of a study (depth, seeds, width, bpe, domains, blocks, ablations), then report.
+    Sweep {
+        /// Study name or path to a study .toml file.
+        study: String,
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        overrides: OverrideArgs,
+        /// Run only shard i of n (0-based): every n-th run starting at the i-th.
+        #[arg(long)]
+        shard: Option<String>,
+        /// List the runs without training.
+        #[arg(long)]
+        dry_run: bool,
+        /// Runs trained at the same time (default: the number of CPU cores for CPU backends, 1 on a GPU).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
+    /// Write report.md, paired_results.csv and figures from a study's finished runs.
+    Report {
+        /// Study name or path to a study .toml file.
+        study: String,
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        overrides: OverrideArgs,
+    },
+    /// Train one run: a study's first run with overrides, into --run-dir.
+    Train {
+        /// Directory of the run (created; resumed if it holds a checkpoint).
+        #[arg(long)]
+        run_dir: PathBuf,
+        /// Study whose preset supplies the defaults.
+        #[arg(long, default_value = "depth")]
+        study: String,
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        overrides: OverrideArgs,
+    },
+    /// Validation loss of a model (a run directory or a .safetensors inside one).
+    Eval {
+        /// Run directory or model file.
+        model: PathBuf,
+        /// Evaluate on another dataset than the run's (same tokeniser required).
+        #[arg(long)]
+        dataset: Option<String>,
+        /// Only the first this many validation chunks.
+        #[arg(long)]
+        chunks: Option<usize>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Generate text from a model.
+    Sample {
+        /// Run directory or model file.
+        model: PathBuf,
+        /// Text to continue.
+        #[arg(long, default_value = "My fellow Americans,")]
+        prompt: String,
+        /// New tokens.
+        #[arg(long, default_value_t = 200)]
+        tokens: usize,
+        /// Softmax temperature; 0 is greedy.
+        #[arg(long, default_value_t = 0.8)]
+        temperature: f64,
+        /// Sample among the k most likely tokens; 0 keeps all.
+        #[arg(long, default_value_t = 40)]
+        top_k: usize,
+        /// Sampling seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(Args)]
+struct Common {
+    /// Backend: flex (CPU default), ndarray, wgpu, cuda (the last two need their cargo feature).
+    #[arg(long, default_value = "flex")]
+    backend: String,
+    /// Where runs are written: <runs-dir>/<study>/<run>/.
+    #[arg(long, default_value = "runs")]
+    runs_dir: PathBuf,
+    /// Hub cache of downloaded datasets.
+    #[arg(long, default_value = "data")]
+    data_dir: PathBuf,
+    /// Prepared-token and tokeniser cache (default <runs-dir>/.cache).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Never download a dataset; fail if it is not under --data-dir.
+    #[arg(long)]
+    offline: bool,
+    /// No progress bars.
+    #[arg(long)]
+    quiet: bool,
+}
+
+impl Common {
+    fn paths(&self) -> DataPaths {
+        DataPaths {
+            data_dir: self.data_dir.clone(),
+            cache_dir: self
+                .cache_dir
+                .clone()
+                .unwrap_or_else(|| self.runs_dir.join(".cache")),
+            download: !self.offline,
+        }
+    }
+    fn backend(&self) -> Result<BackendKind> {
+        self.backend.parse()
+    }
+}
+
+#[derive(Args)]
+struct OverrideArgs {
+    /// Preset of the study: cpu (default) or paper.
+    #[arg(long)]
+    preset: Option<String>,
+    /// Training steps of every run.
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Depths (replaces the grid's layers), e.g. 12,24.
+    #[arg(long, value_delimiter = ',')]
+    layers: Vec<usize>,
+    /// Model seeds (replaces the grid's seeds), e.g. 42,123.
+    #[arg(long, value_delimiter = ',')]
+    seeds: Vec<u64>,
+    /// Methods (replaces the grid's methods), e.g. block-attnres,haares.
+    #[arg(long, value_delimiter = ',')]
+    methods: Vec<String>,
+    /// Block counts N (replaces the grid's blocks), e.g. 4,6,8.
+    #[arg(long, value_delimiter = ',')]
+    blocks: Vec<usize>,
+    /// Datasets (replaces the grid's datasets), e.g. sotu or tinystories,yelp.
+    #[arg(long, value_delimiter = ',')]
+    datasets: Vec<String>,
+    /// Any run-config field, e.g. --set d_model=128 --set optimizer.lr=1e-3 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+}
+
+impl OverrideArgs {
+    fn overrides(&self) -> Result<Overrides> {
+        let mut overrides = Overrides::default();
+        if let Some(steps) = self.steps {
+            overrides.set("steps", toml::Value::Integer(steps as i64))?;
+        }
+        let int = |v: &usize| toml::Value::Integer(*v as i64);
+        let axes: [(&str, Vec<toml::Value>); 5] = [
+            ("layers", self.layers.iter().map(int).collect()),
+            (
+                "model_seed",
+                self.seeds
+                    .iter()
+                    .map(|s| toml::Value::Integer(*s as i64))
+                    .collect(),
+            ),
+            (
+                "method",
+                self.methods
+                    .iter()
+                    .map(|m| toml::Value::String(m.clone()))
+                    .collect(),
+            ),
+            ("blocks", self.blocks.iter().map(int).collect()),
+            (
+                "dataset",
+                self.datasets
+                    .iter()
+                    .map(|d| toml::Value::String(d.clone()))
+                    .collect(),
+            ),
+        ];
+        for (key, values) in axes {
+            if !values.is_empty() {
+                overrides.set_axis(key, values)?;
+            }
+        }
+        for assignment in &self.set {
+            let (key, value) = parse_assignment(assignment)?;
+            match key.split_once('.') {
+                Some((table, field)) => {
+                    let mut inner = match overrides.fields.remove(table) {
+                        Some(toml::Value::Table(t)) => t,
+                        _ => toml::Table::new(),
+                    };
+                    inner.insert(field.to_string(), value);
+                    overrides
+                        .fields
+                        .insert(table.to_string(), toml::Value::Table(inner));
+                }
+                None => overrides.set(&key, value)?,
+            }
+        }
+        Ok(overrides)
+    }
+}
+
 fn main() -> ExitCode {
-    let command: Vec<String> = std::env::args().skip(1).collect();
-    eprintln!(
-        "haares-train {}: `{}` is not implemented yet; the learner loop and the sweep runner are tracked by the learner issue. \
-         The model library (haares-core) is ready to use.",
-        env!("CARGO_PKG_VERSION"),
-        command.join(" ")
-    );
-    ExitCode::from(2)
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Sweep {
+            study,
+            common,
+            overrides,
+            shard,
+            dry_run,
+            jobs,
+        } => {
+            let study = load_study(&study)?;
+            let backend = common.backend()?;
+            let mut runs = study.plan(overrides.preset.as_deref(), &overrides.overrides()?)?;
+            let all = runs.clone();
+            if let Some(shard) = shard {
+                runs = shard_runs(runs, parse_shard(&shard)?);
+            }
+            let study_dir = common.runs_dir.join(&study.name);
+            if dry_run {
+                for run in &runs {
+                    println!(
+                        "{}\t{}",
+                        run.name,
+                        serde_json::to_string(&run.config).expect("json")
+                    );
+                }
+                return Ok(());
+            }
+            let job = SweepJob {
+                runs,
+                study_dir: study_dir.clone(),
+                paths: common.paths(),
+                progress: !common.quiet,
+                stop_after: None,
+                jobs: jobs.unwrap_or_else(|| default_jobs(backend)),
+            };
+            let statuses = dispatch(backend, job)?;
+            let trained = statuses
+                .iter()
+                .filter(|(_, s)| matches!(s, RunStatus::Trained(_)))
+                .count();
+            eprintln!(
+                "{trained} runs trained, {} finished earlier",
+                statuses.len() - trained
+            );
+            let written = report::write_report(&study, &all, &study_dir)?;
+            println!("report: {}", written.display());
+            Ok(())
+        }
+        Command::Report {
+            study,
+            common,
+            overrides,
+        } => {
+            let study = load_study(&study)?;
+            let runs = study.plan(overrides.preset.as_deref(), &overrides.overrides()?)?;
+            let written = report::write_report(&study, &runs, &common.runs_dir.join(&study.name))?;
+            println!("report: {}", written.display());
+            Ok(())
+        }
+        Command::Train {
+            run_dir,
+            study,
+            common,
+            overrides,
+        } => {
+            let study = load_study(&study)?;
+            let runs = study.plan(overrides.preset.as_deref(), &overrides.overrides()?)?;
+            let config = runs
+                .into_iter()
+                .next()
+                .expect("a study has at least one run")
+                .config;
+            let job = SingleRunJob {
+                config,
+                run_dir,
+                paths: common.paths(),
+                progress: !common.quiet,
+            };
+            match dispatch(common.backend()?, job)? {
+                Outcome::Finished(summary) => println!(
+                    "best validation loss {:.4} at step {} ({:.0} tokens/s)",
+                    summary.best_val_loss, summary.best_step, summary.tokens_per_s
+                ),
+                Outcome::Stopped { step } => println!("stopped at step {step}"),
+            }
+            Ok(())
+        }
+        Command::Eval {
+            model,
+            dataset,
+            chunks,
+            common,
+        } => {
+            let job = EvalJob {
+                source: ModelSource::resolve(&model)?,
+                dataset,
+                chunks,
+                paths: common.paths(),
+            };
+            let (loss, chunks) = dispatch(common.backend()?, job)?;
+            println!(
+                "validation loss {loss:.4} (perplexity {:.2}) over {chunks} chunks",
+                loss.exp()
+            );
+            Ok(())
+        }
+        Command::Sample {
+            model,
+            prompt,
+            tokens,
+            temperature,
+            top_k,
+            seed,
+            common,
+        } => {
+            let job = SampleJob {
+                source: ModelSource::resolve(&model)?,
+                prompt: prompt.clone(),
+                tokens,
+                temperature,
+                top_k,
+                seed,
+            };
+            let text = dispatch(common.backend()?, job)?;
+            println!("{prompt}{text}");
+            Ok(())
+        }
+    }
+}
+
+/// CPU backends train a small model on about one core, so one run per core; a GPU runs one.
+fn default_jobs(backend: BackendKind) -> usize {
+    match backend {
+        BackendKind::Flex | BackendKind::Ndarray => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        BackendKind::Wgpu | BackendKind::Cuda => 1,
+    }
 }

@@ -1,0 +1,110 @@
+//! Backends chosen at run time (`--backend`), compiled in by cargo features.
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::tensor::backend::AutodiffBackend;
+
+use crate::error::{Result, TrainError};
+
+/// A Burn backend the runner can train on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// Burn's Flex CPU backend (feature `flex`): the faster CPU backend here (docs/benchmarks.md).
+    Flex,
+    /// Burn's NdArray CPU backend (feature `ndarray`): the tests' reference backend.
+    Ndarray,
+    /// WebGPU through wgpu: Vulkan, Metal, DX12 (feature `wgpu`).
+    Wgpu,
+    /// CUDA (feature `cuda`).
+    Cuda,
+}
+
+impl BackendKind {
+    /// Every backend name.
+    pub const NAMES: &[&str] = &["flex", "ndarray", "wgpu", "cuda"];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Flex => "flex",
+            Self::Ndarray => "ndarray",
+            Self::Wgpu => "wgpu",
+            Self::Cuda => "cuda",
+        }
+    }
+
+    /// Whether this build includes the backend.
+    pub fn compiled_in(self) -> bool {
+        match self {
+            Self::Flex => cfg!(feature = "flex"),
+            Self::Ndarray => cfg!(feature = "ndarray"),
+            Self::Wgpu => cfg!(feature = "wgpu"),
+            Self::Cuda => cfg!(feature = "cuda"),
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = TrainError;
+    fn from_str(text: &str) -> Result<Self> {
+        let kind = match text {
+            "flex" | "cpu" => Self::Flex,
+            "ndarray" => Self::Ndarray,
+            "wgpu" => Self::Wgpu,
+            "cuda" => Self::Cuda,
+            _ => {
+                return Err(TrainError::Config(format!(
+                    "unknown backend `{text}`; choose one of: {}",
+                    Self::NAMES.join(", ")
+                )));
+            }
+        };
+        if !kind.compiled_in() {
+            return Err(TrainError::Config(format!(
+                "backend `{text}` is not compiled into this build; rebuild with `--features {text}` \
+                 (e.g. cargo run -p haares-train --features {text} -- …)"
+            )));
+        }
+        Ok(kind)
+    }
+}
+
+/// A job generic over the backend, run by [`dispatch`].
+pub trait BackendJob {
+    /// What the job returns.
+    type Output;
+    /// Runs the job on backend `B` and its default device.
+    fn run<B: AutodiffBackend>(
+        self,
+        device: B::Device,
+        backend: BackendKind,
+    ) -> Result<Self::Output>;
+}
+
+/// Runs `job` on the backend `kind` (which [`BackendKind::from_str`] has checked is compiled in).
+pub fn dispatch<J: BackendJob>(kind: BackendKind, job: J) -> Result<J::Output> {
+    use burn::backend::Autodiff;
+    match kind {
+        #[cfg(feature = "flex")]
+        BackendKind::Flex => job.run::<Autodiff<burn::backend::Flex>>(Default::default(), kind),
+        #[cfg(feature = "ndarray")]
+        BackendKind::Ndarray => {
+            job.run::<Autodiff<burn::backend::NdArray>>(Default::default(), kind)
+        }
+        #[cfg(feature = "wgpu")]
+        BackendKind::Wgpu => job.run::<Autodiff<burn::backend::Wgpu>>(Default::default(), kind),
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => job.run::<Autodiff<burn::backend::Cuda>>(Default::default(), kind),
+        #[allow(unreachable_patterns)]
+        other => Err(TrainError::Config(format!(
+            "backend `{other}` is not compiled into this build"
+        ))),
+    }
+}

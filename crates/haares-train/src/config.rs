@@ -1,0 +1,236 @@
+//! One run's complete configuration, and the residual-method names used in studies and on the
+//! command line.
+
+use haares_core::{HaaresOptions, ModelConfig, ResidualMethod};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, TrainError};
+use crate::optim::AdamWSettings;
+
+/// Which tokeniser a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenizerKind {
+    /// Characters: 4 specials + the most frequent training characters (at most 256 ids).
+    Char,
+    /// Byte-level BPE with 4096 entries, chunk-level 95/5 split (NOTES 10).
+    Bpe,
+}
+
+/// Everything that determines a run's result. Defaults are the paper's (tab:reprotrain,
+/// tab:modelconfig medium family); presets and overrides change fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    /// Registry dataset name (`sotu` is the embedded corpus).
+    pub dataset: String,
+    /// Tokeniser.
+    pub tokenizer: TokenizerKind,
+    /// Residual method (see [`parse_method`]).
+    pub method: String,
+    /// Layers L.
+    pub layers: usize,
+    /// Blocks N (must divide 2L).
+    pub blocks: usize,
+    /// Hidden width d.
+    pub d_model: usize,
+    /// SwiGLU inner width.
+    pub d_ff: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Positions trained on per chunk (≤ 512; the first `seq_len` of each prepared chunk).
+    pub seq_len: usize,
+    /// Sequences per step.
+    pub batch_size: usize,
+    /// Training steps.
+    pub steps: usize,
+    /// A validation pass every this many steps (and at the last step).
+    pub eval_every: usize,
+    /// A checkpoint every this many steps (and at the last step).
+    pub checkpoint_every: usize,
+    /// A metrics line every this many steps (mean train loss over the interval).
+    pub log_every: usize,
+    /// Chunks of the validation split per pass (the first ones, in file order); `None` = all.
+    pub val_chunks: Option<usize>,
+    /// Model-initialisation seed.
+    pub model_seed: u64,
+    /// Data-order seed.
+    pub data_seed: u64,
+    /// Optimizer settings.
+    pub optimizer: AdamWSettings,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            dataset: "openwebtext".into(),
+            tokenizer: TokenizerKind::Char,
+            method: "haares".into(),
+            layers: 48,
+            blocks: 4,
+            d_model: 512,
+            d_ff: 2048,
+            heads: 8,
+            seq_len: 512,
+            batch_size: 16,
+            steps: 30_000,
+            eval_every: 2_000,
+            checkpoint_every: 2_000,
+            log_every: 10,
+            val_chunks: None,
+            model_seed: 42,
+            data_seed: 42,
+            optimizer: AdamWSettings::default(),
+        }
+    }
+}
+
+impl RunConfig {
+    /// The model config for a vocabulary of `vocab_size` ids, validated.
+    pub fn model_config(&self, vocab_size: usize) -> Result<ModelConfig> {
+        let method = parse_method(&self.method)?;
+        let config = ModelConfig::new(vocab_size, self.d_model, self.d_ff, self.layers)
+            .with_n_heads(self.heads)
+            .with_blocks(self.blocks)
+            .with_method(method);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the fields the model config does not cover.
+    pub fn validate(&self) -> Result<()> {
+        let positive = [
+            ("steps", self.steps),
+            ("batch_size", self.batch_size),
+            ("seq_len", self.seq_len),
+            ("eval_every", self.eval_every),
+            ("checkpoint_every", self.checkpoint_every),
+            ("log_every", self.log_every),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(TrainError::Config(format!("`{field}` must be at least 1")));
+            }
+        }
+        if self.seq_len > haares_data::chunking::CHUNK_LEN - 1 {
+            return Err(TrainError::Config(format!(
+                "`seq_len` is {} but prepared chunks hold {} positions; choose seq_len ≤ {}",
+                self.seq_len,
+                haares_data::chunking::CHUNK_LEN - 1,
+                haares_data::chunking::CHUNK_LEN - 1
+            )));
+        }
+        if self.checkpoint_every % self.log_every != 0 {
+            return Err(TrainError::Config(format!(
+                "`checkpoint_every` ({}) must be a multiple of `log_every` ({}) so that a resumed \
+                 run logs the same intervals as an uninterrupted one",
+                self.checkpoint_every, self.log_every
+            )));
+        }
+        if self.val_chunks == Some(0) {
+            return Err(TrainError::Config(
+                "`val_chunks` must be at least 1 (leave it out for a full validation pass)".into(),
+            ));
+        }
+        let o = &self.optimizer;
+        let finite = o.lr.is_finite() && o.lr > 0.0 && o.weight_decay >= 0.0 && o.epsilon > 0.0;
+        let betas = (0.0..1.0).contains(&o.beta1) && (0.0..1.0).contains(&o.beta2);
+        if !finite || !betas || o.clip_norm.is_some_and(|c| c.is_nan() || c <= 0.0) {
+            return Err(TrainError::Config(format!(
+                "optimizer settings out of range: {o:?} (lr > 0, 0 ≤ β < 1, ε > 0, decay ≥ 0, clip > 0)"
+            )));
+        }
+        parse_method(&self.method)?;
+        // Vocabulary does not change validity; check the shape now with a stand-in.
+        self.model_config(256).map(|_| ())
+    }
+
+    /// Target tokens per step (positions × sequences; pads included).
+    pub fn tokens_per_step(&self) -> usize {
+        self.batch_size * self.seq_len
+    }
+}
+
+/// Every method name [`parse_method`] accepts, in report order.
+pub const METHOD_NAMES: &[&str] = &[
+    "standard",
+    "rezero",
+    "layerscale",
+    "block-attnres",
+    "haares-duplicated-c",
+    "haares-random-signs",
+    "haares-fixed-bias=0",
+    "haares-fixed-bias=-2",
+    "haares-fixed-bias=-4",
+    "haares-no-rms-match",
+    "haares",
+];
+
+/// Parses a method name: `standard`, `rezero`, `layerscale`, `block-attnres`, `haares`, and the
+/// ablations `haares-duplicated-c`, `haares-random-signs[=SEED]`, `haares-fixed-bias=VALUE`,
+/// `haares-no-rms-match` (tab:basisablation).
+pub fn parse_method(name: &str) -> Result<ResidualMethod> {
+    let unknown = || {
+        TrainError::Config(format!(
+            "unknown method `{name}`; choose one of: {} (fixed-bias and random-signs take any value, e.g. haares-fixed-bias=-3)",
+            METHOD_NAMES.join(", ")
+        ))
+    };
+    let (head, value) = match name.split_once('=') {
+        Some((head, value)) => (head, Some(value)),
+        None => (name, None),
+    };
+    let number = |v: Option<&str>| -> Result<f64> {
+        v.and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| v.is_finite())
+            .ok_or_else(unknown)
+    };
+    Ok(match (head, value) {
+        ("standard", None) => ResidualMethod::Standard,
+        ("rezero", None) => ResidualMethod::ReZero,
+        ("layerscale", None) => ResidualMethod::LayerScale { init: None },
+        ("block-attnres", None) => ResidualMethod::BlockAttnRes,
+        ("haares", None) => ResidualMethod::haares(),
+        ("haares-duplicated-c", None) => {
+            ResidualMethod::Haares(HaaresOptions::duplicated_cumulative())
+        }
+        ("haares-random-signs", seed) => {
+            // NOTES 6: the signs' seed is a config field, 0 unless named.
+            let seed = match seed {
+                Some(s) => s.parse::<u64>().map_err(|_| unknown())?,
+                None => 0,
+            };
+            ResidualMethod::Haares(HaaresOptions::random_signs(seed))
+        }
+        ("haares-fixed-bias", v) => {
+            ResidualMethod::Haares(HaaresOptions::fixed_detail_bias(number(v)?))
+        }
+        ("haares-no-rms-match", None) => ResidualMethod::Haares(HaaresOptions::without_rms_match()),
+        _ => return Err(unknown()),
+    })
+}
+
+/// The name a report prints for a method (the paper's table labels).
+pub fn method_label(name: &str) -> String {
+    match name.split_once('=') {
+        _ if name == "standard" => "Standard Residual".into(),
+        _ if name == "rezero" => "ReZero".into(),
+        _ if name == "layerscale" => "LayerScale".into(),
+        _ if name == "block-attnres" => "Block AttnRes".into(),
+        _ if name == "haares" => "HAARES".into(),
+        _ if name == "haares-duplicated-c" => "Duplicated C×2".into(),
+        _ if name == "haares-no-rms-match" => "HAARES without RMS match".into(),
+        Some(("haares-fixed-bias", v)) => format!("Fixed detail bias {v}"),
+        _ if name.starts_with("haares-random-signs") => "Random-sign detail".into(),
+        _ => name.into(),
+    }
+}
+
+/// Report order of a method name: baselines first, HAARES last.
+pub fn method_rank(name: &str) -> usize {
+    let head = name.split('=').next().unwrap_or(name);
+    METHOD_NAMES
+        .iter()
+        .position(|m| m.split('=').next() == Some(head))
+        .unwrap_or(METHOD_NAMES.len())
+}

@@ -1,0 +1,89 @@
+//! Errors of the runner: each says what went wrong, where, and how to fix it.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Everything that can stop a run, a sweep or a report.
+#[derive(Debug)]
+pub enum TrainError {
+    /// A command-line value or study field is invalid.
+    Config(String),
+    /// A model could not be built or read.
+    Model(haares_core::HaaresError),
+    /// A dataset could not be read or prepared.
+    Data(haares_data::DataError),
+    /// A file or directory could not be read or written.
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A checkpoint is missing, corrupt, or belongs to another run.
+    Checkpoint(String),
+    /// The loss became NaN or infinite.
+    NonFinite {
+        /// The step whose loss was not finite.
+        step: usize,
+        /// The run directory that keeps the last good checkpoint.
+        run_dir: PathBuf,
+    },
+    /// A report could not be produced.
+    Report(String),
+}
+
+/// Result with a [`TrainError`].
+pub type Result<T> = std::result::Result<T, TrainError>;
+
+impl TrainError {
+    /// An I/O error at `path`.
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+impl fmt::Display for TrainError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(message) => write!(f, "invalid configuration: {message}"),
+            Self::Model(error) => write!(f, "model: {error}"),
+            Self::Data(error) => write!(f, "data: {error}"),
+            Self::Io { path, source } => write!(
+                f,
+                "cannot access `{}`: {source} (check that the directory exists and is writable)",
+                path.display()
+            ),
+            Self::Checkpoint(message) => write!(f, "checkpoint: {message}"),
+            Self::NonFinite { step, run_dir } => write!(
+                f,
+                "the training loss became NaN or infinite at step {step}; the run stopped and its \
+                 last good checkpoint is kept in `{}` (lower the learning rate or check the data)",
+                run_dir.display()
+            ),
+            Self::Report(message) => write!(f, "report: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for TrainError {}
+
+impl From<haares_core::HaaresError> for TrainError {
+    fn from(error: haares_core::HaaresError) -> Self {
+        Self::Model(error)
+    }
+}
+
+impl From<haares_data::DataError> for TrainError {
+    fn from(error: haares_data::DataError) -> Self {
+        Self::Data(error)
+    }
+}
+
+/// Writes `bytes` to `path` atomically (temporary file, sync, rename): a reader sees the old file
+/// or the new one, never half of one.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    Ok(haares_data::write_atomically(path, bytes)?)
+}

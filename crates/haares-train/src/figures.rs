@@ -1,0 +1,305 @@
+//! Report figures drawn with `plotters`, each as SVG and PNG: validation curves per setting, and
+//! the paired-effect figure (fig:pairedevidence). Text uses the embedded DejaVu Sans font, so no
+//! system font library is needed.
+
+use std::path::Path;
+use std::sync::Once;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::config::method_label;
+use crate::error::{Result, TrainError};
+use crate::report::{Finished, Pair, mean_sd};
+
+const FONT: &str = "sans-serif";
+static REGISTER_FONT: Once = Once::new();
+
+fn register_font() {
+    REGISTER_FONT.call_once(|| {
+        // The embedded font is a valid TrueType file; a failure would leave text undrawn, not crash.
+        let _ = plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular());
+    });
+}
+
+type DrawResult = std::result::Result<(), String>;
+
+/// Draws every figure into `study_dir/figures/`; returns `(caption, relative path of the SVG)`.
+pub fn draw(
+    study_dir: &Path,
+    settings: &[String],
+    finished: &[Finished],
+    pairs: &[Pair],
+) -> Result<Vec<(String, String)>> {
+    register_font();
+    let dir = study_dir.join("figures");
+    std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
+    let mut methods: Vec<&str> = finished.iter().map(|f| f.method.as_str()).collect();
+    methods.sort_by_key(|m| (crate::config::method_rank(m), m.to_string()));
+    methods.dedup();
+    let mut written = Vec::new();
+    for setting in settings {
+        let runs: Vec<&Finished> = finished.iter().filter(|f| &f.setting == setting).collect();
+        if runs.is_empty() {
+            continue;
+        }
+        let stem = format!("val-curves-{}", slug(setting));
+        save_both(
+            &dir,
+            &stem,
+            (900, 560),
+            &Plot::Curves {
+                setting,
+                runs: &runs,
+                methods: &methods,
+            },
+        )?;
+        written.push((
+            format!("Validation curves, {setting}"),
+            format!("figures/{stem}.svg"),
+        ));
+    }
+    if !pairs.is_empty() {
+        save_both(
+            &dir,
+            "paired-effect",
+            (900, 140 + 60 * groups(pairs).len() as u32),
+            &Plot::Paired(pairs),
+        )?;
+        written.push((
+            "Paired reductions ℓ_Block − ℓ_M".into(),
+            "figures/paired-effect.svg".into(),
+        ));
+    }
+    Ok(written)
+}
+
+fn slug(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// A figure, drawable on any plotters backend.
+enum Plot<'a> {
+    Curves {
+        setting: &'a str,
+        runs: &'a [&'a Finished],
+        methods: &'a [&'a str],
+    },
+    Paired(&'a [Pair]),
+}
+
+impl Plot<'_> {
+    fn render<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult {
+        match self {
+            Self::Curves {
+                setting,
+                runs,
+                methods,
+            } => curves(area, setting, runs, methods),
+            Self::Paired(pairs) => paired_effect(area, pairs),
+        }
+    }
+}
+
+/// Renders `plot` to `<stem>.svg` and `<stem>.png`, each through a temporary file and a rename.
+fn save_both(dir: &Path, stem: &str, size: (u32, u32), plot: &Plot<'_>) -> Result<()> {
+    let fail = |e: String| TrainError::Report(format!("figure `{stem}`: {e}"));
+    let pid = std::process::id();
+    let (svg, svg_tmp) = (
+        dir.join(format!("{stem}.svg")),
+        dir.join(format!(".{stem}.tmp-{pid}.svg")),
+    );
+    {
+        let area = SVGBackend::new(&svg_tmp, size).into_drawing_area();
+        plot.render(&area).map_err(fail)?;
+        area.present().map_err(|e| fail(e.to_string()))?;
+    }
+    std::fs::rename(&svg_tmp, &svg).map_err(|e| TrainError::io(&svg, e))?;
+    let (png, png_tmp) = (
+        dir.join(format!("{stem}.png")),
+        dir.join(format!(".{stem}.tmp-{pid}.png")),
+    );
+    {
+        let area = BitMapBackend::new(&png_tmp, size).into_drawing_area();
+        plot.render(&area).map_err(fail)?;
+        area.present().map_err(|e| fail(e.to_string()))?;
+    }
+    std::fs::rename(&png_tmp, &png).map_err(|e| TrainError::io(&png, e))
+}
+
+fn color(index: usize) -> RGBColor {
+    const COLORS: [RGBColor; 8] = [
+        RGBColor(0, 114, 178),
+        RGBColor(213, 94, 0),
+        RGBColor(0, 158, 115),
+        RGBColor(204, 121, 167),
+        RGBColor(230, 159, 0),
+        RGBColor(86, 180, 233),
+        RGBColor(120, 120, 120),
+        RGBColor(0, 0, 0),
+    ];
+    COLORS[index % COLORS.len()]
+}
+
+fn curves<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    setting: &str,
+    runs: &[&Finished],
+    methods: &[&str],
+) -> DrawResult {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    area.fill(&WHITE).map_err(e)?;
+    let points = runs.iter().flat_map(|r| r.summary.val_curve.iter());
+    let (mut lo, mut hi, mut last) = (f64::INFINITY, f64::NEG_INFINITY, 1usize);
+    for (step, loss) in points {
+        (lo, hi, last) = (lo.min(*loss), hi.max(*loss), last.max(*step));
+    }
+    let pad = ((hi - lo) * 0.05).max(1e-3);
+    let mut chart = ChartBuilder::on(area)
+        .caption(format!("Validation loss, {setting}"), (FONT, 22))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0f64..last as f64, (lo - pad)..(hi + pad))
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc("validation loss (nats/token)")
+        .label_style((FONT, 14))
+        .draw()
+        .map_err(e)?;
+    for (m, method) in methods.iter().enumerate() {
+        let style = color(m);
+        for (k, run) in runs.iter().filter(|r| r.method == *method).enumerate() {
+            let line: Vec<(f64, f64)> = run
+                .summary
+                .val_curve
+                .iter()
+                .map(|(s, l)| (*s as f64, *l))
+                .collect();
+            let series = chart
+                .draw_series(LineSeries::new(line.clone(), style.stroke_width(2)))
+                .map_err(e)?;
+            if k == 0 {
+                series.label(method_label(method)).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], style.stroke_width(2))
+                });
+            }
+            chart
+                .draw_series(line.iter().map(|p| Circle::new(*p, 3, style.filled())))
+                .map_err(e)?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .label_font((FONT, 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)?;
+    Ok(())
+}
+
+fn groups(pairs: &[Pair]) -> Vec<(String, String)> {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for p in pairs {
+        let key = (p.setting.clone(), p.method.clone());
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    keys
+}
+
+fn paired_effect<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, pairs: &[Pair]) -> DrawResult {
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    area.fill(&WHITE).map_err(e)?;
+    let keys = groups(pairs);
+    let span = pairs
+        .iter()
+        .map(|p| p.reduction().abs())
+        .fold(1e-3, f64::max)
+        * 1.15;
+    let label = |y: &f64| {
+        let i = y.round();
+        if (y - i).abs() > 1e-6 || i < 0.0 || i as usize >= keys.len() {
+            return String::new();
+        }
+        let (setting, method) = &keys[i as usize];
+        format!("{setting} · {}", method_label(method))
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "Paired reductions ℓ_Block − ℓ_M (positive favours M)",
+            (FONT, 20),
+        )
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(220)
+        .build_cartesian_2d(-span..span, -0.6f64..(keys.len() as f64 - 0.4))
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .y_labels(keys.len().max(1) * 2 + 1)
+        .y_label_formatter(&label)
+        .x_desc("reduction in best validation loss")
+        .label_style((FONT, 14))
+        .disable_y_mesh()
+        .draw()
+        .map_err(e)?;
+    chart
+        .draw_series(LineSeries::new(
+            vec![(0.0, -0.6), (0.0, keys.len() as f64 - 0.4)],
+            BLACK.stroke_width(1),
+        ))
+        .map_err(e)?;
+    for (i, (setting, method)) in keys.iter().enumerate() {
+        let values: Vec<f64> = pairs
+            .iter()
+            .filter(|p| &p.setting == setting && &p.method == method)
+            .map(Pair::reduction)
+            .collect();
+        let y = i as f64;
+        let (min, max) = values
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+                (a.min(*v), b.max(*v))
+            });
+        let style = color(i);
+        chart
+            .draw_series(LineSeries::new(
+                vec![(min, y), (max, y)],
+                style.stroke_width(2),
+            ))
+            .map_err(e)?;
+        chart
+            .draw_series(
+                values
+                    .iter()
+                    .map(|v| Circle::new((*v, y), 5, style.filled())),
+            )
+            .map_err(e)?;
+        let (mean, _) = mean_sd(&values);
+        chart
+            .draw_series(std::iter::once(Polygon::new(
+                vec![
+                    (mean, y + 0.18),
+                    (mean + span * 0.02, y),
+                    (mean, y - 0.18),
+                    (mean - span * 0.02, y),
+                ],
+                BLACK.filled(),
+            )))
+            .map_err(e)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,236 @@
+//! Looking at a trained model: validation loss of a checkpoint (`eval`) and text generation with
+//! temperature and top-k (`sample`).
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Int, Tensor, TensorData};
+use haares_core::HaaresModel;
+use haares_data::batching::validation_batches;
+
+use crate::backend::{BackendJob, BackendKind};
+use crate::config::RunConfig;
+use crate::data::{self, DataPaths, Tokenizer};
+use crate::error::{Result, TrainError};
+use crate::loss::validation_loss;
+
+/// A model file and the run it belongs to: a `.safetensors` file inside a run directory (its
+/// `config.json` and `tokenizer.json` are beside it or one level up), or the run directory itself
+/// (then its best model, else its last checkpoint).
+pub struct ModelSource {
+    /// The `.safetensors` file.
+    pub model: PathBuf,
+    /// The run directory.
+    pub run_dir: PathBuf,
+}
+
+impl ModelSource {
+    /// Resolves `path` as described on [`ModelSource`].
+    pub fn resolve(path: &Path) -> Result<Self> {
+        if path.is_dir() {
+            let candidates = [
+                path.join("best-model.safetensors"),
+                path.join("checkpoint/model.safetensors"),
+            ];
+            let model = candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
+                TrainError::Checkpoint(format!(
+                    "`{}` holds no best-model.safetensors or checkpoint/model.safetensors; is it a run directory?",
+                    path.display()
+                ))
+            })?;
+            return Ok(Self {
+                model,
+                run_dir: path.to_path_buf(),
+            });
+        }
+        if !path.is_file() {
+            return Err(TrainError::Checkpoint(format!(
+                "`{}` does not exist",
+                path.display()
+            )));
+        }
+        let run_dir = path
+            .ancestors()
+            .skip(1)
+            .take(2)
+            .find(|dir| dir.join("config.json").is_file())
+            .ok_or_else(|| {
+                TrainError::Checkpoint(format!(
+                    "no config.json beside `{}` or one directory up; pass a file inside a run directory",
+                    path.display()
+                ))
+            })?
+            .to_path_buf();
+        Ok(Self {
+            model: path.to_path_buf(),
+            run_dir,
+        })
+    }
+
+    /// The run's config.
+    pub fn run_config(&self) -> Result<RunConfig> {
+        let path = self.run_dir.join("config.json");
+        let bytes = std::fs::read(&path).map_err(|e| TrainError::io(&path, e))?;
+        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            TrainError::Checkpoint(format!("`{}` is not JSON: {e}", path.display()))
+        })?;
+        serde_json::from_value(value["run"].clone()).map_err(|e| {
+            TrainError::Checkpoint(format!("`{}` holds no run config: {e}", path.display()))
+        })
+    }
+
+    /// The run's tokeniser.
+    pub fn tokenizer(&self) -> Result<Tokenizer> {
+        Tokenizer::load(
+            self.run_config()?.tokenizer,
+            &self.run_dir.join("tokenizer.json"),
+        )
+    }
+
+    fn load<B: Backend>(&self, device: &B::Device) -> Result<HaaresModel<B>> {
+        Ok(HaaresModel::<B>::load_safetensors(&self.model, device)?)
+    }
+}
+
+/// `eval`: the validation loss of a model on a dataset's validation split.
+pub struct EvalJob {
+    /// The model.
+    pub source: ModelSource,
+    /// Dataset to evaluate on (the run's own when `None`).
+    pub dataset: Option<String>,
+    /// Chunks to evaluate (all when `None`).
+    pub chunks: Option<usize>,
+    /// Data locations.
+    pub paths: DataPaths,
+}
+
+impl BackendJob for EvalJob {
+    type Output = (f64, usize);
+
+    fn run<B: AutodiffBackend>(self, device: B::Device, _: BackendKind) -> Result<(f64, usize)> {
+        let mut config = self.source.run_config()?;
+        if let Some(dataset) = self.dataset {
+            config.dataset = dataset;
+        }
+        let data = data::prepare(&config, &self.paths, true)?;
+        let saved = self.source.tokenizer()?;
+        if saved.vocab_size() != data.tokenizer.vocab_size() {
+            return Err(TrainError::Config(format!(
+                "the model's tokeniser has {} ids but dataset `{}` prepares {}; evaluate on the run's own dataset",
+                saved.vocab_size(),
+                config.dataset,
+                data.tokenizer.vocab_size()
+            )));
+        }
+        let model = self.source.load::<B::InnerBackend>(&device)?;
+        let chunks = self
+            .chunks
+            .unwrap_or(data.validation.len())
+            .min(data.validation.len());
+        let batches = validation_batches(&data.validation, config.batch_size)
+            .take(chunks.div_ceil(config.batch_size));
+        Ok((
+            validation_loss(&model, batches, config.seq_len, &device),
+            chunks,
+        ))
+    }
+}
+
+/// `sample`: text generated from a prompt.
+pub struct SampleJob {
+    /// The model.
+    pub source: ModelSource,
+    /// The prompt.
+    pub prompt: String,
+    /// New tokens to generate.
+    pub tokens: usize,
+    /// Softmax temperature (0 = greedy).
+    pub temperature: f64,
+    /// Keep only the k most likely tokens (0 = all).
+    pub top_k: usize,
+    /// Sampling seed.
+    pub seed: u64,
+}
+
+impl BackendJob for SampleJob {
+    type Output = String;
+
+    fn run<B: AutodiffBackend>(self, device: B::Device, _: BackendKind) -> Result<String> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(TrainError::Config(format!(
+                "--temperature must be ≥ 0, got {}",
+                self.temperature
+            )));
+        }
+        let tokenizer = self.source.tokenizer()?;
+        let model = self.source.load::<B::InnerBackend>(&device)?;
+        let mut ids = tokenizer.encode(&self.prompt)?;
+        if ids.is_empty() {
+            return Err(TrainError::Config(
+                "the prompt is empty; give a few characters with --prompt".into(),
+            ));
+        }
+        let context = model.config.max_seq_len.min(512);
+        let mut rng = SplitMix64(self.seed);
+        let start = ids.len();
+        for _ in 0..self.tokens {
+            let window = &ids[ids.len().saturating_sub(context)..];
+            let input: Vec<i64> = window.iter().map(|&t| t as i64).collect();
+            let tokens = Tensor::<B::InnerBackend, 2, Int>::from_data(
+                TensorData::new(input, [1, window.len()]),
+                &device,
+            );
+            let logits = model.forward(tokens)?;
+            let [_, seq, vocab] = logits.dims();
+            let last: Vec<f32> = logits
+                .slice([0..1, seq - 1..seq, 0..vocab])
+                .into_data()
+                .convert::<f32>()
+                .to_vec()
+                .expect("f32 logits");
+            ids.push(choose(&last, self.temperature, self.top_k, &mut rng) as u32);
+        }
+        tokenizer.decode(&ids[start..])
+    }
+}
+
+/// Picks a token from `logits`: greedy at temperature 0, else softmax(logits / T) over the top k.
+pub fn choose(logits: &[f32], temperature: f64, top_k: usize, rng: &mut SplitMix64) -> usize {
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    if temperature == 0.0 {
+        return order[0];
+    }
+    let keep = if top_k == 0 {
+        order.len()
+    } else {
+        top_k.min(order.len())
+    };
+    let max = logits[order[0]] as f64;
+    let weights: Vec<f64> = order[..keep]
+        .iter()
+        .map(|&i| ((logits[i] as f64 - max) / temperature).exp())
+        .collect();
+    let mut target = rng.next_f64() * weights.iter().sum::<f64>();
+    for (k, w) in weights.iter().enumerate() {
+        if target < *w {
+            return order[k];
+        }
+        target -= w;
+    }
+    order[keep - 1]
+}
+
+/// A small seeded generator for sampling (the same SplitMix64 step as the data order).
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    /// A uniform number in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}

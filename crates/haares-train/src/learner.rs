@@ -1,0 +1,264 @@
+//! The learner loop (tab:reprotrain): fixed step budget, AdamW with the paper's decay groups and
+//! global clipping, a validation pass on a fixed grid with the best-so-far endpoint (eq:endpoint),
+//! atomic checkpoints and exact resumption.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use burn::module::{AutodiffModule, Module};
+use burn::tensor::ElementConversion;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use haares_core::{HaaresModel, ModelConfig};
+use haares_data::batching::{BatchIterator, validation_batches};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+use crate::config::RunConfig;
+use crate::data::RunData;
+use crate::error::{Result, TrainError, write_atomically};
+use crate::loss::{mean_cross_entropy, to_device, validation_loss};
+use crate::metrics::{MetricsLine, MetricsLog, peak_memory_bytes};
+use crate::optim::AdamW;
+use crate::run_checkpoint::{self, LoopState, best_of};
+
+/// Burn backends seed one process-wide generator: seeding and initialising under one lock keeps
+/// a model's initial weights a function of its seed alone, also when tests run in parallel.
+static INIT_LOCK: Mutex<()> = Mutex::new(());
+
+/// A model of `config` initialised from `seed`.
+pub fn init_model<B: Backend>(
+    config: &ModelConfig,
+    seed: u64,
+    device: &B::Device,
+) -> Result<HaaresModel<B>> {
+    let _guard = INIT_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    B::seed(device, seed);
+    Ok(config.init::<B>(device)?)
+}
+
+/// How a call to [`train`] behaves beyond the config.
+#[derive(Debug, Clone, Default)]
+pub struct TrainOptions {
+    /// Show a progress bar.
+    pub progress: bool,
+    /// Return after this step without a final checkpoint, as if the process were killed there
+    /// (resumption tests and time-sliced schedulers).
+    pub stop_after: Option<usize>,
+    /// Label shown in the progress bar.
+    pub label: String,
+    /// Where the progress bar is drawn when several runs train at once.
+    pub bars: Option<indicatif::MultiProgress>,
+}
+
+/// What a finished run leaves in `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// The run's config.
+    pub config: RunConfig,
+    /// Vocabulary size of the tokeniser.
+    pub vocab_size: usize,
+    /// Trainable parameters (every tensor).
+    pub parameters: usize,
+    /// Steps trained.
+    pub steps: usize,
+    /// Best validation loss on the grid (eq:endpoint).
+    pub best_val_loss: f64,
+    /// Step of the best validation loss.
+    pub best_step: usize,
+    /// Every validation pass, `(step, loss)`.
+    pub val_curve: Vec<(usize, f64)>,
+    /// Training target tokens per second from step 0 (startup included, validation excluded).
+    pub tokens_per_s: f64,
+    /// Training seconds.
+    pub train_seconds: f64,
+    /// The backend that ran it.
+    pub backend: String,
+}
+
+/// How a call to [`train`] ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The budget is done; the summary is written.
+    Finished(RunSummary),
+    /// Stopped early by [`TrainOptions::stop_after`].
+    Stopped {
+        /// Last completed step.
+        step: usize,
+    },
+}
+
+/// The summary file of a finished run.
+pub fn summary_path(run_dir: &Path) -> std::path::PathBuf {
+    run_dir.join("summary.json")
+}
+
+/// Trains `config` on `data` in `run_dir`, resuming from its last checkpoint if there is one.
+pub fn train<B: AutodiffBackend>(
+    config: &RunConfig,
+    data: &RunData,
+    run_dir: &Path,
+    backend: &str,
+    device: &B::Device,
+    options: &TrainOptions,
+) -> Result<Outcome> {
+    config.validate()?;
+    std::fs::create_dir_all(run_dir).map_err(|e| TrainError::io(run_dir, e))?;
+    let vocab = data.tokenizer.vocab_size();
+    let model_config = config.model_config(vocab)?;
+    let config_path = run_dir.join("config.json");
+    if !config_path.exists() {
+        let json = serde_json::json!({ "run": config, "model": model_config });
+        write_atomically(
+            &config_path,
+            &serde_json::to_vec_pretty(&json).expect("json"),
+        )?;
+        data.tokenizer.save(&run_dir.join("tokenizer.json"))?;
+    }
+
+    let (mut model, mut optimizer, mut state) = match run_checkpoint::latest(run_dir) {
+        Some(dir) => {
+            let loaded = run_checkpoint::load::<B>(&dir, config, device)?;
+            (loaded.model, loaded.optimizer, loaded.state)
+        }
+        None => {
+            let model = init_model::<B>(&model_config, config.model_seed, device)?;
+            let state = LoopState {
+                step: 0,
+                optimizer_steps: 0,
+                data_position: BatchIterator::new(
+                    &data.train,
+                    config.batch_size,
+                    config.data_seed,
+                )?
+                .position(),
+                val_curve: Vec::new(),
+                train_seconds: 0.0,
+                config: config.clone(),
+            };
+            (model, AdamW::new(config.optimizer), state)
+        }
+    };
+    if model.config.vocab_size != vocab {
+        return Err(TrainError::Checkpoint(format!(
+            "the checkpoint's model has {} ids but the tokeniser has {vocab}",
+            model.config.vocab_size
+        )));
+    }
+    let mut batches = BatchIterator::restore(&data.train, state.data_position)?;
+    let mut metrics = MetricsLog::open(&run_dir.join("metrics.jsonl"), state.step)?;
+    let bar = progress_bar(options, config.steps, state.step);
+
+    let (mut interval_loss, mut interval_steps) = (0.0, 0usize);
+    let mut interval_seconds = 0.0;
+    while state.step < config.steps {
+        let started = Instant::now();
+        let batch = to_device::<B>(&batches.next_batch(), config.seq_len, device);
+        let loss = mean_cross_entropy(&model, &batch);
+        let value = loss.clone().into_scalar().elem::<f64>();
+        if !value.is_finite() {
+            bar.abandon();
+            return Err(TrainError::NonFinite {
+                step: state.step + 1,
+                run_dir: run_dir.to_path_buf(),
+            });
+        }
+        let grads = loss.backward();
+        let stats = optimizer.step(&mut model, &grads);
+        state.step += 1;
+        let seconds = started.elapsed().as_secs_f64();
+        state.train_seconds += seconds;
+        interval_seconds += seconds;
+        (interval_loss, interval_steps) = (interval_loss + value, interval_steps + 1);
+
+        let last = state.step == config.steps;
+        let evaluate = state.step % config.eval_every == 0 || last;
+        let val_loss = evaluate.then(|| {
+            let valid = model.valid();
+            let passes = validation_batches(&data.validation, config.batch_size);
+            let chunks = config.val_chunks.unwrap_or(usize::MAX);
+            let take = chunks.div_ceil(config.batch_size);
+            validation_loss(&valid, passes.take(take), config.seq_len, device)
+        });
+        if let Some(loss) = val_loss {
+            state.val_curve.push((state.step, loss));
+        }
+        if state.step % config.log_every == 0 || last || val_loss.is_some() {
+            metrics.write(&MetricsLine {
+                step: state.step,
+                train_loss: Some(interval_loss / interval_steps.max(1) as f64),
+                grad_norm: Some(stats.grad_norm),
+                val_loss,
+                tokens_per_s: Some(
+                    (interval_steps * config.tokens_per_step()) as f64 / interval_seconds.max(1e-9),
+                ),
+                elapsed_s: state.train_seconds,
+                peak_memory_bytes: peak_memory_bytes(),
+            })?;
+            bar.set_message(format!(
+                "loss {:.4}{} | {:.0} tok/s",
+                interval_loss / interval_steps.max(1) as f64,
+                best_of(&state.val_curve)
+                    .map(|(_, l)| format!(" | best val {l:.4}"))
+                    .unwrap_or_default(),
+                (interval_steps * config.tokens_per_step()) as f64 / interval_seconds.max(1e-9)
+            ));
+            (interval_loss, interval_steps, interval_seconds) = (0.0, 0, 0.0);
+        }
+        bar.set_position(state.step as u64);
+        if let Some((best_step, _)) = best_of(&state.val_curve)
+            && best_step == state.step
+            && val_loss.is_some()
+        {
+            model.save_safetensors(run_dir.join("best-model.safetensors"))?;
+        }
+        if options.stop_after == Some(state.step) && !last {
+            bar.abandon();
+            return Ok(Outcome::Stopped { step: state.step });
+        }
+        if state.step % config.checkpoint_every == 0 || last {
+            state.optimizer_steps = optimizer.steps;
+            state.data_position = batches.position();
+            run_checkpoint::save(run_dir, &model, &optimizer, &state)?;
+        }
+    }
+    bar.finish();
+    let (best_step, best_val_loss) = state.best().unwrap_or((0, f64::NAN));
+    let summary = RunSummary {
+        config: config.clone(),
+        vocab_size: vocab,
+        parameters: model.num_params(),
+        steps: state.step,
+        best_val_loss,
+        best_step,
+        val_curve: state.val_curve.clone(),
+        tokens_per_s: (state.step * config.tokens_per_step()) as f64
+            / state.train_seconds.max(1e-9),
+        train_seconds: state.train_seconds,
+        backend: backend.to_string(),
+    };
+    write_atomically(
+        &summary_path(run_dir),
+        &serde_json::to_vec_pretty(&summary).expect("summary serialises"),
+    )?;
+    Ok(Outcome::Finished(summary))
+}
+
+fn progress_bar(options: &TrainOptions, steps: usize, done: usize) -> ProgressBar {
+    if !options.progress {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(steps as u64).with_position(done as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(options.label.clone());
+    match &options.bars {
+        Some(bars) => bars.add(bar),
+        None => bar,
+    }
+}

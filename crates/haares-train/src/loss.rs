@@ -1,0 +1,92 @@
+//! The training objective (NOTES 11): mean cross-entropy over non-pad target tokens; validation
+//! loss token-weighted over the whole split.
+
+use burn::tensor::activation::log_softmax;
+use burn::tensor::backend::Backend;
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use haares_core::HaaresModel;
+use haares_data::batching::Batch;
+
+/// A batch on the device, cropped to the first `seq_len` positions of each chunk.
+pub struct DeviceBatch<B: Backend> {
+    /// Input ids `[batch, seq]`.
+    pub inputs: Tensor<B, 2, Int>,
+    /// Target ids `[batch, seq]`.
+    pub targets: Tensor<B, 2, Int>,
+    /// 1 for real targets, 0 for pads `[batch, seq]`.
+    pub mask: Tensor<B, 2>,
+    /// Number of real target tokens.
+    pub real_targets: usize,
+}
+
+/// Moves `batch` to `device`, keeping the first `seq_len` positions of every row (the CPU presets
+/// train on shorter contexts than the prepared 512).
+pub fn to_device<B: Backend>(batch: &Batch, seq_len: usize, device: &B::Device) -> DeviceBatch<B> {
+    let seq = seq_len.min(batch.seq_len);
+    let rows = batch.batch_size;
+    let crop = |values: &[u32]| -> Vec<i64> {
+        values
+            .chunks(batch.seq_len)
+            .flat_map(|row| row[..seq].iter().map(|&t| t as i64))
+            .collect()
+    };
+    let mask: Vec<f32> = batch
+        .mask
+        .chunks(batch.seq_len)
+        .flat_map(|row| row[..seq].iter().copied())
+        .collect();
+    let real_targets = mask.iter().filter(|m| **m > 0.0).count();
+    DeviceBatch {
+        inputs: Tensor::from_data(TensorData::new(crop(&batch.inputs), [rows, seq]), device),
+        targets: Tensor::from_data(TensorData::new(crop(&batch.targets), [rows, seq]), device),
+        mask: Tensor::<B, 2>::from_data(TensorData::new(mask, [rows, seq]), device),
+        real_targets,
+    }
+}
+
+/// Sum of the cross-entropy over real target tokens (a scalar tensor).
+pub fn summed_cross_entropy<B: Backend>(
+    model: &HaaresModel<B>,
+    batch: &DeviceBatch<B>,
+) -> Tensor<B, 1> {
+    let logits = model.forward_unchecked(batch.inputs.clone());
+    let [rows, seq, vocab] = logits.dims();
+    let log_probs = log_softmax(logits.reshape([rows * seq, vocab]), 1);
+    let picked = log_probs.gather(1, batch.targets.clone().reshape([rows * seq, 1]));
+    let mask = batch.mask.clone().reshape([rows * seq, 1]);
+    -(picked * mask).sum()
+}
+
+/// Mean cross-entropy over the batch's real targets (the training loss). A batch without a real
+/// target has loss 0.
+pub fn mean_cross_entropy<B: Backend>(
+    model: &HaaresModel<B>,
+    batch: &DeviceBatch<B>,
+) -> Tensor<B, 1> {
+    summed_cross_entropy(model, batch) / batch.real_targets.max(1) as f64
+}
+
+/// Token-weighted validation loss over `batches`: Σ losses / Σ real targets.
+pub fn validation_loss<B: Backend>(
+    model: &HaaresModel<B>,
+    batches: impl Iterator<Item = Batch>,
+    seq_len: usize,
+    device: &B::Device,
+) -> f64 {
+    let (mut total, mut tokens) = (0.0f64, 0usize);
+    for batch in batches {
+        let batch = to_device::<B>(&batch, seq_len, device);
+        if batch.real_targets == 0 {
+            continue;
+        }
+        total += summed_cross_entropy(model, &batch)
+            .into_scalar()
+            .elem::<f64>();
+        tokens += batch.real_targets;
+    }
+    if tokens == 0 {
+        f64::NAN
+    } else {
+        total / tokens as f64
+    }
+}

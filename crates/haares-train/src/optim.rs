@@ -1,0 +1,267 @@
+//! AdamW with the paper's weight-decay exclusions and global gradient-norm clipping
+//! (tab:reprotrain), keeping its state under the checkpoint's parameter names.
+//!
+//! Burn's `AdamW` decays every parameter alike and clips per tensor; the paper decays only weight
+//! matrices and clips the global norm, as PyTorch's `clip_grad_norm_` does. State keyed by name
+//! (not by Burn's `ParamId`) survives a save and load of the model.
+
+use std::collections::BTreeMap;
+
+use burn::module::Param;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Tensor, TensorData};
+use haares_core::HaaresModel;
+use haares_core::checkpoint::ParamVisitor;
+use serde::{Deserialize, Serialize};
+
+/// AdamW hyper-parameters; the defaults are the paper's (tab:reprotrain).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AdamWSettings {
+    /// Learning rate, constant (no warmup, no decay). Default 3e-4.
+    pub lr: f64,
+    /// First-moment decay β₁. Default 0.9.
+    pub beta1: f64,
+    /// Second-moment decay β₂. Default 0.95.
+    pub beta2: f64,
+    /// Denominator ε. Default 1e-8.
+    pub epsilon: f64,
+    /// Decoupled weight decay of the decayed group. Default 0.01.
+    pub weight_decay: f64,
+    /// Global gradient-norm clip; `None` disables clipping. Default 1.0.
+    pub clip_norm: Option<f64>,
+}
+
+impl Default for AdamWSettings {
+    fn default() -> Self {
+        Self {
+            lr: 3e-4,
+            beta1: 0.9,
+            beta2: 0.95,
+            epsilon: 1e-8,
+            weight_decay: 0.01,
+            clip_norm: Some(1.0),
+        }
+    }
+}
+
+/// Whether the parameter `name` of rank `rank` is weight-decayed: only matrices with at least two
+/// dimensions that are not biases, norm weights, gates, residual scales or router parameters.
+/// (The SwiGLU `w_gate` projection is a weight matrix, not a gate, and decays.)
+pub fn decays(name: &str, rank: usize) -> bool {
+    let excluded = |segment: &str| {
+        segment.ends_with("norm")
+            || segment.ends_with("router")
+            || segment.ends_with("bias")
+            || segment == "query"
+            || matches!(segment, "attn_gate" | "mlp_gate" | "gate")
+            || segment.ends_with("_scale")
+    };
+    rank >= 2 && !name.split('.').any(excluded)
+}
+
+/// First and second moments of one parameter, flattened.
+#[derive(Debug, Clone)]
+pub struct Moments<B: Backend> {
+    /// Exponential average of gradients.
+    pub exp_avg: Tensor<B, 1>,
+    /// Exponential average of squared gradients.
+    pub exp_avg_sq: Tensor<B, 1>,
+}
+
+/// The optimizer: settings, the number of updates taken, and the moments by parameter name.
+#[derive(Debug, Clone)]
+pub struct AdamW<B: Backend> {
+    /// Hyper-parameters.
+    pub settings: AdamWSettings,
+    /// Updates applied so far (the bias-correction time step).
+    pub steps: u64,
+    /// Moments by parameter checkpoint name.
+    pub state: BTreeMap<String, Moments<B>>,
+}
+
+/// What one update did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UpdateStats {
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+}
+
+impl<B: Backend> AdamW<B> {
+    /// A fresh optimizer.
+    pub fn new(settings: AdamWSettings) -> Self {
+        Self {
+            settings,
+            steps: 0,
+            state: BTreeMap::new(),
+        }
+    }
+
+    /// Clips the global gradient norm, then applies one AdamW update to every parameter with a
+    /// gradient (PyTorch semantics: decoupled decay `p ← p − lr·λ·p`, bias-corrected moments,
+    /// `p ← p − lr·m̂ / (√v̂ + ε)`).
+    pub fn step<AB>(&mut self, model: &mut HaaresModel<AB>, grads: &AB::Gradients) -> UpdateStats
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+    {
+        let mut collector = GradientCollector::<AB> {
+            grads,
+            found: Vec::new(),
+        };
+        model.visit_named_params(&mut collector);
+        let squares = collector
+            .found
+            .iter()
+            .map(|(_, g)| g.clone().square().sum())
+            .reduce(|a, b| a + b);
+        let grad_norm = squares
+            .map(|s| s.into_scalar().elem::<f64>().sqrt())
+            .unwrap_or(0.0);
+        let scale = match self.settings.clip_norm {
+            // torch.nn.utils.clip_grad_norm_: coefficient max/(norm + 1e-6), capped at 1.
+            Some(max) => (max / (grad_norm + 1e-6)).min(1.0),
+            None => 1.0,
+        };
+        self.steps += 1;
+        let mut updates = BTreeMap::new();
+        for (name, grad) in collector.found {
+            let grad = if scale < 1.0 { grad * scale } else { grad };
+            updates.insert(name.clone(), grad);
+        }
+        let mut updater = Updater::<AB> {
+            optimizer: self,
+            grads: updates,
+        };
+        model.visit_named_params(&mut updater);
+        UpdateStats { grad_norm }
+    }
+
+    /// New value of one parameter (flattened) given its flattened gradient.
+    fn update(
+        &mut self,
+        name: &str,
+        rank: usize,
+        value: Tensor<B, 1>,
+        grad: Tensor<B, 1>,
+    ) -> Tensor<B, 1> {
+        let s = self.settings;
+        let t = self.steps as i32;
+        let moments = self
+            .state
+            .entry(name.to_string())
+            .or_insert_with(|| Moments {
+                exp_avg: grad.zeros_like(),
+                exp_avg_sq: grad.zeros_like(),
+            });
+        moments.exp_avg = moments.exp_avg.clone() * s.beta1 + grad.clone() * (1.0 - s.beta1);
+        moments.exp_avg_sq = moments.exp_avg_sq.clone() * s.beta2 + grad.square() * (1.0 - s.beta2);
+        let bias1 = 1.0 - s.beta1.powi(t);
+        let bias2 = 1.0 - s.beta2.powi(t);
+        let denominator = moments.exp_avg_sq.clone().sqrt() / bias2.sqrt() + s.epsilon;
+        let decayed = if decays(name, rank) && s.weight_decay != 0.0 {
+            value * (1.0 - s.lr * s.weight_decay)
+        } else {
+            value
+        };
+        decayed - moments.exp_avg.clone() / denominator * (s.lr / bias1)
+    }
+
+    /// The moments as named host tensors (`exp_avg.<name>`, `exp_avg_sq.<name>`), for a checkpoint.
+    pub fn to_named_tensors(&self) -> Vec<(String, TensorData)> {
+        let mut out = Vec::with_capacity(2 * self.state.len());
+        for (name, moments) in &self.state {
+            out.push((format!("exp_avg.{name}"), moments.exp_avg.to_data()));
+            out.push((format!("exp_avg_sq.{name}"), moments.exp_avg_sq.to_data()));
+        }
+        out
+    }
+
+    /// Restores moments written by [`Self::to_named_tensors`].
+    pub fn from_named_tensors(
+        settings: AdamWSettings,
+        steps: u64,
+        mut tensors: BTreeMap<String, TensorData>,
+        device: &B::Device,
+    ) -> Result<Self, String> {
+        let mut optimizer = Self::new(settings);
+        optimizer.steps = steps;
+        let names: Vec<String> = tensors
+            .keys()
+            .filter_map(|k| k.strip_prefix("exp_avg.").map(str::to_string))
+            .collect();
+        for name in names {
+            let avg = tensors.remove(&format!("exp_avg.{name}"));
+            let sq = tensors.remove(&format!("exp_avg_sq.{name}"));
+            let (Some(avg), Some(sq)) = (avg, sq) else {
+                return Err(format!("optimizer state of `{name}` is incomplete"));
+            };
+            optimizer.state.insert(
+                name,
+                Moments {
+                    exp_avg: Tensor::from_data(avg, device),
+                    exp_avg_sq: Tensor::from_data(sq, device),
+                },
+            );
+        }
+        if let Some(extra) = tensors.keys().next() {
+            return Err(format!("unexpected optimizer tensor `{extra}`"));
+        }
+        Ok(optimizer)
+    }
+}
+
+struct GradientCollector<'a, AB: AutodiffBackend> {
+    grads: &'a AB::Gradients,
+    found: Vec<(String, Tensor<AB::InnerBackend, 1>)>,
+}
+
+impl<AB: AutodiffBackend> GradientCollector<'_, AB> {
+    fn collect<const D: usize>(&mut self, name: String, param: &Param<Tensor<AB, D>>) {
+        if let Some(grad) = param.val().grad(self.grads) {
+            self.found.push((name, grad.flatten::<1>(0, D - 1)));
+        }
+    }
+}
+
+impl<AB: AutodiffBackend> ParamVisitor<AB> for GradientCollector<'_, AB> {
+    fn vector(&mut self, name: String, param: &mut Param<Tensor<AB, 1>>) {
+        self.collect(name, param);
+    }
+    fn linear(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
+        self.collect(name, param);
+    }
+    fn matrix(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
+        self.collect(name, param);
+    }
+}
+
+struct Updater<'a, AB: AutodiffBackend> {
+    optimizer: &'a mut AdamW<AB::InnerBackend>,
+    grads: BTreeMap<String, Tensor<AB::InnerBackend, 1>>,
+}
+
+impl<AB: AutodiffBackend> Updater<'_, AB> {
+    fn apply<const D: usize>(&mut self, name: String, param: &mut Param<Tensor<AB, D>>) {
+        let Some(grad) = self.grads.remove(&name) else {
+            return;
+        };
+        let value = param.val().inner();
+        let shape = value.shape();
+        let updated = self
+            .optimizer
+            .update(&name, D, value.flatten::<1>(0, D - 1), grad)
+            .reshape(shape);
+        *param = Param::initialized(param.id, Tensor::from_inner(updated).require_grad());
+    }
+}
+
+impl<AB: AutodiffBackend> ParamVisitor<AB> for Updater<'_, AB> {
+    fn vector(&mut self, name: String, param: &mut Param<Tensor<AB, 1>>) {
+        self.apply(name, param);
+    }
+    fn linear(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
+        self.apply(name, param);
+    }
+    fn matrix(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
+        self.apply(name, param);
+    }
+}

@@ -1,0 +1,455 @@
+//! The study report: the paper's tables from finished runs — endpoints per seed with mean ±
+//! sample SD (eq:endpoint), paired reductions ℓ_Block − ℓ_M, perplexities, time to target
+//! (tab:timetotarget) and the break-even ratio (eq:breakeven) — plus `paired_results.csv` and
+//! the figures of [`crate::figures`].
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::config::{method_label, method_rank};
+use crate::error::{Result, TrainError, write_atomically};
+use crate::learner::RunSummary;
+use crate::study::{PlannedRun, Study};
+use crate::sweep::finished_summary;
+
+/// The baseline every paired reduction is taken against.
+pub const BASELINE: &str = "block-attnres";
+
+/// A finished run with its place in the study.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// The report's setting label (e.g. `12L`).
+    pub setting: String,
+    /// Method name.
+    pub method: String,
+    /// Model seed.
+    pub seed: u64,
+    /// The run's summary.
+    pub summary: RunSummary,
+}
+
+/// Mean and sample standard deviation (`None` below two values).
+pub fn mean_sd(values: &[f64]) -> (f64, Option<f64>) {
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    let sd = (values.len() >= 2)
+        .then(|| (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt());
+    (mean, sd)
+}
+
+/// One paired comparison of a method with the baseline at one setting and seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pair {
+    /// Setting label.
+    pub setting: String,
+    /// Model seed.
+    pub seed: u64,
+    /// The compared method.
+    pub method: String,
+    /// ℓ*_Block.
+    pub baseline_loss: f64,
+    /// ℓ*_M.
+    pub method_loss: f64,
+}
+
+impl Pair {
+    /// g = ℓ*_Block − ℓ*_M (eq:endpoint); positive favours the method.
+    pub fn reduction(&self) -> f64 {
+        self.baseline_loss - self.method_loss
+    }
+}
+
+/// Every (setting, seed, method ≠ baseline) with both runs finished, in report order.
+pub fn pairs(finished: &[Finished]) -> Vec<Pair> {
+    let mut out = Vec::new();
+    for base in finished.iter().filter(|f| f.method == BASELINE) {
+        for other in finished
+            .iter()
+            .filter(|f| f.method != BASELINE && f.setting == base.setting && f.seed == base.seed)
+        {
+            out.push(Pair {
+                setting: base.setting.clone(),
+                seed: base.seed,
+                method: other.method.clone(),
+                baseline_loss: base.summary.best_val_loss,
+                method_loss: other.summary.best_val_loss,
+            });
+        }
+    }
+    out
+}
+
+/// tab:timetotarget for one seed: the first grid step at which the method reaches the baseline's
+/// best loss, and the times implied by each run's measured throughput.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimeToTarget {
+    /// The baseline's best loss (the target).
+    pub target: f64,
+    /// First grid step with loss ≤ target, and that loss.
+    pub first: Option<(usize, f64)>,
+    /// Baseline time for its full budget, seconds: steps × tokens/step / v_B.
+    pub baseline_seconds: f64,
+    /// Method time to the first crossing, seconds: K × tokens/step / v_M.
+    pub method_seconds: Option<f64>,
+    /// Throughput ratio v_M / v_B: the largest K_M / K_B that still saves time (eq:breakeven).
+    pub break_even_ratio: f64,
+}
+
+/// Time to target of `method` against `baseline` (same setting and seed).
+pub fn time_to_target(baseline: &RunSummary, method: &RunSummary) -> TimeToTarget {
+    let target = baseline.best_val_loss;
+    let first = method
+        .val_curve
+        .iter()
+        .copied()
+        .find(|(_, loss)| *loss <= target);
+    let tokens = |s: &RunSummary| s.config.tokens_per_step() as f64;
+    TimeToTarget {
+        target,
+        first,
+        baseline_seconds: baseline.steps as f64 * tokens(baseline) / baseline.tokens_per_s,
+        method_seconds: first.map(|(step, _)| step as f64 * tokens(method) / method.tokens_per_s),
+        break_even_ratio: method.tokens_per_s / baseline.tokens_per_s,
+    }
+}
+
+/// Loads the finished runs among `runs` from `study_dir`.
+pub fn collect(runs: &[PlannedRun], study_dir: &Path) -> Result<(Vec<Finished>, Vec<String>)> {
+    let (mut finished, mut missing) = (Vec::new(), Vec::new());
+    for run in runs {
+        match finished_summary(&study_dir.join(&run.name))? {
+            Some(summary) if summary.config == run.config => finished.push(Finished {
+                setting: run.setting_label(),
+                method: run.config.method.clone(),
+                seed: run.config.model_seed,
+                summary,
+            }),
+            _ => missing.push(run.name.clone()),
+        }
+    }
+    Ok((finished, missing))
+}
+
+fn loss_ppl(loss: f64) -> String {
+    format!("{loss:.4} / {:.2}", loss.exp())
+}
+
+/// Writes `report.md`, `paired_results.csv` and `figures/` into `study_dir`; returns the report path.
+pub fn write_report(study: &Study, runs: &[PlannedRun], study_dir: &Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(study_dir).map_err(|e| TrainError::io(study_dir, e))?;
+    let (finished, missing) = collect(runs, study_dir)?;
+    if finished.is_empty() {
+        return Err(TrainError::Report(format!(
+            "no finished runs of study `{}` under `{}`; run `haares-train sweep {}` first (with the same preset and overrides)",
+            study.name,
+            study_dir.display(),
+            study.name
+        )));
+    }
+    let mut settings: Vec<String> = Vec::new();
+    for run in runs {
+        if !settings.contains(&run.setting_label()) {
+            settings.push(run.setting_label());
+        }
+    }
+    let mut methods: Vec<String> = finished.iter().map(|f| f.method.clone()).collect();
+    methods.sort_by_key(|m| (method_rank(m), m.clone()));
+    methods.dedup();
+    let mut seeds: Vec<u64> = finished.iter().map(|f| f.seed).collect();
+    seeds.sort_unstable();
+    seeds.dedup();
+    let pairs = pairs(&finished);
+    let endpoint = |setting: &str, method: &str, seed: u64| {
+        finished
+            .iter()
+            .find(|f| f.setting == setting && f.method == method && f.seed == seed)
+    };
+
+    let mut md = String::new();
+    let _ = writeln!(md, "# {} — report\n", study.title);
+    let _ = writeln!(
+        md,
+        "Reproduces {} of the paper. {}\n",
+        study.paper_table,
+        study.description.trim()
+    );
+    let first = &finished[0].summary;
+    let _ = writeln!(
+        md,
+        "Runs finished: {} of {}; seeds that ran: {}. Dataset `{}`, {} tokeniser, width {}, \
+         context {}, batch {}, {} steps, validation every {} steps on {}; backend `{}`.\n",
+        finished.len(),
+        runs.len(),
+        seeds
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        first.config.dataset,
+        serde_json::to_value(first.config.tokenizer)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default(),
+        first.config.d_model,
+        first.config.seq_len,
+        first.config.batch_size,
+        first.config.steps,
+        first.config.eval_every,
+        first
+            .config
+            .val_chunks
+            .map(|n| format!("the first {n} validation chunks"))
+            .unwrap_or_else(|| "the whole validation split".into()),
+        first.backend
+    );
+    if !missing.is_empty() {
+        let _ = writeln!(
+            md,
+            "Not finished (left out of every table): {}.\n",
+            missing.join(", ")
+        );
+    }
+
+    let _ = writeln!(md, "## Mean best validation loss / perplexity\n");
+    let has_pair = methods.iter().any(|m| m == BASELINE) && methods.iter().any(|m| m == "haares");
+    let _ = write!(md, "| Setting |");
+    for m in &methods {
+        let _ = write!(md, " {} |", method_label(m));
+    }
+    let _ = writeln!(
+        md,
+        "{}",
+        if has_pair {
+            " Δ loss (HAARES − Block) |"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(
+        md,
+        "|---|{}{}",
+        "---|".repeat(methods.len()),
+        if has_pair { "---|" } else { "" }
+    );
+    for setting in &settings {
+        let mean_of = |m: &str| {
+            let v: Vec<f64> = seeds
+                .iter()
+                .filter_map(|&s| endpoint(setting, m, s))
+                .map(|f| f.summary.best_val_loss)
+                .collect();
+            (!v.is_empty()).then(|| mean_sd(&v).0)
+        };
+        let means: Vec<Option<f64>> = methods.iter().map(|m| mean_of(m)).collect();
+        let best = means
+            .iter()
+            .flatten()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let _ = write!(md, "| {setting} |");
+        for mean in &means {
+            let _ = match mean {
+                Some(v) if *v == best => write!(md, " **{}** |", loss_ppl(*v)),
+                Some(v) => write!(md, " {} |", loss_ppl(*v)),
+                None => write!(md, " – |"),
+            };
+        }
+        if has_pair {
+            let _ = match (mean_of("haares"), mean_of(BASELINE)) {
+                (Some(h), Some(b)) => write!(md, " {:+.4} |", h - b),
+                _ => write!(md, " – |"),
+            };
+        }
+        let _ = writeln!(md);
+    }
+
+    let _ = writeln!(
+        md,
+        "\n## Best validation loss / perplexity per seed (eq:endpoint)\n"
+    );
+    for setting in &settings {
+        let _ = writeln!(md, "**{setting}**\n");
+        let _ = write!(md, "| Method |");
+        for s in &seeds {
+            let _ = write!(md, " Seed {s} |");
+        }
+        let _ = writeln!(md, " Mean ± SD | Best step(s) |");
+        let _ = writeln!(md, "|---|{}---|---|", "---|".repeat(seeds.len()));
+        for m in &methods {
+            let cells: Vec<Option<&Finished>> =
+                seeds.iter().map(|&s| endpoint(setting, m, s)).collect();
+            if cells.iter().all(Option::is_none) {
+                continue;
+            }
+            let _ = write!(md, "| {} |", method_label(m));
+            for cell in &cells {
+                let _ = match cell {
+                    Some(f) => write!(md, " {} |", loss_ppl(f.summary.best_val_loss)),
+                    None => write!(md, " – |"),
+                };
+            }
+            let values: Vec<f64> = cells
+                .iter()
+                .flatten()
+                .map(|f| f.summary.best_val_loss)
+                .collect();
+            let (mean, sd) = mean_sd(&values);
+            let sd = sd
+                .map(|s| format!(" ± {s:.4}"))
+                .unwrap_or_else(|| " (one seed)".into());
+            let steps: Vec<String> = cells
+                .iter()
+                .flatten()
+                .map(|f| f.summary.best_step.to_string())
+                .collect();
+            let _ = writeln!(md, " {mean:.4}{sd} | {} |", steps.join(", "));
+        }
+        let _ = writeln!(md);
+    }
+
+    if !pairs.is_empty() {
+        write_pairs_section(&mut md, &pairs);
+        write_time_to_target(&mut md, &finished);
+    }
+    let figures = crate::figures::draw(study_dir, &settings, &finished, &pairs)?;
+    let _ = writeln!(md, "## Figures\n");
+    for (caption, file) in figures {
+        let _ = writeln!(md, "![{caption}]({file})\n");
+    }
+    let _ = writeln!(
+        md,
+        "## Files\n\n- `paired_results.csv`: every paired reduction.\n- `<run>/metrics.jsonl`: \
+         training and validation curves; `<run>/summary.json`: endpoint and throughput.\n"
+    );
+
+    write_atomically(
+        &study_dir.join("paired_results.csv"),
+        paired_csv(&pairs).as_bytes(),
+    )?;
+    let path = study_dir.join("report.md");
+    write_atomically(&path, md.as_bytes())?;
+    Ok(path)
+}
+
+fn write_pairs_section(md: &mut String, pairs: &[Pair]) {
+    let _ = writeln!(
+        md,
+        "## Paired reductions ℓ_Block − ℓ_M (positive favours M; fig:pairedevidence)\n"
+    );
+    let _ = writeln!(
+        md,
+        "| Setting | Method | Seed | Block AttnRes | Method | Reduction | Perplexity ratio exp(−g) |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    for p in pairs {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.4} | {:.4} | {:+.4} | {:.4} |",
+            p.setting,
+            method_label(&p.method),
+            p.seed,
+            p.baseline_loss,
+            p.method_loss,
+            p.reduction(),
+            (-p.reduction()).exp()
+        );
+    }
+    let mut groups: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    for p in pairs {
+        groups
+            .entry((p.setting.clone(), p.method.clone()))
+            .or_default()
+            .push(p.reduction());
+    }
+    let _ = writeln!(
+        md,
+        "\n| Setting | Method | Pairs | Mean reduction | Min | Max | Pairs favouring M |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    for ((setting, method), values) in &groups {
+        let (mean, _) = mean_sd(values);
+        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let positive = values.iter().filter(|v| **v > 0.0).count();
+        let _ = writeln!(
+            md,
+            "| {setting} | {} | {} | {mean:+.4} | {min:+.4} | {max:+.4} | {positive} of {} |",
+            method_label(method),
+            values.len(),
+            values.len()
+        );
+    }
+    let _ = writeln!(md);
+}
+
+fn write_time_to_target(md: &mut String, finished: &[Finished]) {
+    let _ = writeln!(
+        md,
+        "## Time to the baseline's best loss (tab:timetotarget, eq:breakeven)\n"
+    );
+    let _ = writeln!(
+        md,
+        "Target: the same-seed Block AttnRes best loss within its budget. HAARES step: first \
+         crossing on the validation grid. Times use each run's measured training throughput \
+         (validation excluded); when a sweep trains several runs at once they share the CPU, so \
+         use `haares-bench` for cost ratios.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| Setting | Seed | Target | First HAARES step | HAARES loss | Time Block → HAARES | Time saved | v_H / v_B (break-even K_H / K_B) |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+    for base in finished.iter().filter(|f| f.method == BASELINE) {
+        let Some(haares) = finished
+            .iter()
+            .find(|f| f.method == "haares" && f.setting == base.setting && f.seed == base.seed)
+        else {
+            continue;
+        };
+        let t = time_to_target(&base.summary, &haares.summary);
+        let (step, loss, times, saved) = match (t.first, t.method_seconds) {
+            (Some((step, loss)), Some(seconds)) => (
+                step.to_string(),
+                format!("{loss:.4}"),
+                format!("{:.1} s → {seconds:.1} s", t.baseline_seconds),
+                format!("{:.1}%", 100.0 * (1.0 - seconds / t.baseline_seconds)),
+            ),
+            _ => (
+                "not reached".into(),
+                "–".into(),
+                format!("{:.1} s → –", t.baseline_seconds),
+                "–".into(),
+            ),
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.4} | {step} | {loss} | {times} | {saved} | {:.3} (≤ {:.0} of {} steps) |",
+            base.setting,
+            base.seed,
+            t.target,
+            t.break_even_ratio,
+            t.break_even_ratio * base.summary.steps as f64,
+            base.summary.steps
+        );
+    }
+    let _ = writeln!(md);
+}
+
+/// `paired_results.csv`: one row per pair.
+pub fn paired_csv(pairs: &[Pair]) -> String {
+    let mut csv = String::from("setting,seed,method,block_attnres_loss,method_loss,reduction\n");
+    for p in pairs {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{:.6},{:.6},{:.6}",
+            p.setting,
+            p.seed,
+            p.method,
+            p.baseline_loss,
+            p.method_loss,
+            p.reduction()
+        );
+    }
+    csv
+}

@@ -1,0 +1,375 @@
+//! Studies as data: one TOML file per study under `experiments/` with a grid of axes and named
+//! presets; expansion into runs, command-line overrides and `--shard i/n` partitioning.
+//!
+//! A run's config is built in layers: the paper defaults ([`RunConfig::default`]), the preset's
+//! fields, the grid point, the preset's per-depth step budget, then the command-line fields.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use toml::{Table, Value};
+
+use crate::config::RunConfig;
+use crate::error::{Result, TrainError};
+
+/// The studies shipped in `experiments/`, embedded at build time.
+pub const BUILTIN_STUDIES: &[(&str, &str)] = &[
+    ("depth", include_str!("../../../experiments/depth.toml")),
+    ("seeds", include_str!("../../../experiments/seeds.toml")),
+    ("width", include_str!("../../../experiments/width.toml")),
+    ("bpe", include_str!("../../../experiments/bpe.toml")),
+    ("domains", include_str!("../../../experiments/domains.toml")),
+    ("blocks", include_str!("../../../experiments/blocks.toml")),
+    (
+        "ablations",
+        include_str!("../../../experiments/ablations.toml"),
+    ),
+];
+
+/// Axes in expansion order, outermost first: seeds outermost so that a sweep stopped early has
+/// complete seeds; method innermost so that the two methods of a pair run back to back.
+const AXIS_ORDER: &[&str] = &[
+    "model_seed",
+    "dataset",
+    "layers",
+    "blocks",
+    "d_model",
+    "method",
+];
+
+/// A named preset of a study.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preset {
+    /// What the preset is for.
+    #[serde(default)]
+    pub description: String,
+    /// Run-config fields (the `[presets.<name>.run]` table).
+    #[serde(default, rename = "run")]
+    pub fields: Table,
+    /// Grid axes the preset replaces.
+    #[serde(default)]
+    pub grid: BTreeMap<String, Vec<Value>>,
+    /// Step budget by depth (keys are layer counts), applied unless `steps` is overridden.
+    #[serde(default)]
+    pub steps_by_layers: BTreeMap<String, usize>,
+}
+
+/// A study definition.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Study {
+    /// Short name (`depth`, …); set from the file name.
+    #[serde(default)]
+    pub name: String,
+    /// Title shown in the report.
+    pub title: String,
+    /// The paper's table this study reproduces.
+    pub paper_table: String,
+    /// A paragraph for the report.
+    pub description: String,
+    /// Preset used when none is named.
+    pub default_preset: String,
+    /// The grid: each axis a run-config field with its values.
+    pub grid: BTreeMap<String, Vec<Value>>,
+    /// Presets by name.
+    pub presets: BTreeMap<String, Preset>,
+}
+
+/// Command-line changes to a study's runs.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// Run-config fields set for every run (`--steps`, `--set key=value`, …).
+    pub fields: Table,
+    /// Grid axes replaced (`--layers 12,24`, `--seeds 42`, `--methods …`).
+    pub axes: BTreeMap<String, Vec<Value>>,
+}
+
+impl Overrides {
+    /// Sets a field, refusing a second, different value for the same field.
+    pub fn set(&mut self, key: &str, value: Value) -> Result<()> {
+        if let Some(previous) = self.fields.get(key).filter(|v| **v != value) {
+            return Err(conflict(key, previous, &value));
+        }
+        if let Some(values) = self.axes.get(key) {
+            return Err(conflict(key, &Value::Array(values.clone()), &value));
+        }
+        self.fields.insert(key.to_string(), value);
+        Ok(())
+    }
+
+    /// Replaces a grid axis, refusing one that is also set as a field.
+    pub fn set_axis(&mut self, key: &str, values: Vec<Value>) -> Result<()> {
+        if values.is_empty() {
+            return Err(TrainError::Config(format!(
+                "`--{key}` needs at least one value"
+            )));
+        }
+        if let Some(previous) = self.fields.get(key) {
+            return Err(conflict(key, previous, &Value::Array(values)));
+        }
+        self.axes.insert(key.to_string(), values);
+        Ok(())
+    }
+}
+
+fn conflict(key: &str, a: &Value, b: &Value) -> TrainError {
+    TrainError::Config(format!(
+        "conflicting overrides for `{key}`: {a} and {b}; give each field once"
+    ))
+}
+
+/// Parses a `key=value` override; the value is read as TOML (numbers, booleans, arrays) and
+/// otherwise taken as a string.
+pub fn parse_assignment(text: &str) -> Result<(String, Value)> {
+    let (key, value) = text.split_once('=').ok_or_else(|| {
+        TrainError::Config(format!(
+            "`--set {text}` is not of the form key=value (e.g. --set steps=200)"
+        ))
+    })?;
+    Ok((key.trim().to_string(), parse_value(value.trim())))
+}
+
+/// A command-line value as TOML: `12` → integer, `3e-4` → float, `true`, otherwise a string.
+pub fn parse_value(text: &str) -> Value {
+    format!("v = {text}")
+        .parse::<Table>()
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| Value::String(text.to_string()))
+}
+
+/// Loads a built-in study by name, or a study file when `name` ends in `.toml`.
+pub fn load_study(name: &str) -> Result<Study> {
+    if name.ends_with(".toml") {
+        let path = Path::new(name);
+        let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or(name);
+        return parse_study(stem, &text);
+    }
+    let (_, text) = BUILTIN_STUDIES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .ok_or_else(|| {
+            let names: Vec<_> = BUILTIN_STUDIES.iter().map(|(n, _)| *n).collect();
+            TrainError::Config(format!(
+                "unknown study `{name}`; choose one of: {} (or give a path to a study .toml file)",
+                names.join(", ")
+            ))
+        })?;
+    parse_study(name, text)
+}
+
+/// Parses a study definition.
+pub fn parse_study(name: &str, text: &str) -> Result<Study> {
+    let mut study: Study = toml::from_str(text).map_err(|e| {
+        TrainError::Config(format!("study `{name}` is not a valid study file: {e}"))
+    })?;
+    study.name = name.to_string();
+    if !study.presets.contains_key(&study.default_preset) {
+        return Err(TrainError::Config(format!(
+            "study `{name}`: default preset `{}` is not defined",
+            study.default_preset
+        )));
+    }
+    Ok(study)
+}
+
+/// One run of a study.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedRun {
+    /// Directory name under `runs/<study>/`.
+    pub name: String,
+    /// Grid values other than method and seed, e.g. `layers=12` (the report's setting).
+    pub setting: Vec<(String, String)>,
+    /// The complete config.
+    pub config: RunConfig,
+}
+
+impl PlannedRun {
+    /// The setting as one label, e.g. `12L` or `sotu 24L N=6`.
+    pub fn setting_label(&self) -> String {
+        setting_label(&self.setting)
+    }
+}
+
+/// A readable label of grid values: `layers=12` → `12L`, `blocks=6` → `N=6`.
+pub fn setting_label(setting: &[(String, String)]) -> String {
+    if setting.is_empty() {
+        return "all".into();
+    }
+    setting
+        .iter()
+        .map(|(key, value)| match key.as_str() {
+            "layers" => format!("{value}L"),
+            "blocks" => format!("N={value}"),
+            "d_model" => format!("d={value}"),
+            "dataset" => value.clone(),
+            _ => format!("{key}={value}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Study {
+    /// Every run of the study under `preset` with `overrides`, in execution order.
+    pub fn plan(&self, preset: Option<&str>, overrides: &Overrides) -> Result<Vec<PlannedRun>> {
+        let preset_name = preset.unwrap_or(&self.default_preset);
+        let preset = self.presets.get(preset_name).ok_or_else(|| {
+            TrainError::Config(format!(
+                "study `{}` has no preset `{preset_name}`; choose one of: {}",
+                self.name,
+                self.presets.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))
+        })?;
+        let mut axes = self.grid.clone();
+        axes.extend(preset.grid.clone());
+        axes.extend(overrides.axes.clone());
+        for key in overrides.fields.keys() {
+            axes.remove(key);
+        }
+        let mut order: Vec<&String> = axes.keys().collect();
+        order.sort_by_key(|k| AXIS_ORDER.iter().position(|a| a == k).unwrap_or(usize::MAX));
+
+        let mut runs = Vec::new();
+        let mut point = vec![0usize; order.len()];
+        loop {
+            let values: Vec<(String, Value)> = order
+                .iter()
+                .zip(&point)
+                .map(|(key, &i)| ((*key).clone(), axes[*key][i].clone()))
+                .collect();
+            runs.push(self.build_run(preset, &values, overrides)?);
+            // Odometer increment, innermost (last) axis fastest.
+            let mut axis = order.len();
+            loop {
+                if axis == 0 {
+                    return finish(runs);
+                }
+                axis -= 1;
+                point[axis] += 1;
+                if point[axis] < axes[order[axis]].len() {
+                    break;
+                }
+                point[axis] = 0;
+            }
+        }
+    }
+
+    fn build_run(
+        &self,
+        preset: &Preset,
+        values: &[(String, Value)],
+        overrides: &Overrides,
+    ) -> Result<PlannedRun> {
+        let mut table = Value::try_from(RunConfig::default())
+            .ok()
+            .and_then(|v| v.as_table().cloned())
+            .expect("the default config is a table");
+        merge(&mut table, &preset.fields);
+        for (key, value) in values {
+            table.insert(key.clone(), value.clone());
+        }
+        if !overrides.fields.contains_key("steps")
+            && let Some(Value::Integer(layers)) = table.get("layers")
+            && let Some(steps) = preset.steps_by_layers.get(&layers.to_string())
+        {
+            table.insert("steps".into(), Value::Integer(*steps as i64));
+        }
+        merge(&mut table, &overrides.fields);
+        let config: RunConfig = Value::Table(table)
+            .try_into()
+            .map_err(|e| TrainError::Config(format!("study `{}`: {e}", self.name)))?;
+        config.validate()?;
+        let text = |v: &Value| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let name = values
+            .iter()
+            .map(|(key, value)| match key.as_str() {
+                "layers" => format!("L{}", text(value)),
+                "blocks" => format!("N{}", text(value)),
+                "d_model" => format!("d{}", text(value)),
+                "model_seed" => format!("s{}", text(value)),
+                "method" | "dataset" => text(value),
+                _ => format!("{key}{}", text(value)),
+            })
+            .collect::<Vec<_>>()
+            .join("-");
+        let setting = values
+            .iter()
+            .filter(|(key, _)| key != "method" && key != "model_seed")
+            .map(|(key, value)| (key.clone(), text(value)))
+            .collect();
+        Ok(PlannedRun {
+            name: sanitize(&name),
+            setting,
+            config,
+        })
+    }
+}
+
+fn finish(runs: Vec<PlannedRun>) -> Result<Vec<PlannedRun>> {
+    let mut names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(pair) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(TrainError::Config(format!(
+            "two runs share the name `{}`; make grid values distinct",
+            pair[0]
+        )));
+    }
+    Ok(runs)
+}
+
+fn merge(into: &mut Table, from: &Table) {
+    for (key, value) in from {
+        match (into.get_mut(key), value) {
+            (Some(Value::Table(existing)), Value::Table(update)) => merge(existing, update),
+            _ => {
+                into.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+/// A file-name-safe version of a run name (`=` and `/` and spaces become `_`).
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '+') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Parses `--shard i/n` (0 ≤ i < n).
+pub fn parse_shard(text: &str) -> Result<(usize, usize)> {
+    let bad = || {
+        TrainError::Config(format!(
+            "`--shard {text}` must be i/n with 0 ≤ i < n, e.g. --shard 0/4 (a Slurm array passes $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT)"
+        ))
+    };
+    let (i, n) = text.split_once('/').ok_or_else(bad)?;
+    let (i, n) = (
+        i.trim().parse::<usize>().map_err(|_| bad())?,
+        n.trim().parse::<usize>().map_err(|_| bad())?,
+    );
+    if n == 0 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// The runs of shard `i` of `n`: every n-th run starting at the i-th.
+pub fn shard_runs(runs: Vec<PlannedRun>, (i, n): (usize, usize)) -> Vec<PlannedRun> {
+    runs.into_iter()
+        .enumerate()
+        .filter(|(k, _)| k % n == i)
+        .map(|(_, r)| r)
+        .collect()
+}

@@ -1,0 +1,201 @@
+//! Running a study: every planned run in order, skipping finished runs, resuming unfinished ones.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use burn::tensor::backend::AutodiffBackend;
+
+use crate::backend::{BackendJob, BackendKind};
+use crate::config::{RunConfig, TokenizerKind};
+use crate::data::{self, DataPaths, RunData};
+use crate::error::{Result, TrainError};
+use crate::learner::{Outcome, RunSummary, TrainOptions, summary_path, train};
+use crate::run_checkpoint::config_difference;
+use crate::study::PlannedRun;
+
+/// What happened to each run of a sweep.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunStatus {
+    /// Finished before this sweep started; not run again.
+    Skipped,
+    /// Trained (from scratch or resumed) to the end in this sweep.
+    Trained(Box<RunSummary>),
+    /// Stopped early on request.
+    Stopped(usize),
+}
+
+/// Runs `runs` into `study_dir/<run name>/` on one backend.
+pub struct SweepJob {
+    /// The runs, in order.
+    pub runs: Vec<PlannedRun>,
+    /// `runs/<study>`.
+    pub study_dir: PathBuf,
+    /// Data locations.
+    pub paths: DataPaths,
+    /// Progress bars.
+    pub progress: bool,
+    /// Passed to every run (see [`TrainOptions::stop_after`]).
+    pub stop_after: Option<usize>,
+    /// Runs trained at the same time.
+    pub jobs: usize,
+}
+
+/// The summary of a finished run in `run_dir`, if there is one.
+pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
+    let path = summary_path(run_dir);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            TrainError::Checkpoint(format!("`{}` is not a run summary: {e}", path.display()))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(TrainError::io(&path, e)),
+    }
+}
+
+/// Checks that `study_dir` can be created and written, before any run starts.
+pub fn check_writable(study_dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(study_dir).map_err(|e| TrainError::io(study_dir, e))?;
+    let probe = study_dir.join(format!(".write-test-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| TrainError::io(study_dir, e))?;
+    std::fs::remove_file(&probe).map_err(|e| TrainError::io(&probe, e))
+}
+
+impl BackendJob for SweepJob {
+    type Output = Vec<(String, RunStatus)>;
+
+    fn run<B: AutodiffBackend>(
+        self,
+        device: B::Device,
+        backend: BackendKind,
+    ) -> Result<Self::Output> {
+        check_writable(&self.study_dir)?;
+        let total = self.runs.len();
+        let mut pending = Vec::new();
+        let mut statuses: Vec<Option<(String, RunStatus)>> = vec![None; total];
+        for (index, run) in self.runs.into_iter().enumerate() {
+            let run_dir = self.study_dir.join(&run.name);
+            match finished_summary(&run_dir)? {
+                Some(summary) if summary.config != run.config => {
+                    return Err(TrainError::Checkpoint(format!(
+                        "`{}` holds a finished run with another configuration ({}); choose another \
+                         --runs-dir or delete that run",
+                        run_dir.display(),
+                        config_difference(&summary.config, &run.config)
+                    )));
+                }
+                Some(_) => {
+                    if self.progress {
+                        eprintln!(
+                            "[{}/{total}] {}: finished earlier, skipped",
+                            index + 1,
+                            run.name
+                        );
+                    }
+                    statuses[index] = Some((run.name, RunStatus::Skipped));
+                }
+                None => pending.push((index, run)),
+            }
+        }
+        let mut prepared: BTreeMap<(String, TokenizerKind), RunData> = BTreeMap::new();
+        for (_, run) in &pending {
+            let key = (run.config.dataset.clone(), run.config.tokenizer);
+            if !prepared.contains_key(&key) {
+                let data = data::prepare(&run.config, &self.paths, self.progress)?;
+                prepared.insert(key, data);
+            }
+        }
+        // Runs are independent: `jobs` threads take them in order from a shared queue. Burn's CPU
+        // backends run small models on about one core, so two jobs use a 2-core machine fully.
+        let queue = Mutex::new(pending.into_iter());
+        let results = Mutex::new(Vec::new());
+        let bars = indicatif::MultiProgress::new();
+        if !self.progress {
+            bars.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        }
+        std::thread::scope(|scope| {
+            for _ in 0..self.jobs.max(1) {
+                scope.spawn(|| {
+                    loop {
+                        let next = queue.lock().expect("queue").next();
+                        let Some((index, run)) = next else { break };
+                        let key = (run.config.dataset.clone(), run.config.tokenizer);
+                        let options = TrainOptions {
+                            progress: self.progress,
+                            stop_after: self.stop_after,
+                            label: format!("[{}/{total}] {}", index + 1, run.name),
+                            bars: Some(bars.clone()),
+                        };
+                        let run_dir = self.study_dir.join(&run.name);
+                        let outcome = train::<B>(
+                            &run.config,
+                            &prepared[&key],
+                            &run_dir,
+                            backend.name(),
+                            &device,
+                            &options,
+                        );
+                        let failed = outcome.is_err();
+                        results
+                            .lock()
+                            .expect("results")
+                            .push((index, run.name, outcome));
+                        if failed {
+                            // Stop handing out runs; the other job finishes its current run.
+                            while queue.lock().expect("queue").next().is_some() {}
+                        }
+                    }
+                });
+            }
+        });
+        let mut results = results.into_inner().expect("results");
+        results.sort_by_key(|(index, ..)| *index);
+        for (index, name, outcome) in results {
+            let status = match outcome? {
+                Outcome::Finished(summary) => RunStatus::Trained(Box::new(summary)),
+                Outcome::Stopped { step } => RunStatus::Stopped(step),
+            };
+            statuses[index] = Some((name, status));
+        }
+        Ok(statuses.into_iter().flatten().collect())
+    }
+}
+
+/// Trains one run from a config into `run_dir` (the `train` command).
+pub struct SingleRunJob {
+    /// The config.
+    pub config: RunConfig,
+    /// The run directory.
+    pub run_dir: PathBuf,
+    /// Data locations.
+    pub paths: DataPaths,
+    /// Progress bar.
+    pub progress: bool,
+}
+
+impl BackendJob for SingleRunJob {
+    type Output = Outcome;
+
+    fn run<B: AutodiffBackend>(self, device: B::Device, backend: BackendKind) -> Result<Outcome> {
+        let data = data::prepare(&self.config, &self.paths, self.progress)?;
+        let options = TrainOptions {
+            progress: self.progress,
+            stop_after: None,
+            label: self
+                .run_dir
+                .file_name()
+                .and_then(|s| s.to_str())
+                .unwrap_or("run")
+                .to_string(),
+            bars: None,
+        };
+        train::<B>(
+            &self.config,
+            &data,
+            &self.run_dir,
+            backend.name(),
+            &device,
+            &options,
+        )
+    }
+}
