@@ -70,13 +70,8 @@ impl ModelSource {
     /// The run's config.
     pub fn run_config(&self) -> Result<RunConfig> {
         let path = self.run_dir.join("config.json");
-        let bytes = std::fs::read(&path).map_err(|e| TrainError::io(&path, e))?;
-        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
-            TrainError::Checkpoint(format!("`{}` is not JSON: {e}", path.display()))
-        })?;
-        serde_json::from_value(value["run"].clone()).map_err(|e| {
-            TrainError::Checkpoint(format!("`{}` holds no run config: {e}", path.display()))
-        })
+        crate::learner::saved_run_config(&path)?
+            .ok_or_else(|| TrainError::Checkpoint(format!("`{}` does not exist", path.display())))
     }
 
     /// The run's tokeniser.

@@ -109,6 +109,16 @@ pub fn train<B: AutodiffBackend>(
     let vocab = data.tokenizer.vocab_size();
     let model_config = config.model_config(vocab)?;
     let config_path = run_dir.join("config.json");
+    if let Some(saved) = saved_run_config(&config_path)?
+        && &saved != config
+    {
+        return Err(TrainError::Checkpoint(format!(
+            "`{}` belongs to a run with another configuration ({}); resume with the same settings, \
+             or choose another run directory",
+            run_dir.display(),
+            run_checkpoint::config_difference(&saved, config)
+        )));
+    }
     if !config_path.exists() {
         let json = serde_json::json!({ "run": config, "model": model_config });
         write_atomically(
@@ -141,10 +151,21 @@ pub fn train<B: AutodiffBackend>(
             (model, AdamW::new(config.optimizer), state)
         }
     };
-    if model.config.vocab_size != vocab {
+    let (saved, expected) = (
+        serde_json::to_value(&model.config),
+        serde_json::to_value(&model_config),
+    );
+    if saved.ok() != expected.ok() {
         return Err(TrainError::Checkpoint(format!(
-            "the checkpoint's model has {} ids but the tokeniser has {vocab}",
-            model.config.vocab_size
+            "the checkpoint's model ({} model, {} layers, d = {}, {} ids) is not the model of this \
+             run ({}, {} layers, d = {}, {vocab} ids); delete the run directory to start afresh",
+            model.config.method.name(),
+            model.config.n_layers,
+            model.config.d_model,
+            model.config.vocab_size,
+            model_config.method.name(),
+            model_config.n_layers,
+            model_config.d_model,
         )));
     }
     let mut batches = BatchIterator::restore(&data.train, state.data_position)?;
@@ -214,14 +235,14 @@ pub fn train<B: AutodiffBackend>(
         {
             model.save_safetensors(run_dir.join("best-model.safetensors"))?;
         }
-        if options.stop_after == Some(state.step) && !last {
-            bar.abandon();
-            return Ok(Outcome::Stopped { step: state.step });
-        }
         if state.step % config.checkpoint_every == 0 || last {
             state.optimizer_steps = optimizer.steps;
             state.data_position = batches.position();
             run_checkpoint::save(run_dir, &model, &optimizer, &state)?;
+        }
+        if options.stop_after == Some(state.step) && !last {
+            bar.abandon();
+            return Ok(Outcome::Stopped { step: state.step });
         }
     }
     bar.finish();
@@ -244,6 +265,22 @@ pub fn train<B: AutodiffBackend>(
         &serde_json::to_vec_pretty(&summary).expect("summary serialises"),
     )?;
     Ok(Outcome::Finished(summary))
+}
+
+/// The run config stored in a run's `config.json`, if the file exists.
+pub fn saved_run_config(path: &Path) -> Result<Option<RunConfig>> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(TrainError::io(path, e)),
+    };
+    let value: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| TrainError::Checkpoint(format!("`{}` is not JSON: {e}", path.display())))?;
+    serde_json::from_value(value["run"].clone())
+        .map(Some)
+        .map_err(|e| {
+            TrainError::Checkpoint(format!("`{}` holds no run config: {e}", path.display()))
+        })
 }
 
 fn progress_bar(options: &TrainOptions, steps: usize, done: usize) -> ProgressBar {

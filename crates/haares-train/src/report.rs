@@ -131,6 +131,7 @@ pub fn collect(runs: &[PlannedRun], study_dir: &Path) -> Result<(Vec<Finished>, 
     Ok((finished, missing))
 }
 
+/// `loss / perplexity` of one endpoint.
 fn loss_ppl(loss: f64) -> String {
     format!("{loss:.4} / {:.2}", loss.exp())
 }
@@ -233,31 +234,34 @@ pub fn write_report(study: &Study, runs: &[PlannedRun], study_dir: &Path) -> Res
         if has_pair { "---|" } else { "" }
     );
     for setting in &settings {
+        // Mean loss, and mean of the per-seed perplexities (the paper's aggregate; not exp of the
+        // mean loss, a different quantity).
         let mean_of = |m: &str| {
             let v: Vec<f64> = seeds
                 .iter()
                 .filter_map(|&s| endpoint(setting, m, s))
                 .map(|f| f.summary.best_val_loss)
                 .collect();
-            (!v.is_empty()).then(|| mean_sd(&v).0)
+            let ppl: Vec<f64> = v.iter().map(|l| l.exp()).collect();
+            (!v.is_empty()).then(|| (mean_sd(&v).0, mean_sd(&ppl).0))
         };
-        let means: Vec<Option<f64>> = methods.iter().map(|m| mean_of(m)).collect();
+        let means: Vec<Option<(f64, f64)>> = methods.iter().map(|m| mean_of(m)).collect();
         let best = means
             .iter()
             .flatten()
-            .copied()
+            .map(|m| m.0)
             .fold(f64::INFINITY, f64::min);
         let _ = write!(md, "| {setting} |");
         for mean in &means {
             let _ = match mean {
-                Some(v) if *v == best => write!(md, " **{}** |", loss_ppl(*v)),
-                Some(v) => write!(md, " {} |", loss_ppl(*v)),
+                Some((loss, ppl)) if *loss == best => write!(md, " **{loss:.4} / {ppl:.2}** |"),
+                Some((loss, ppl)) => write!(md, " {loss:.4} / {ppl:.2} |"),
                 None => write!(md, " – |"),
             };
         }
         if has_pair {
             let _ = match (mean_of("haares"), mean_of(BASELINE)) {
-                (Some(h), Some(b)) => write!(md, " {:+.4} |", h - b),
+                (Some(h), Some(b)) => write!(md, " {:+.4} |", h.0 - b.0),
                 _ => write!(md, " – |"),
             };
         }
@@ -412,13 +416,13 @@ fn write_time_to_target(md: &mut String, finished: &[Finished]) {
             (Some((step, loss)), Some(seconds)) => (
                 step.to_string(),
                 format!("{loss:.4}"),
-                format!("{:.1} s → {seconds:.1} s", t.baseline_seconds),
+                format!("{} → {}", duration(t.baseline_seconds), duration(seconds)),
                 format!("{:.1}%", 100.0 * (1.0 - seconds / t.baseline_seconds)),
             ),
             _ => (
                 "not reached".into(),
                 "–".into(),
-                format!("{:.1} s → –", t.baseline_seconds),
+                format!("{} → –", duration(t.baseline_seconds)),
                 "–".into(),
             ),
         };
@@ -434,6 +438,17 @@ fn write_time_to_target(md: &mut String, finished: &[Finished]) {
         );
     }
     let _ = writeln!(md);
+}
+
+/// A duration for a table: seconds below two minutes, minutes below two hours, then hours.
+pub fn duration(seconds: f64) -> String {
+    if seconds < 120.0 {
+        format!("{seconds:.1} s")
+    } else if seconds < 7200.0 {
+        format!("{:.1} min", seconds / 60.0)
+    } else {
+        format!("{:.2} h", seconds / 3600.0)
+    }
 }
 
 /// `paired_results.csv`: one row per pair.

@@ -1,0 +1,105 @@
+//! Shared fixtures: tiny configs on the embedded corpus, and a tiny repeating corpus to overfit.
+
+use std::path::Path;
+
+use burn::backend::{Autodiff, NdArray};
+use haares_data::char_tokenizer::CharCounter;
+use haares_data::chunking::{CHUNK_LEN, Chunk};
+use haares_data::prepared::PreparedWriter;
+use haares_train::RunConfig;
+use haares_train::data::{self, DataPaths, RunData, Tokenizer};
+use haares_train::learner::{Outcome, RunSummary, TrainOptions, train};
+
+pub type B = Autodiff<NdArray>;
+
+/// A tiny model trained a few steps on the embedded corpus.
+pub fn tiny_config(method: &str) -> RunConfig {
+    RunConfig {
+        dataset: "sotu".into(),
+        method: method.into(),
+        layers: 2,
+        blocks: 2,
+        d_model: 16,
+        d_ff: 32,
+        heads: 2,
+        seq_len: 16,
+        batch_size: 2,
+        steps: 4,
+        eval_every: 2,
+        checkpoint_every: 2,
+        log_every: 1,
+        val_chunks: Some(4),
+        ..RunConfig::default()
+    }
+}
+
+/// Data paths inside `dir`, never downloading.
+pub fn paths(dir: &Path) -> DataPaths {
+    DataPaths {
+        data_dir: dir.join("data"),
+        cache_dir: dir.join("cache"),
+        download: false,
+    }
+}
+
+/// The embedded corpus prepared into `dir`.
+pub fn sotu(dir: &Path) -> RunData {
+    data::prepare(&tiny_config("haares"), &paths(dir), false).expect("the embedded corpus prepares")
+}
+
+/// Two fixed chunks as both splits: every batch is the same data, so a model can overfit it.
+pub fn repeating(dir: &Path) -> RunData {
+    let text = "the quick brown fox jumps over the lazy dog. ".repeat(20);
+    let mut counter = CharCounter::default();
+    counter.add(&text);
+    let tokenizer = counter.build(256).expect("vocabulary");
+    let ids = tokenizer.encode(&text);
+    let shard = |name: &str| {
+        let mut writer = PreparedWriter::create(&dir.join(name), tokenizer.vocab_size(), CHUNK_LEN)
+            .expect("writer");
+        for start in [0, 7] {
+            let tokens = ids[start..start + CHUNK_LEN].to_vec();
+            writer
+                .push(&Chunk {
+                    len: tokens.len(),
+                    tokens,
+                })
+                .expect("push");
+        }
+        writer.finish().expect("finish")
+    };
+    RunData {
+        train: shard("train.tokens"),
+        validation: shard("validation.tokens"),
+        tokenizer: Tokenizer::Char(tokenizer),
+    }
+}
+
+/// Trains to the end and returns the summary.
+pub fn train_to_end(config: &RunConfig, data: &RunData, run_dir: &Path) -> RunSummary {
+    match run(config, data, run_dir, None).expect("training succeeds") {
+        Outcome::Finished(summary) => summary,
+        other => panic!("expected a finished run, got {other:?}"),
+    }
+}
+
+/// One call of `train` on NdArray.
+pub fn run(
+    config: &RunConfig,
+    data: &RunData,
+    run_dir: &Path,
+    stop_after: Option<usize>,
+) -> haares_train::Result<Outcome> {
+    let options = TrainOptions {
+        stop_after,
+        ..TrainOptions::default()
+    };
+    train::<B>(
+        config,
+        data,
+        run_dir,
+        "ndarray",
+        &Default::default(),
+        &options,
+    )
+}

@@ -1,0 +1,8 @@
+//! haares-train integration tests (NdArray f32, the reference CPU backend).
+
+mod common;
+mod errors;
+mod learner;
+mod optim;
+mod report;
+mod sweep;

@@ -1,0 +1,187 @@
+//! Studies: expansion, overrides, sharding, and a sweep that skips finished runs and resumes
+//! unfinished ones.
+
+use haares_train::backend::BackendJob;
+use haares_train::study::{Overrides, parse_shard, parse_study, shard_runs};
+use haares_train::sweep::{RunStatus, SweepJob};
+use toml::Value;
+
+use crate::common::{B, paths};
+
+pub const STUDY: &str = r#"
+title = "Fixture"
+paper_table = "tab:fixture"
+description = "A tiny study."
+default_preset = "tiny"
+
+[grid]
+layers = [2, 4]
+method = ["block-attnres", "haares"]
+model_seed = [1, 2, 3]
+
+[presets.tiny]
+[presets.tiny.run]
+dataset = "sotu"
+blocks = 2
+d_model = 16
+d_ff = 32
+heads = 2
+seq_len = 16
+batch_size = 2
+steps = 4
+eval_every = 2
+checkpoint_every = 2
+log_every = 1
+val_chunks = 4
+[presets.tiny.grid]
+model_seed = [1]
+
+[presets.big]
+[presets.big.run]
+d_model = 1024
+[presets.big.steps_by_layers]
+2 = 100
+4 = 50
+"#;
+
+#[test]
+fn a_study_expands_its_grid_with_presets_and_overrides() {
+    let study = parse_study("fixture", STUDY).unwrap();
+    let runs = study.plan(None, &Overrides::default()).unwrap();
+    let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "s1-L2-block-attnres",
+            "s1-L2-haares",
+            "s1-L4-block-attnres",
+            "s1-L4-haares"
+        ]
+    );
+    assert_eq!(runs[2].config.layers, 4);
+    assert_eq!(runs[2].config.d_model, 16, "preset field");
+    assert_eq!(runs[2].config.optimizer.lr, 3e-4, "paper default kept");
+    assert_eq!(runs[2].setting_label(), "4L");
+
+    let big = study.plan(Some("big"), &Overrides::default()).unwrap();
+    assert_eq!(big.len(), 2 * 2 * 3, "the big preset keeps all three seeds");
+    assert_eq!(
+        (big[0].config.steps, big[2].config.steps),
+        (100, 50),
+        "per-depth budgets"
+    );
+    assert_eq!(
+        big[0].config.dataset, "openwebtext",
+        "paper default dataset"
+    );
+
+    let mut overrides = Overrides::default();
+    overrides
+        .set_axis("model_seed", vec![Value::Integer(5), Value::Integer(6)])
+        .unwrap();
+    overrides.set("steps", Value::Integer(9)).unwrap();
+    overrides.set("layers", Value::Integer(6)).unwrap();
+    let runs = study.plan(Some("big"), &overrides).unwrap();
+    assert_eq!(
+        runs.len(),
+        2 * 2,
+        "layers fixed to one value, two seeds, two methods"
+    );
+    assert!(
+        runs.iter()
+            .all(|r| r.config.steps == 9 && r.config.layers == 6),
+        "CLI steps beat steps_by_layers"
+    );
+    assert_eq!(runs[0].config.model_seed, 5);
+}
+
+#[test]
+fn shards_partition_the_runs() {
+    let study = parse_study("fixture", STUDY).unwrap();
+    let runs = study.plan(Some("big"), &Overrides::default()).unwrap();
+    let n = 5;
+    let mut seen: Vec<String> = Vec::new();
+    for i in 0..n {
+        let shard = shard_runs(runs.clone(), parse_shard(&format!("{i}/{n}")).unwrap());
+        for (k, run) in shard.iter().enumerate() {
+            assert_eq!(
+                run.name,
+                runs[i + k * n].name,
+                "shard {i} takes every {n}th run from the {i}th"
+            );
+        }
+        seen.extend(shard.into_iter().map(|r| r.name));
+    }
+    seen.sort();
+    let mut all: Vec<String> = runs.into_iter().map(|r| r.name).collect();
+    all.sort();
+    assert_eq!(seen, all, "every run in exactly one shard");
+    for bad in ["3/3", "1", "a/2", "0/0"] {
+        assert!(parse_shard(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn a_sweep_resumes_unfinished_runs_and_skips_finished_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = parse_study("fixture", STUDY).unwrap();
+    let runs = study.plan(None, &Overrides::default()).unwrap();
+    let job = |stop_after| SweepJob {
+        runs: runs[..2].to_vec(),
+        study_dir: dir.path().join("fixture"),
+        paths: paths(dir.path()),
+        progress: false,
+        stop_after,
+        jobs: 2,
+    };
+    let first = job(Some(3))
+        .run::<B>(Default::default(), "ndarray".parse().unwrap())
+        .unwrap();
+    assert!(
+        first.iter().all(|(_, s)| *s == RunStatus::Stopped(3)),
+        "{first:?}"
+    );
+    let second = job(None)
+        .run::<B>(Default::default(), "ndarray".parse().unwrap())
+        .unwrap();
+    assert!(
+        second
+            .iter()
+            .all(|(_, s)| matches!(s, RunStatus::Trained(_))),
+        "{second:?}"
+    );
+    let summary = dir.path().join("fixture/s1-L2-haares/summary.json");
+    let written = std::fs::read(&summary).unwrap();
+    let third = job(None)
+        .run::<B>(Default::default(), "ndarray".parse().unwrap())
+        .unwrap();
+    assert!(
+        third.iter().all(|(_, s)| *s == RunStatus::Skipped),
+        "{third:?}"
+    );
+    assert_eq!(
+        std::fs::read(&summary).unwrap(),
+        written,
+        "a finished run is left alone"
+    );
+
+    // The resumed runs equal runs trained in one go (to float rounding: two runs train at once
+    // here, so reductions are not pinned to one thread; the learner tests check exact equality).
+    let straight = tempfile::tempdir().unwrap();
+    let once = SweepJob {
+        study_dir: straight.path().join("fixture"),
+        stop_after: None,
+        ..job(None)
+    }
+    .run::<B>(Default::default(), "ndarray".parse().unwrap())
+    .unwrap();
+    for ((_, a), (_, b)) in second.iter().zip(&once) {
+        let (RunStatus::Trained(a), RunStatus::Trained(b)) = (a, b) else {
+            panic!()
+        };
+        for ((s1, l1), (s2, l2)) in a.val_curve.iter().zip(&b.val_curve) {
+            assert_eq!(s1, s2);
+            assert!((l1 - l2).abs() < 1e-5, "{l1} vs {l2}");
+        }
+    }
+}
