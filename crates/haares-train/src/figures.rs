@@ -173,6 +173,7 @@ fn curves<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .x_desc("step")
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .y_desc("validation loss (nats/token)")
         .label_style((FONT, 14))
         .draw()
