@@ -131,6 +131,9 @@ impl BackendJob for EvalJob {
     }
 }
 
+/// Ids 0–3 hold the specials in both tokenisers.
+const SPECIAL_IDS: usize = 4;
+
 /// `sample`: text generated from a prompt.
 pub struct SampleJob {
     /// The model.
@@ -177,12 +180,17 @@ impl BackendJob for SampleJob {
             );
             let logits = model.forward(tokens)?;
             let [_, seq, vocab] = logits.dims();
-            let last: Vec<f32> = logits
+            let mut last: Vec<f32> = logits
                 .slice([0..1, seq - 1..seq, 0..vocab])
                 .into_data()
                 .convert::<f32>()
                 .to_vec()
                 .expect("f32 logits");
+            // Both tokenisers keep their four specials (pad, unk, begin, end) at ids 0–3; the
+            // model is never trained to predict them, so they are never sampled.
+            for special in last.iter_mut().take(SPECIAL_IDS) {
+                *special = f32::NEG_INFINITY;
+            }
             ids.push(choose(&last, self.temperature, self.top_k, &mut rng) as u32);
         }
         tokenizer.decode(&ids[start..])

@@ -10,7 +10,9 @@ use haares_train::error::Result;
 use haares_train::inference::{EvalJob, ModelSource, SampleJob};
 use haares_train::learner::Outcome;
 use haares_train::report;
-use haares_train::study::{Overrides, load_study, parse_assignment, parse_shard, shard_runs};
+use haares_train::study::{
+    Overrides, PlannedRun, Study, load_study, parse_assignment, parse_shard, shard_runs,
+};
 use haares_train::sweep::{RunStatus, SingleRunJob, SweepJob};
 
 #[derive(Parser)]
@@ -246,9 +248,8 @@ fn run(cli: Cli) -> Result<()> {
             dry_run,
             jobs,
         } => {
-            let study = load_study(&study)?;
             let backend = common.backend()?;
-            let mut runs = study.plan(overrides.preset.as_deref(), &overrides.overrides()?)?;
+            let (study, mut runs) = plan(&study, &overrides)?;
             let all = runs.clone();
             if let Some(shard) = shard {
                 runs = shard_runs(runs, parse_shard(&shard)?);
@@ -290,8 +291,7 @@ fn run(cli: Cli) -> Result<()> {
             common,
             overrides,
         } => {
-            let study = load_study(&study)?;
-            let runs = study.plan(overrides.preset.as_deref(), &overrides.overrides()?)?;
+            let (study, runs) = plan(&study, &overrides)?;
             let written = report::write_report(&study, &runs, &common.runs_dir.join(&study.name))?;
             println!("report: {}", written.display());
             Ok(())
@@ -302,8 +302,7 @@ fn run(cli: Cli) -> Result<()> {
             common,
             overrides,
         } => {
-            let study = load_study(&study)?;
-            let runs = study.plan(overrides.preset.as_deref(), &overrides.overrides()?)?;
+            let (_, runs) = plan(&study, &overrides)?;
             let config = runs
                 .into_iter()
                 .next()
@@ -365,6 +364,13 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// The study `name` and its runs under the command line's preset and overrides.
+fn plan(name: &str, overrides: &OverrideArgs) -> Result<(Study, Vec<PlannedRun>)> {
+    let study = load_study(name)?;
+    let runs = study.plan(overrides.preset.as_deref(), &overrides.overrides()?)?;
+    Ok((study, runs))
 }
 
 /// CPU backends train a small model on about one core, so one run per core; a GPU runs one.

@@ -2,6 +2,7 @@
 
 mod common;
 mod errors;
+mod inference;
 mod learner;
 mod optim;
 mod report;

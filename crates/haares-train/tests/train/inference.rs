@@ -1,0 +1,81 @@
+//! `eval` reproduces a run's own endpoint from its best model; `sample` generates text.
+
+use haares_train::backend::BackendJob;
+use haares_train::inference::{EvalJob, ModelSource, SampleJob, SplitMix64, choose};
+
+use crate::common::{B, paths, sotu, tiny_config, train_to_end};
+
+#[test]
+fn eval_of_a_run_reproduces_its_best_validation_loss_and_sample_continues_a_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = sotu(dir.path());
+    let run_dir = dir.path().join("run");
+    let summary = train_to_end(&tiny_config("haares"), &data, &run_dir);
+
+    let eval = EvalJob {
+        source: ModelSource::resolve(&run_dir).unwrap(),
+        dataset: None,
+        chunks: Some(4),
+        paths: paths(dir.path()),
+    };
+    let (loss, chunks) = eval
+        .run::<B>(Default::default(), "ndarray".parse().unwrap())
+        .unwrap();
+    assert_eq!(chunks, 4);
+    assert!(
+        (loss - summary.best_val_loss).abs() < 1e-6,
+        "{loss} vs {}",
+        summary.best_val_loss
+    );
+
+    let sample = |seed| SampleJob {
+        source: ModelSource::resolve(&run_dir.join("checkpoint/model.safetensors")).unwrap(),
+        prompt: "The Union".into(),
+        tokens: 12,
+        temperature: 1.0,
+        top_k: 5,
+        seed,
+    };
+    let text = sample(3)
+        .run::<B>(Default::default(), "ndarray".parse().unwrap())
+        .unwrap();
+    assert_eq!(text.chars().count(), 12, "{text:?}");
+    let again = sample(3)
+        .run::<B>(Default::default(), "ndarray".parse().unwrap())
+        .unwrap();
+    assert_eq!(text, again, "the same seed gives the same text");
+
+    let missing = ModelSource::resolve(&dir.path().join("nothing"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(missing.contains("does not exist"), "{missing}");
+}
+
+#[test]
+fn sampling_respects_temperature_and_top_k() {
+    let logits = [0.1f32, 2.0, -1.0, 1.9, 0.0];
+    let mut rng = SplitMix64(9);
+    assert_eq!(
+        choose(&logits, 0.0, 0, &mut rng),
+        1,
+        "temperature 0 is greedy"
+    );
+    assert_eq!(
+        choose(&logits, 5.0, 1, &mut rng),
+        1,
+        "top-1 is greedy at any temperature"
+    );
+    let mut counts = [0usize; 5];
+    for _ in 0..4000 {
+        counts[choose(&logits, 1.0, 2, &mut rng)] += 1;
+    }
+    assert_eq!(
+        counts[0] + counts[2] + counts[4],
+        0,
+        "only the two most likely ids: {counts:?}"
+    );
+    // softmax over {2.0, 1.9}: p(1) = 1 / (1 + e^−0.1) ≈ 0.525.
+    let share = counts[1] as f64 / 4000.0;
+    assert!((share - 0.525).abs() < 0.03, "{share}");
+}
