@@ -120,7 +120,7 @@ impl RunConfig {
                 haares_data::chunking::CHUNK_LEN - 1
             )));
         }
-        if self.checkpoint_every % self.log_every != 0 {
+        if !self.checkpoint_every.is_multiple_of(self.log_every) {
             return Err(TrainError::Config(format!(
                 "`checkpoint_every` ({}) must be a multiple of `log_every` ({}) so that a resumed \
                  run logs the same intervals as an uninterrupted one",

@@ -32,7 +32,7 @@ pub enum Tokenizer {
     /// Character tokeniser.
     Char(CharTokenizer),
     /// Byte-level BPE.
-    Bpe(BpeTokenizer),
+    Bpe(Box<BpeTokenizer>),
 }
 
 impl Tokenizer {
@@ -68,13 +68,13 @@ impl Tokenizer {
     pub fn load(kind: TokenizerKind, path: &Path) -> Result<Self> {
         Ok(match kind {
             TokenizerKind::Char => Self::Char(CharTokenizer::load(path)?),
-            TokenizerKind::Bpe => Self::Bpe(BpeTokenizer::load(path)?),
+            TokenizerKind::Bpe => Self::Bpe(Box::new(BpeTokenizer::load(path)?)),
         })
     }
     fn as_text_tokenizer(&self) -> &dyn haares_data::prepare::TextTokenizer {
         match self {
             Self::Char(t) => t,
-            Self::Bpe(t) => t,
+            Self::Bpe(t) => t.as_ref(),
         }
     }
 }
@@ -131,13 +131,13 @@ pub fn prepare(config: &RunConfig, paths: &DataPaths, progress: bool) -> Result<
             TokenizerKind::Char => {
                 Tokenizer::Char(CharTokenizer::train_on(&spec, &root, CHAR_VOCAB_SIZE)?)
             }
-            TokenizerKind::Bpe => Tokenizer::Bpe(BpeTokenizer::train_on(
+            TokenizerKind::Bpe => Tokenizer::Bpe(Box::new(BpeTokenizer::train_on(
                 &spec,
                 &root,
                 BPE_VOCAB_SIZE,
                 BPE_TRAINING_BYTES,
                 progress,
-            )?),
+            )?)),
         };
         trained.save(&cached)?;
         trained

@@ -82,7 +82,7 @@ pub struct RunSummary {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     /// The budget is done; the summary is written.
-    Finished(RunSummary),
+    Finished(Box<RunSummary>),
     /// Stopped early by [`TrainOptions::stop_after`].
     Stopped {
         /// Last completed step.
@@ -264,7 +264,7 @@ pub fn train<B: AutodiffBackend>(
         &summary_path(run_dir),
         &serde_json::to_vec_pretty(&summary).expect("summary serialises"),
     )?;
-    Ok(Outcome::Finished(summary))
+    Ok(Outcome::Finished(Box::new(summary)))
 }
 
 /// The run config stored in a run's `config.json`, if the file exists.

@@ -100,9 +100,8 @@ impl BackendJob for SweepJob {
         let mut prepared: BTreeMap<(String, TokenizerKind), RunData> = BTreeMap::new();
         for (_, run) in &pending {
             let key = (run.config.dataset.clone(), run.config.tokenizer);
-            if !prepared.contains_key(&key) {
-                let data = data::prepare(&run.config, &self.paths, self.progress)?;
-                prepared.insert(key, data);
+            if let std::collections::btree_map::Entry::Vacant(slot) = prepared.entry(key) {
+                slot.insert(data::prepare(&run.config, &self.paths, self.progress)?);
             }
         }
         // Runs are independent: `jobs` threads take them in order from a shared queue. Burn's CPU
@@ -152,7 +151,7 @@ impl BackendJob for SweepJob {
         results.sort_by_key(|(index, ..)| *index);
         for (index, name, outcome) in results {
             let status = match outcome? {
-                Outcome::Finished(summary) => RunStatus::Trained(Box::new(summary)),
+                Outcome::Finished(summary) => RunStatus::Trained(summary),
                 Outcome::Stopped { step } => RunStatus::Stopped(step),
             };
             statuses[index] = Some((name, status));

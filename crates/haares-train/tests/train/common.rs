@@ -78,7 +78,7 @@ pub fn repeating(dir: &Path) -> RunData {
 /// Trains to the end and returns the summary.
 pub fn train_to_end(config: &RunConfig, data: &RunData, run_dir: &Path) -> RunSummary {
     match run(config, data, run_dir, None).expect("training succeeds") {
-        Outcome::Finished(summary) => summary,
+        Outcome::Finished(summary) => *summary,
         other => panic!("expected a finished run, got {other:?}"),
     }
 }

@@ -16,7 +16,7 @@ use crate::common::{B, repeating, tiny_config};
 /// Host copies of every parameter and its gradient, in visiting order.
 struct Snapshot<'a> {
     grads: &'a <B as AutodiffBackend>::Gradients,
-    params: Vec<(String, usize, Vec<f64>, Option<Vec<f64>>)>,
+    params: Vec<Entry>,
 }
 
 impl Snapshot<'_> {
