@@ -11,7 +11,8 @@ use haares_train::inference::{EvalJob, ModelSource, SampleJob};
 use haares_train::learner::Outcome;
 use haares_train::report;
 use haares_train::study::{
-    Overrides, PlannedRun, Study, load_study, parse_assignment, parse_shard, shard_runs,
+    Overrides, PlannedRun, Study, load_run_config, load_study, parse_assignment, parse_shard,
+    shard_runs,
 };
 use haares_train::sweep::{RunStatus, SingleRunJob, SweepJob};
 
@@ -60,9 +61,12 @@ enum Command {
         /// Directory of the run (created; resumed if it holds a checkpoint).
         #[arg(long)]
         run_dir: PathBuf,
-        /// Study whose preset supplies the defaults.
+        /// Study whose preset supplies the defaults (its first run) when no --config is given.
         #[arg(long, default_value = "depth")]
         study: String,
+        /// A run config: a TOML table of run-config fields, or a run's config.json.
+        #[arg(long, conflicts_with = "study")]
+        config: Option<PathBuf>,
         #[command(flatten)]
         common: Common,
         #[command(flatten)]
@@ -299,15 +303,18 @@ fn run(cli: Cli) -> Result<()> {
         Command::Train {
             run_dir,
             study,
+            config,
             common,
             overrides,
         } => {
-            let (_, runs) = plan(&study, &overrides)?;
-            let config = runs
-                .into_iter()
-                .next()
-                .expect("a study has at least one run")
-                .config;
+            let config = match config {
+                Some(path) => load_run_config(&path, &overrides.overrides()?)?,
+                None => {
+                    let (_, runs) = plan(&study, &overrides)?;
+                    let first = runs.into_iter().next();
+                    first.expect("a study has at least one run").config
+                }
+            };
             let job = SingleRunJob {
                 config,
                 run_dir,

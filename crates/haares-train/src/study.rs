@@ -347,6 +347,48 @@ fn sanitize(name: &str) -> String {
         .collect()
 }
 
+/// A single run's config from a file — a TOML table of run-config fields, or a run's own
+/// `config.json` — with command-line overrides on top (a grid override must have one value).
+pub fn load_run_config(path: &Path, overrides: &Overrides) -> Result<RunConfig> {
+    let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
+    let invalid = |e: &dyn std::fmt::Display| {
+        TrainError::Config(format!("`{}` is not a run config: {e}", path.display()))
+    };
+    let file: Table = if path.extension().is_some_and(|e| e == "json") {
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| invalid(&e))?;
+        let run = json.get("run").cloned().unwrap_or(json);
+        Value::try_from(run)
+            .map_err(|e| invalid(&e))?
+            .as_table()
+            .cloned()
+            .ok_or_else(|| invalid(&"not a table"))?
+    } else {
+        text.parse::<Table>().map_err(|e| invalid(&e))?
+    };
+    let mut table = Value::try_from(RunConfig::default())
+        .ok()
+        .and_then(|v| v.as_table().cloned())
+        .expect("the default config is a table");
+    merge(&mut table, &file);
+    for (key, values) in &overrides.axes {
+        match values.as_slice() {
+            [value] => {
+                table.insert(key.clone(), value.clone());
+            }
+            _ => {
+                return Err(TrainError::Config(format!(
+                    "`train` runs one model; give one value for `{key}`, not {}",
+                    values.len()
+                )));
+            }
+        }
+    }
+    merge(&mut table, &overrides.fields);
+    let config: RunConfig = Value::Table(table).try_into().map_err(|e| invalid(&e))?;
+    config.validate()?;
+    Ok(config)
+}
+
 /// Parses `--shard i/n` (0 ≤ i < n).
 pub fn parse_shard(text: &str) -> Result<(usize, usize)> {
     let bad = || {

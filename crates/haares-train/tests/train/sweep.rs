@@ -185,3 +185,43 @@ fn a_sweep_resumes_unfinished_runs_and_skips_finished_ones() {
         }
     }
 }
+
+#[test]
+fn a_single_run_config_comes_from_toml_or_from_a_runs_config_json() {
+    use haares_train::study::load_run_config;
+    let dir = tempfile::tempdir().unwrap();
+    let toml_path = dir.path().join("run.toml");
+    std::fs::write(
+        &toml_path,
+        "dataset = \"sotu\"\nlayers = 6\nblocks = 3\n[optimizer]\nlr = 1e-3\n",
+    )
+    .unwrap();
+    let mut overrides = Overrides::default();
+    overrides.set("steps", Value::Integer(7)).unwrap();
+    let config = load_run_config(&toml_path, &overrides).unwrap();
+    assert_eq!((config.layers, config.blocks, config.steps), (6, 3, 7));
+    assert_eq!(config.optimizer.lr, 1e-3);
+    assert_eq!(
+        config.optimizer.beta2, 0.95,
+        "unset optimizer fields keep the paper's values"
+    );
+
+    let json_path = dir.path().join("config.json");
+    let json = serde_json::json!({ "run": config, "model": {} });
+    std::fs::write(&json_path, serde_json::to_vec(&json).unwrap()).unwrap();
+    assert_eq!(
+        load_run_config(&json_path, &Overrides::default()).unwrap(),
+        config
+    );
+
+    let mut two = Overrides::default();
+    two.set_axis("layers", vec![Value::Integer(2), Value::Integer(4)])
+        .unwrap();
+    let error = load_run_config(&toml_path, &two).unwrap_err().to_string();
+    assert!(error.contains("one value for `layers`"), "{error}");
+    std::fs::write(&toml_path, "layers = 5\nblocks = 4\n").unwrap();
+    let error = load_run_config(&toml_path, &Overrides::default())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("blocks"), "N ∤ 2L: {error}");
+}
