@@ -356,7 +356,8 @@ pub fn load_run_config(path: &Path, overrides: &Overrides) -> Result<RunConfig> 
     };
     let file: Table = if path.extension().is_some_and(|e| e == "json") {
         let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| invalid(&e))?;
-        let run = json.get("run").cloned().unwrap_or(json);
+        let mut run = json.get("run").cloned().unwrap_or(json);
+        drop_nulls(&mut run);
         Value::try_from(run)
             .map_err(|e| invalid(&e))?
             .as_table()
@@ -387,6 +388,14 @@ pub fn load_run_config(path: &Path, overrides: &Overrides) -> Result<RunConfig> 
     let config: RunConfig = Value::Table(table).try_into().map_err(|e| invalid(&e))?;
     config.validate()?;
     Ok(config)
+}
+
+/// Removes `null` fields (an unset option in JSON; TOML has no null, and absent means unset).
+fn drop_nulls(value: &mut serde_json::Value) {
+    if let serde_json::Value::Object(map) = value {
+        map.retain(|_, v| !v.is_null());
+        map.values_mut().for_each(drop_nulls);
+    }
 }
 
 /// Parses `--shard i/n` (0 ≤ i < n).
