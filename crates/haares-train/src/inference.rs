@@ -6,13 +6,12 @@ use std::path::{Path, PathBuf};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
 use haares_core::HaaresModel;
-use haares_data::batching::validation_batches;
 
 use crate::backend::{BackendJob, BackendKind};
 use crate::config::RunConfig;
 use crate::data::{self, DataPaths, Tokenizer};
 use crate::error::{Result, TrainError};
-use crate::loss::validation_loss;
+use crate::loss::{validation_loss, validation_pass};
 
 /// A model file and the run it belongs to: a `.safetensors` file inside a run directory (its
 /// `config.json` and `tokenizer.json` are beside it or one level up), or the run directory itself
@@ -118,12 +117,8 @@ impl BackendJob for EvalJob {
             )));
         }
         let model = self.source.load::<B::InnerBackend>(&device)?;
-        let chunks = self
-            .chunks
-            .unwrap_or(data.validation.len())
-            .min(data.validation.len());
-        let batches = validation_batches(&data.validation, config.batch_size)
-            .take(chunks.div_ceil(config.batch_size));
+        let chunks = self.chunks.unwrap_or(usize::MAX).min(data.validation.len());
+        let batches = validation_pass(&data.validation, config.batch_size, Some(chunks));
         Ok((
             validation_loss(&model, batches, config.seq_len, &device),
             chunks,

@@ -10,14 +10,14 @@ use burn::module::{AutodiffModule, Module};
 use burn::tensor::ElementConversion;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use haares_core::{HaaresModel, ModelConfig};
-use haares_data::batching::{BatchIterator, validation_batches};
+use haares_data::batching::BatchIterator;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::config::RunConfig;
 use crate::data::RunData;
 use crate::error::{Result, TrainError, write_atomically};
-use crate::loss::{mean_cross_entropy, to_device, validation_loss};
+use crate::loss::{mean_cross_entropy, to_device, validation_loss, validation_pass};
 use crate::metrics::{MetricsLine, MetricsLog, peak_memory_bytes};
 use crate::optim::AdamW;
 use crate::run_checkpoint::{self, LoopState, best_of};
@@ -198,10 +198,8 @@ pub fn train<B: AutodiffBackend>(
         let evaluate = state.step % config.eval_every == 0 || last;
         let val_loss = evaluate.then(|| {
             let valid = model.valid();
-            let passes = validation_batches(&data.validation, config.batch_size);
-            let chunks = config.val_chunks.unwrap_or(usize::MAX);
-            let take = chunks.div_ceil(config.batch_size);
-            validation_loss(&valid, passes.take(take), config.seq_len, device)
+            let pass = validation_pass(&data.validation, config.batch_size, config.val_chunks);
+            validation_loss(&valid, pass, config.seq_len, device)
         });
         if let Some(loss) = val_loss {
             state.val_curve.push((state.step, loss));

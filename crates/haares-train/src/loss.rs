@@ -5,7 +5,8 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use haares_core::HaaresModel;
-use haares_data::batching::Batch;
+use haares_data::batching::{Batch, validation_batches};
+use haares_data::prepared::PreparedShard;
 
 /// A batch on the device, cropped to the first `seq_len` positions of each chunk.
 pub struct DeviceBatch<B: Backend> {
@@ -89,4 +90,27 @@ pub fn validation_loss<B: Backend>(
     } else {
         total / tokens as f64
     }
+}
+
+/// The validation pass: the first `chunks` chunks of `shard` (all when `None`), in file order, in
+/// batches of `batch_size` (the last one cut to the exact count).
+pub fn validation_pass(
+    shard: &PreparedShard,
+    batch_size: usize,
+    chunks: Option<usize>,
+) -> impl Iterator<Item = Batch> + '_ {
+    let mut left = chunks.unwrap_or(shard.len()).min(shard.len());
+    validation_batches(shard, batch_size).map_while(move |mut batch| {
+        if left == 0 {
+            return None;
+        }
+        let rows = batch.batch_size.min(left);
+        left -= rows;
+        let values = rows * batch.seq_len;
+        batch.batch_size = rows;
+        batch.inputs.truncate(values);
+        batch.targets.truncate(values);
+        batch.mask.truncate(values);
+        Some(batch)
+    })
 }

@@ -209,3 +209,39 @@ fn a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint() {
     );
     assert!(!run_dir.join("summary.json").exists());
 }
+
+#[test]
+fn validation_loss_is_token_weighted_over_exactly_the_requested_chunks() {
+    use haares_train::learner::init_model;
+    use haares_train::loss::{validation_loss, validation_pass};
+    let dir = tempfile::tempdir().unwrap();
+    let data = sotu(dir.path());
+    let config = tiny_config("haares");
+    let model_config = config.model_config(data.tokenizer.vocab_size()).unwrap();
+    let device = Default::default();
+    let model = init_model::<burn::backend::NdArray>(&model_config, 3, &device).unwrap();
+    let rows = |batch: usize, chunks| {
+        validation_pass(&data.validation, batch, Some(chunks))
+            .map(|b| b.batch_size)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(rows(8, 10), [8, 2]);
+    assert_eq!(rows(5, 10), [5, 5]);
+    let loss = |batch, chunks| {
+        validation_loss(
+            &model,
+            validation_pass(&data.validation, batch, Some(chunks)),
+            16,
+            &device,
+        )
+    };
+    let (a, b) = (loss(8, 10), loss(5, 10));
+    assert!(
+        (a - b).abs() < 1e-5,
+        "the batch size must not change a token-weighted loss: {a} vs {b}"
+    );
+    assert!(
+        (loss(8, 10) - loss(8, 16)).abs() > 1e-7,
+        "more chunks, another loss"
+    );
+}
