@@ -21,10 +21,12 @@ pub mod learner;
 pub mod loss;
 pub mod metrics;
 pub mod optim;
+pub mod overrides;
 pub mod report;
 pub mod run_checkpoint;
 pub mod study;
 pub mod sweep;
+pub mod tables;
 
 pub use config::{RunConfig, TokenizerKind};
 pub use error::{Result, TrainError};

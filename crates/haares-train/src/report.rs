@@ -1,9 +1,8 @@
 //! The study report: the paper's tables from finished runs — endpoints per seed with mean ±
 //! sample SD (eq:endpoint), paired reductions ℓ_Block − ℓ_M, perplexities, time to target
 //! (tab:timetotarget) and the break-even ratio (eq:breakeven) — plus `paired_results.csv` and
-//! the figures of [`crate::figures`].
+//! the figures of [`crate::figures`]; the paired tables are in [`crate::tables`].
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -12,6 +11,7 @@ use crate::error::{Result, TrainError, write_atomically};
 use crate::learner::RunSummary;
 use crate::study::{PlannedRun, Study};
 use crate::sweep::finished_summary;
+use crate::tables::{paired_csv, write_pairs_section, write_time_to_target};
 
 /// The baseline every paired reduction is taken against.
 pub const BASELINE: &str = "block-attnres";
@@ -334,137 +334,4 @@ pub fn write_report(study: &Study, runs: &[PlannedRun], study_dir: &Path) -> Res
     let path = study_dir.join("report.md");
     write_atomically(&path, md.as_bytes())?;
     Ok(path)
-}
-
-fn write_pairs_section(md: &mut String, pairs: &[Pair]) {
-    let _ = writeln!(
-        md,
-        "## Paired reductions ℓ_Block − ℓ_M (positive favours M; fig:pairedevidence)\n"
-    );
-    let _ = writeln!(
-        md,
-        "| Setting | Method | Seed | Block AttnRes | Method | Reduction | Perplexity ratio exp(−g) |"
-    );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
-    for p in pairs {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {:.4} | {:.4} | {:+.4} | {:.4} |",
-            p.setting,
-            method_label(&p.method),
-            p.seed,
-            p.baseline_loss,
-            p.method_loss,
-            p.reduction(),
-            (-p.reduction()).exp()
-        );
-    }
-    let mut groups: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
-    for p in pairs {
-        groups
-            .entry((p.setting.clone(), p.method.clone()))
-            .or_default()
-            .push(p.reduction());
-    }
-    let _ = writeln!(
-        md,
-        "\n| Setting | Method | Pairs | Mean reduction | Min | Max | Pairs favouring M |"
-    );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
-    for ((setting, method), values) in &groups {
-        let (mean, _) = mean_sd(values);
-        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let positive = values.iter().filter(|v| **v > 0.0).count();
-        let _ = writeln!(
-            md,
-            "| {setting} | {} | {} | {mean:+.4} | {min:+.4} | {max:+.4} | {positive} of {} |",
-            method_label(method),
-            values.len(),
-            values.len()
-        );
-    }
-    let _ = writeln!(md);
-}
-
-fn write_time_to_target(md: &mut String, finished: &[Finished]) {
-    let _ = writeln!(
-        md,
-        "## Time to the baseline's best loss (tab:timetotarget, eq:breakeven)\n"
-    );
-    let _ = writeln!(
-        md,
-        "Target: the same-seed Block AttnRes best loss within its budget. HAARES step: first \
-         crossing on the validation grid. Times use each run's measured training throughput \
-         (validation excluded); when a sweep trains several runs at once they share the CPU, so \
-         use `haares-bench` for cost ratios.\n"
-    );
-    let _ = writeln!(
-        md,
-        "| Setting | Seed | Target | First HAARES step | HAARES loss | Time Block → HAARES | Time saved | v_H / v_B (break-even K_H / K_B) |"
-    );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
-    for base in finished.iter().filter(|f| f.method == BASELINE) {
-        let Some(haares) = finished
-            .iter()
-            .find(|f| f.method == "haares" && f.setting == base.setting && f.seed == base.seed)
-        else {
-            continue;
-        };
-        let t = time_to_target(&base.summary, &haares.summary);
-        let (step, loss, times, saved) = match (t.first, t.method_seconds) {
-            (Some((step, loss)), Some(seconds)) => (
-                step.to_string(),
-                format!("{loss:.4}"),
-                format!("{} → {}", duration(t.baseline_seconds), duration(seconds)),
-                format!("{:.1}%", 100.0 * (1.0 - seconds / t.baseline_seconds)),
-            ),
-            _ => (
-                "not reached".into(),
-                "–".into(),
-                format!("{} → –", duration(t.baseline_seconds)),
-                "–".into(),
-            ),
-        };
-        let _ = writeln!(
-            md,
-            "| {} | {} | {:.4} | {step} | {loss} | {times} | {saved} | {:.3} (≤ {:.0} of {} steps) |",
-            base.setting,
-            base.seed,
-            t.target,
-            t.break_even_ratio,
-            t.break_even_ratio * base.summary.steps as f64,
-            base.summary.steps
-        );
-    }
-    let _ = writeln!(md);
-}
-
-/// A duration for a table: seconds below two minutes, minutes below two hours, then hours.
-pub fn duration(seconds: f64) -> String {
-    if seconds < 120.0 {
-        format!("{seconds:.1} s")
-    } else if seconds < 7200.0 {
-        format!("{:.1} min", seconds / 60.0)
-    } else {
-        format!("{:.2} h", seconds / 3600.0)
-    }
-}
-
-/// `paired_results.csv`: one row per pair.
-pub fn paired_csv(pairs: &[Pair]) -> String {
-    let mut csv = String::from("setting,seed,method,block_attnres_loss,method_loss,reduction\n");
-    for p in pairs {
-        let _ = writeln!(
-            csv,
-            "{},{},{},{:.6},{:.6},{:.6}",
-            p.setting,
-            p.seed,
-            p.method,
-            p.baseline_loss,
-            p.method_loss,
-            p.reduction()
-        );
-    }
-    csv
 }
