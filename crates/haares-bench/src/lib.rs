@@ -1,8 +1,10 @@
 //! # haares-bench
 //!
-//! Cost measurement and comparisons. Implemented so far: the analytic commands `sources`
-//! (tab:sourcecounts) and `params` (tab:modelconfig); the FLOP and cost-protocol commands are
-//! tracked by the bench issue.
+//! Cost measurement and comparisons: the analytic commands `sources` (tab:sourcecounts),
+//! `params` (tab:modelconfig) and `flops` (tab:cost's FLOP increments), and the measured cost
+//! protocol `cost` (sec:costprotocol).
 #![warn(missing_docs)]
 
 pub mod analytic;
+pub mod cost;
+pub mod flops;

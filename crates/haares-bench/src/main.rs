@@ -1,11 +1,18 @@
-//! `haares-bench`: the paper's analytic cost quantities (and, as the bench issue lands, measured
-//! costs). See `docs/benchmarks.md`.
+//! `haares-bench`: the paper's analytic cost quantities and the measured cost protocol.
+//! See `docs/benchmarks.md`.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use haares_bench::analytic::{params_table, sources_table};
+use haares_bench::cost::worker::{RESULT_PREFIX, Worker, WorkerTask};
+use haares_bench::cost::{CostSpec, run_cost, write_cost_run};
+use haares_bench::flops::flops_table;
 use haares_core::ModelFamily;
+use haares_train::TrainError;
+use haares_train::backend::{BackendKind, dispatch};
+use std::path::PathBuf;
+use std::time::Instant;
 
 #[derive(Parser)]
 #[command(
@@ -60,6 +67,160 @@ enum Command {
         )]
         methods: Vec<String>,
     },
+    /// Analytic FLOPs per training token and the increment over Block AttnRes (tab:cost).
+    Flops {
+        /// Families.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "small,medium,large"
+        )]
+        family: Vec<Family>,
+        /// Depths.
+        #[arg(long, value_delimiter = ',', default_value = "48")]
+        layers: Vec<usize>,
+        /// Context length T.
+        #[arg(long, default_value_t = 512)]
+        seq: usize,
+        /// Vocabulary size (256 characters, 4096 BPE).
+        #[arg(long, default_value_t = 256)]
+        vocab: usize,
+        /// Methods (names as in haares-train).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "standard,block-attnres,haares"
+        )]
+        methods: Vec<String>,
+    },
+    /// The cost protocol (sec:costprotocol): step time, throughput, peak memory, ratios between
+    /// methods and model FLOP utilisation; writes `<out>.md` and `<out>.json`.
+    Cost(CostArgs),
+    /// One measurement of `cost`, in its own process (used by `cost`).
+    #[command(hide = true)]
+    CostWorker {
+        /// Backend.
+        #[arg(long)]
+        backend: String,
+        /// The task, as JSON.
+        #[arg(long)]
+        task: String,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Preset {
+    /// Small widths at 12 layers, batch 8 × 128, 12 steps × 2 repeats: minutes on a 2-core CPU.
+    Cpu,
+    /// tab:cost: d = 128/512/768 at 48 layers, batch 16 × 512, 2K steps (a GPU).
+    Paper,
+}
+
+#[derive(clap::Args)]
+struct CostArgs {
+    /// Backend: flex, ndarray, wgpu, cuda (GPU backends need `--features wgpu|cuda`).
+    #[arg(long, default_value = "flex")]
+    backend: String,
+    /// Preset the other options start from.
+    #[arg(long, value_enum, default_value = "cpu")]
+    preset: Preset,
+    /// Families (widths).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    family: Option<Vec<Family>>,
+    /// Depth L.
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Blocks N (must divide 2L).
+    #[arg(long)]
+    blocks: Option<usize>,
+    /// Rows per batch.
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Context length.
+    #[arg(long)]
+    seq: Option<usize>,
+    /// Steps K per measurement.
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Steps left out of the steady-state step time.
+    #[arg(long)]
+    warmup: Option<usize>,
+    /// Interleaved measurements per method.
+    #[arg(long)]
+    repeats: Option<usize>,
+    /// Methods (names as in haares-train).
+    #[arg(long, value_delimiter = ',')]
+    methods: Option<Vec<String>>,
+    /// Size of the square GEMM that sets the peak.
+    #[arg(long = "gemm-size")]
+    gemm_size: Option<usize>,
+    /// Output path without extension [default: runs/bench/cost-<backend>-<preset>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+impl CostArgs {
+    fn spec(self) -> (CostSpec, PathBuf) {
+        let (mut spec, preset) = match self.preset {
+            Preset::Cpu => (CostSpec::cpu(&self.backend), "cpu"),
+            Preset::Paper => (CostSpec::paper(&self.backend), "paper"),
+        };
+        let out = self
+            .out
+            .unwrap_or_else(|| PathBuf::from(format!("runs/bench/cost-{}-{preset}", self.backend)));
+        if let Some(family) = self.family {
+            spec.families = Family::of(family);
+        }
+        let set = |field: &mut usize, value: Option<usize>| {
+            if let Some(value) = value {
+                *field = value;
+            }
+        };
+        set(&mut spec.layers, self.layers);
+        set(&mut spec.blocks, self.blocks);
+        set(&mut spec.batch, self.batch);
+        set(&mut spec.seq, self.seq);
+        set(&mut spec.steps, self.steps);
+        set(&mut spec.warmup, self.warmup);
+        set(&mut spec.repeats, self.repeats);
+        set(&mut spec.gemm_n, self.gemm_size);
+        if let Some(methods) = self.methods {
+            spec.methods = methods;
+        }
+        (spec, out)
+    }
+}
+
+fn cost(args: CostArgs) -> Result<String, String> {
+    let (spec, out) = args.spec();
+    let run = run_cost(&spec, |line| eprintln!("{line}"))?;
+    let table = write_cost_run(&run, &out)?;
+    eprintln!("wrote {0}.md and {0}.json", out.display());
+    Ok(table)
+}
+
+fn cost_worker(backend: &str, task: &str) -> Result<String, String> {
+    let started = Instant::now();
+    let kind: BackendKind = backend.parse().map_err(|e: TrainError| e.to_string())?;
+    let task: WorkerTask =
+        serde_json::from_str(task).map_err(|e| format!("invalid worker task: {e}"))?;
+    let result = dispatch(kind, Worker { task, started }).map_err(|e| e.to_string())?;
+    let json = serde_json::to_string(&result).map_err(|e| e.to_string())?;
+    Ok(format!("{RESULT_PREFIX}{json}\n"))
+}
+
+impl Family {
+    fn of(families: Vec<Family>) -> Vec<ModelFamily> {
+        families
+            .into_iter()
+            .map(|f| match f {
+                Family::Small => ModelFamily::Small,
+                Family::Medium => ModelFamily::Medium,
+                Family::Large => ModelFamily::Large,
+            })
+            .collect()
+    }
 }
 
 fn main() -> ExitCode {
@@ -72,17 +233,16 @@ fn main() -> ExitCode {
             layers,
             vocab,
             methods,
-        } => {
-            let families: Vec<ModelFamily> = family
-                .into_iter()
-                .map(|f| match f {
-                    Family::Small => ModelFamily::Small,
-                    Family::Medium => ModelFamily::Medium,
-                    Family::Large => ModelFamily::Large,
-                })
-                .collect();
-            params_table(&families, &layers, vocab, &methods)
-        }
+        } => params_table(&Family::of(family), &layers, vocab, &methods),
+        Command::Flops {
+            family,
+            layers,
+            seq,
+            vocab,
+            methods,
+        } => flops_table(&Family::of(family), &layers, seq, vocab, &methods),
+        Command::Cost(args) => cost(args),
+        Command::CostWorker { backend, task } => cost_worker(&backend, &task),
     };
     match result {
         Ok(table) => {

@@ -30,6 +30,8 @@ pub enum TrainError {
     },
     /// A report could not be produced.
     Report(String),
+    /// The backend reported an error while running (lost device, out of memory, …).
+    Device(String),
 }
 
 /// Result with a [`TrainError`].
@@ -64,6 +66,11 @@ impl fmt::Display for TrainError {
                 run_dir.display()
             ),
             Self::Report(message) => write!(f, "report: {message}"),
+            Self::Device(message) => write!(
+                f,
+                "the backend failed: {message} (check the device with its own tools, or choose \
+                 another with --backend)"
+            ),
         }
     }
 }

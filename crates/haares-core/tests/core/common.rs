@@ -67,8 +67,17 @@ pub fn tiny_config(method: ResidualMethod, n_layers: usize, blocks: usize) -> Mo
 /// Random weights for every parameter of `config`, in checkpoint names and layout. Queries,
 /// biases, gates and norm weights are all perturbed so that no routing path is trivial.
 pub fn random_params(config: &ModelConfig, seed: u64) -> HashMap<String, TensorData> {
+    random_params_for::<B64>(config, seed, &Default::default())
+}
+
+/// [`random_params`], taking the shapes from a model built on backend `B`.
+pub fn random_params_for<B: burn::tensor::backend::Backend>(
+    config: &ModelConfig,
+    seed: u64,
+    device: &B::Device,
+) -> HashMap<String, TensorData> {
     let shapes = config
-        .init::<B64>(&Default::default())
+        .init::<B>(device)
         .expect("valid test config")
         .checkpoint_shapes();
     let mut rng = Rng::new(seed);

@@ -8,5 +8,6 @@ mod checkpoint;
 mod common;
 mod errors;
 mod reference;
+mod reference_tests;
 mod rms_match;
 mod routing;

@@ -1,0 +1,109 @@
+//! Criterion benchmarks of HAARES's source handling and of one full training step per method, on
+//! Burn's Flex CPU backend at the small family's width (d = 128), batch 8 × 128.
+//!
+//! `cargo bench -p haares-bench --bench components`; a filter narrows it, e.g. `-- router`.
+//! Each routing/RMS/accumulator case times forward and backward together, since training pays
+//! both.
+
+use burn::backend::{Autodiff, Flex};
+use burn::tensor::{Distribution, Tensor};
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use haares_bench::cost::worker::Trainer;
+use haares_core::accumulator::BlockAccumulator;
+use haares_core::config::DetailBias;
+use haares_core::rms_match::rms_match;
+use haares_core::router::DepthRouterConfig;
+use haares_core::{ModelFamily, SourceBank};
+use haares_train::config::parse_method;
+
+type B = Autodiff<Flex>;
+
+const BATCH: usize = 8;
+const SEQ: usize = 128;
+const D: usize = 128;
+
+fn activation() -> Tensor<B, 3> {
+    Tensor::random(
+        [BATCH, SEQ, D],
+        Distribution::Normal(0.0, 1.0),
+        &Default::default(),
+    )
+    .require_grad()
+}
+
+/// A read over the largest intermediate banks of tab:sourcecounts at 48 layers, N = 4: 5 slots
+/// (Block AttnRes) and 9 (HAARES: the embedding, three completed pairs, the active pair).
+fn router(c: &mut Criterion) {
+    let mut group = c.benchmark_group("router");
+    for (label, slots, detail) in [("block-attnres", 5, false), ("haares", 9, true)] {
+        let config = DepthRouterConfig::new(D)
+            .with_detail_bias(detail.then_some(DetailBias::Learned { init: -2.0 }));
+        let router = config.init::<B>(&Default::default());
+        let mut bank = SourceBank::new(activation());
+        let pairs = (slots - 1) / if detail { 2 } else { 1 };
+        for _ in 0..pairs {
+            bank.push_pair(activation(), detail.then(activation));
+        }
+        group.bench_function(BenchmarkId::new(label, slots), |b| {
+            b.iter(|| router.forward(&bank).mixture.sum().backward())
+        });
+    }
+    group.finish();
+}
+
+/// eq:rmsmatch on one active pair.
+fn rms_matching(c: &mut Criterion) {
+    let (detail, cumulative) = (activation(), activation());
+    c.bench_function("rms_match", |b| {
+        b.iter(|| {
+            rms_match(detail.clone(), cumulative.clone(), 4.0, 1e-6)
+                .sum()
+                .backward()
+        })
+    });
+}
+
+/// eq:update over a block of 24 events (48 layers, N = 4): `C` only, and `C` with `D`.
+fn accumulator(c: &mut Criterion) {
+    let outputs: Vec<Tensor<B, 3>> = (0..24).map(|_| activation()).collect();
+    let mut group = c.benchmark_group("accumulator");
+    for (label, with_detail) in [("cumulative", false), ("cumulative+detail", true)] {
+        group.bench_function(label, |b| {
+            b.iter(|| {
+                let mut active = BlockAccumulator::<B, 3>::new();
+                for (r, output) in outputs.iter().enumerate() {
+                    if with_detail {
+                        active.write(output.clone(), if r < 12 { 1.0 } else { -1.0 });
+                    } else {
+                        active.write_cumulative(output.clone());
+                    }
+                }
+                let (cumulative, detail) = active.take().expect("24 writes");
+                let total = detail.map_or(cumulative.clone(), |d| cumulative + d);
+                total.sum().backward()
+            })
+        });
+    }
+    group.finish();
+}
+
+/// One learner step (forward, masked cross-entropy, backward, clipped AdamW) of the small family
+/// at 12 layers, per method.
+fn training_step(c: &mut Criterion) {
+    let mut group = c.benchmark_group("training_step");
+    group.sample_size(10);
+    for method in ["standard", "block-attnres", "haares"] {
+        let config = ModelFamily::Small
+            .config(12, 256, parse_method(method).expect("a known method"))
+            .with_max_seq_len(SEQ.max(512));
+        let mut trainer =
+            Trainer::<B>::new(&config, BATCH, SEQ, &Default::default()).expect("a valid model");
+        group.bench_function(method, |b| {
+            b.iter(|| trainer.step(|| ()).expect("a finite step"))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, router, rms_matching, accumulator, training_step);
+criterion_main!(benches);

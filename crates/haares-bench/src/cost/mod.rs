@@ -1,0 +1,243 @@
+//! The paper's cost protocol (sec:costprotocol) for this implementation: step time, throughput
+//! from step zero and in steady state, peak memory, ratios between methods, and model FLOP
+//! utilisation against a GEMM peak measured in the same run.
+//!
+//! Every measurement runs in a fresh worker process (`haares-bench cost-worker`), so start-up,
+//! peak memory and allocator state belong to one method alone. Methods are interleaved across
+//! repeats in alternating order (A B C, C B A, A B C, …) so that a drift of the machine's speed
+//! affects every method alike.
+
+pub mod report;
+pub mod worker;
+
+use std::path::Path;
+use std::process::Command;
+
+use haares_core::{ModelConfig, ModelFamily};
+use haares_train::backend::BackendKind;
+use haares_train::config::parse_method;
+use serde::{Deserialize, Serialize};
+
+use crate::flops::flops_per_token;
+use worker::{RESULT_PREFIX, TrainSample, WorkerResult, WorkerTask};
+
+/// A cost-protocol run: what to measure and how long.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CostSpec {
+    /// Backend name.
+    pub backend: String,
+    /// Model families (widths).
+    pub families: Vec<ModelFamily>,
+    /// Depth L.
+    pub layers: usize,
+    /// Blocks N.
+    pub blocks: usize,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Rows per batch.
+    pub batch: usize,
+    /// Context length.
+    pub seq: usize,
+    /// Steps K per measurement (the window of the from-step-zero throughput).
+    pub steps: usize,
+    /// Steps excluded from the steady-state step time.
+    pub warmup: usize,
+    /// Measurements per method, interleaved.
+    pub repeats: usize,
+    /// Methods, by name.
+    pub methods: Vec<String>,
+    /// Size n of the square GEMM whose rate is the peak.
+    pub gemm_n: usize,
+}
+
+impl CostSpec {
+    /// Minutes on a 2-core CPU: the small family's widths at 12 layers, short context.
+    pub fn cpu(backend: &str) -> Self {
+        Self {
+            backend: backend.to_string(),
+            families: vec![ModelFamily::Small],
+            layers: 12,
+            blocks: 4,
+            vocab: 256,
+            batch: 8,
+            seq: 128,
+            steps: 12,
+            warmup: 4,
+            repeats: 2,
+            methods: ["standard", "block-attnres", "haares"]
+                .map(String::from)
+                .to_vec(),
+            gemm_n: 1024,
+        }
+    }
+
+    /// tab:cost: d = 128 / 512 / 768 at 48 layers, batch 16 × 512, 2K steps from step zero.
+    pub fn paper(backend: &str) -> Self {
+        Self {
+            families: vec![ModelFamily::Small, ModelFamily::Medium, ModelFamily::Large],
+            layers: 48,
+            batch: 16,
+            seq: 512,
+            steps: 2000,
+            warmup: 100,
+            repeats: 1,
+            gemm_n: 8192,
+            ..Self::cpu(backend)
+        }
+    }
+
+    /// The model of `family` trained with `method`.
+    pub fn model(&self, family: ModelFamily, method: &str) -> Result<ModelConfig, String> {
+        let config = family
+            .config(
+                self.layers,
+                self.vocab,
+                parse_method(method).map_err(|e| e.to_string())?,
+            )
+            .with_blocks(self.blocks)
+            .with_max_seq_len(self.seq.max(512));
+        config.validate().map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+
+    /// Refuses what cannot be measured, before any worker starts.
+    pub fn validate(&self) -> Result<(), String> {
+        self.backend
+            .parse::<BackendKind>()
+            .map_err(|e| e.to_string())?;
+        if self.methods.is_empty() || self.families.is_empty() {
+            return Err("give at least one method and one family".into());
+        }
+        if self.steps <= self.warmup {
+            return Err(format!(
+                "--steps {} must exceed --warmup {} (the steady state is measured after the warm-up)",
+                self.steps, self.warmup
+            ));
+        }
+        if self.repeats == 0 || self.batch == 0 || self.seq == 0 || self.gemm_n == 0 {
+            return Err("--repeats, --batch, --seq and --gemm-size must be positive".into());
+        }
+        for family in &self.families {
+            for method in &self.methods {
+                self.model(*family, method)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every sample of a cost run, ready for [`report`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CostRun {
+    /// What was measured.
+    pub spec: CostSpec,
+    /// GEMM rates (FLOP/s) measured before and after the model runs.
+    pub gemm_flops_per_s: Vec<f64>,
+    /// Samples per family, in measurement order.
+    pub samples: Vec<(ModelFamily, Vec<TrainSample>)>,
+    /// Training FLOPs per token of every family × method (analytic, [`crate::flops`]).
+    pub training_flops: Vec<(ModelFamily, String, f64)>,
+}
+
+/// Runs the protocol: GEMM peak, then every family's methods interleaved over the repeats, then
+/// the GEMM peak again. `log` receives one line per finished measurement.
+pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, String> {
+    spec.validate()?;
+    let gemm = WorkerTask::Gemm {
+        n: spec.gemm_n,
+        reps: 3,
+    };
+    let mut gemm_rates = vec![gemm_of(run_worker(&spec.backend, &gemm)?)?];
+    log(&format!(
+        "GEMM {0}×{0}: {1:.1} GFLOP/s",
+        spec.gemm_n,
+        gemm_rates[0] / 1e9
+    ));
+    let mut samples = Vec::new();
+    let mut training_flops = Vec::new();
+    for &family in &spec.families {
+        let mut family_samples = Vec::new();
+        for repeat in 0..spec.repeats {
+            let mut order: Vec<&String> = spec.methods.iter().collect();
+            if repeat % 2 == 1 {
+                order.reverse();
+            }
+            for method in order {
+                let config = spec.model(family, method)?;
+                let task = WorkerTask::Train {
+                    config,
+                    method: method.clone(),
+                    batch: spec.batch,
+                    seq: spec.seq,
+                    steps: spec.steps,
+                };
+                let WorkerResult::Train(sample) = run_worker(&spec.backend, &task)? else {
+                    return Err("a training worker answered with a GEMM result".into());
+                };
+                log(&format!(
+                    "{family:?} {method} (repeat {}): {:.3} s/step, loss {:.3} → {:.3}",
+                    repeat + 1,
+                    report::median(&sample.step_s[spec.warmup..]),
+                    sample.first_loss,
+                    sample.last_loss
+                ));
+                family_samples.push(sample);
+            }
+        }
+        for method in &spec.methods {
+            let flops = flops_per_token(&spec.model(family, method)?, spec.seq).training();
+            training_flops.push((family, method.clone(), flops));
+        }
+        samples.push((family, family_samples));
+    }
+    gemm_rates.push(gemm_of(run_worker(&spec.backend, &gemm)?)?);
+    Ok(CostRun {
+        spec: spec.clone(),
+        gemm_flops_per_s: gemm_rates,
+        samples,
+        training_flops,
+    })
+}
+
+fn gemm_of(result: WorkerResult) -> Result<f64, String> {
+    match result {
+        WorkerResult::Gemm { flops_per_s } => Ok(flops_per_s),
+        WorkerResult::Train(_) => Err("a GEMM worker answered with a training sample".into()),
+    }
+}
+
+/// Runs one task in a fresh `haares-bench cost-worker` process and reads its answer.
+fn run_worker(backend: &str, task: &WorkerTask) -> Result<WorkerResult, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let task_json = serde_json::to_string(task).map_err(|e| e.to_string())?;
+    let output = Command::new(&exe)
+        .args(["cost-worker", "--backend", backend, "--task", &task_json])
+        .output()
+        .map_err(|e| format!("cannot start the worker `{}`: {e}", exe.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let answer = stdout.lines().find_map(|l| l.strip_prefix(RESULT_PREFIX));
+    match (output.status.success(), answer) {
+        (true, Some(json)) => serde_json::from_str(json)
+            .map_err(|e| format!("the worker's answer is not valid JSON ({e}): {json}")),
+        _ => Err(format!(
+            "a measurement failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )),
+    }
+}
+
+/// Writes `run` as `<stem>.json` and its table as `<stem>.md`, atomically.
+pub fn write_cost_run(run: &CostRun, stem: &Path) -> Result<String, String> {
+    let table = report::cost_table(run);
+    let json = serde_json::to_string_pretty(run).map_err(|e| e.to_string())?;
+    if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+    }
+    for (extension, text) in [("json", &json), ("md", &table)] {
+        let path = stem.with_extension(extension);
+        haares_data::write_atomically(&path, text.as_bytes()).map_err(|e| e.to_string())?;
+    }
+    Ok(table)
+}

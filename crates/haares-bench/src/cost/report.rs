@@ -1,0 +1,206 @@
+//! Summaries of a cost run: per-method medians, ratios, model FLOP utilisation, the targets.
+
+use std::fmt::Write as _;
+
+use haares_core::ModelFamily;
+use haares_train::config::method_label;
+use serde::{Deserialize, Serialize};
+
+use super::CostRun;
+
+/// One method's summary within a family.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MethodCost {
+    /// Method name.
+    pub method: String,
+    /// Median start-up seconds.
+    pub startup_s: f64,
+    /// Median tokens / s over K steps from step zero, start-up included (the paper's throughput).
+    pub tokens_per_s_from_start: f64,
+    /// Median step seconds after the warm-up, over every repeat.
+    pub steady_step_s: f64,
+    /// Peak memory in bytes: device bytes in use on GPU backends, process peak RSS on CPU.
+    pub peak_memory_bytes: Option<u64>,
+    /// Which memory `peak_memory_bytes` is.
+    pub memory_kind: String,
+    /// Training FLOPs per token (analytic).
+    pub training_flops_per_token: f64,
+    /// Model FLOP utilisation: training FLOP/s at the steady step time / the GEMM peak.
+    pub mfu: f64,
+}
+
+/// The median of `values` (the mean of the middle two for an even count); NaN when empty.
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// Summaries of every family's methods, in the spec's method order.
+pub fn summarise(run: &CostRun) -> Vec<(ModelFamily, Vec<MethodCost>)> {
+    let spec = &run.spec;
+    let tokens = (spec.batch * spec.seq) as f64;
+    let peak = run.gemm_flops_per_s.iter().copied().fold(0.0, f64::max);
+    run.samples
+        .iter()
+        .map(|(family, samples)| {
+            let costs = spec
+                .methods
+                .iter()
+                .map(|method| {
+                    let mine: Vec<_> = samples.iter().filter(|s| &s.method == method).collect();
+                    let steady: Vec<f64> = mine
+                        .iter()
+                        .flat_map(|s| s.step_s[spec.warmup.min(s.step_s.len())..].iter().copied())
+                        .collect();
+                    let steady_step_s = median(&steady);
+                    let from_start: Vec<f64> = mine
+                        .iter()
+                        .map(|s| tokens * s.step_s.len() as f64 / s.total_s)
+                        .collect();
+                    let device = mine.iter().filter_map(|s| s.device_in_use_bytes).max();
+                    let (peak_memory_bytes, memory_kind) = match device {
+                        Some(bytes) => (Some(bytes), "device in use"),
+                        None => (
+                            mine.iter().filter_map(|s| s.peak_rss_bytes).max(),
+                            "peak RSS",
+                        ),
+                    };
+                    let training_flops_per_token = run
+                        .training_flops
+                        .iter()
+                        .find(|(f, m, _)| f == family && m == method)
+                        .map_or(f64::NAN, |(_, _, flops)| *flops);
+                    MethodCost {
+                        method: method.clone(),
+                        startup_s: median(&mine.iter().map(|s| s.startup_s).collect::<Vec<_>>()),
+                        tokens_per_s_from_start: median(&from_start),
+                        steady_step_s,
+                        peak_memory_bytes,
+                        memory_kind: memory_kind.to_string(),
+                        training_flops_per_token,
+                        mfu: training_flops_per_token * tokens / steady_step_s / peak,
+                    }
+                })
+                .collect();
+            (*family, costs)
+        })
+        .collect()
+}
+
+fn ratio(
+    costs: &[MethodCost],
+    method: &str,
+    base: &str,
+    of: impl Fn(&MethodCost) -> f64,
+) -> Option<f64> {
+    let find = |name: &str| costs.iter().find(|c| c.method == name);
+    Some(of(find(method)?) / of(find(base)?))
+}
+
+fn memory(c: &MethodCost) -> f64 {
+    c.peak_memory_bytes.map_or(f64::NAN, |b| b as f64)
+}
+
+fn cell(value: Option<f64>) -> String {
+    value.map_or("–".into(), |v| format!("{v:.3}×"))
+}
+
+/// The markdown report: the protocol, one row per family × method, and the issue's targets.
+pub fn cost_table(run: &CostRun) -> String {
+    let spec = &run.spec;
+    let peak = run.gemm_flops_per_s.iter().copied().fold(0.0, f64::max);
+    let mut out = format!(
+        "Cost protocol on `{}`: {} layers, N = {}, batch {} × {}, K = {} steps from step zero \
+         (start-up included), steady state after {} warm-up steps, {} interleaved repeat(s), fp32. \
+         GEMM peak {:.1} GFLOP/s ({n}×{n}, best of before/after: {}).\n\n\
+         | family | d | method | start-up (s) | tokens/s from step 0 | steady step (s) | peak memory (MB) | step / Block | memory / Block | step / Standard | MFU |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
+        spec.backend,
+        spec.layers,
+        spec.blocks,
+        spec.batch,
+        spec.seq,
+        spec.steps,
+        spec.warmup,
+        spec.repeats,
+        peak / 1e9,
+        run.gemm_flops_per_s
+            .iter()
+            .map(|r| format!("{:.1}", r / 1e9))
+            .collect::<Vec<_>>()
+            .join(" / "),
+        n = spec.gemm_n,
+    );
+    let summaries = summarise(run);
+    for (family, costs) in &summaries {
+        for c in costs {
+            let step = |c: &MethodCost| c.steady_step_s;
+            let _ = writeln!(
+                out,
+                "| {family:?} | {} | {} | {:.2} | {:.0} | {:.4} | {} | {} | {} | {} | {:.1}% |",
+                family.widths().0,
+                method_label(&c.method),
+                c.startup_s,
+                c.tokens_per_s_from_start,
+                c.steady_step_s,
+                c.peak_memory_bytes.map_or("–".into(), |b| format!(
+                    "{:.0} ({})",
+                    b as f64 / 1e6,
+                    c.memory_kind
+                )),
+                cell(ratio(costs, &c.method, "block-attnres", step)),
+                cell(ratio(costs, &c.method, "block-attnres", memory)),
+                cell(ratio(costs, &c.method, "standard", step)),
+                100.0 * c.mfu,
+            );
+        }
+    }
+    out.push_str("\nTargets (haares-bench issue; the paper's unfused implementation: 1.21× / 1.18× at d = 512)\n\n");
+    for (family, costs) in &summaries {
+        let step = |c: &MethodCost| c.steady_step_s;
+        let checks = [
+            (
+                "HAARES / Block AttnRes step time",
+                ratio(costs, "haares", "block-attnres", step),
+                1.05,
+            ),
+            (
+                "HAARES / Block AttnRes peak memory",
+                ratio(costs, "haares", "block-attnres", memory),
+                1.05,
+            ),
+            (
+                "Block AttnRes / Standard step time",
+                ratio(costs, "block-attnres", "standard", step),
+                1.15,
+            ),
+        ];
+        for (what, value, target) in checks {
+            if let Some(value) = value.filter(|v| v.is_finite()) {
+                let verdict = if value <= target { "met" } else { "not met" };
+                let _ = writeln!(
+                    out,
+                    "- {family:?}: {what} {value:.3}× (target ≤ {target:.2}×): {verdict}"
+                );
+            }
+        }
+        if let Some(standard) = costs.iter().find(|c| c.method == "standard") {
+            let verdict = if standard.mfu >= 0.6 {
+                "met"
+            } else {
+                "not met"
+            };
+            let _ = writeln!(
+                out,
+                "- {family:?}: Standard Residual MFU {:.1}% (target ≥ 60%): {verdict}",
+                100.0 * standard.mfu
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,272 @@
+//! One measurement of the cost protocol, run in its own process (`haares-bench cost-worker`) so
+//! that its startup, its peak memory and its allocator state belong to it alone.
+
+use std::time::Instant;
+
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use haares_core::{HaaresModel, ModelConfig};
+use haares_train::backend::{BackendJob, BackendKind};
+use haares_train::inference::SplitMix64;
+use haares_train::learner::init_model;
+use haares_train::loss::{DeviceBatch, mean_cross_entropy};
+use haares_train::metrics::peak_memory_bytes;
+use haares_train::optim::{AdamW, AdamWSettings};
+use serde::{Deserialize, Serialize};
+
+/// What a worker process measures.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum WorkerTask {
+    /// `steps` training steps of one method from a fresh process.
+    Train {
+        /// The model.
+        config: ModelConfig,
+        /// Method name as given on the command line (for the report).
+        method: String,
+        /// Rows per batch.
+        batch: usize,
+        /// Context length.
+        seq: usize,
+        /// Steps K.
+        steps: usize,
+    },
+    /// The best of `reps` square `n × n` matrix products (the GEMM peak).
+    Gemm {
+        /// Matrix size.
+        n: usize,
+        /// Timed repetitions after one warm-up.
+        reps: usize,
+    },
+}
+
+/// A worker's answer, printed as one JSON line after [`RESULT_PREFIX`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum WorkerResult {
+    /// See [`TrainSample`].
+    Train(TrainSample),
+    /// Best GEMM rate in FLOP/s.
+    Gemm {
+        /// 2n³ / fastest repetition.
+        flops_per_s: f64,
+    },
+}
+
+/// One method's run of K steps from a fresh process.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainSample {
+    /// Method name.
+    pub method: String,
+    /// Seconds from the worker's start to the model and optimizer being ready (backend start-up
+    /// and initialisation).
+    pub startup_s: f64,
+    /// Seconds from the worker's start to the end of step K (the paper's window: from step zero,
+    /// start-up included).
+    pub total_s: f64,
+    /// Wall time of every step, each ending with the loss and the update read back.
+    pub step_s: Vec<f64>,
+    /// Peak resident set size of the worker (Linux VmHWM).
+    pub peak_rss_bytes: Option<u64>,
+    /// Largest device bytes in use seen at the sampling points (after the forward, after the
+    /// update); GPU backends only.
+    pub device_in_use_bytes: Option<u64>,
+    /// Largest device bytes reserved by the allocator; GPU backends only.
+    pub device_reserved_bytes: Option<u64>,
+    /// Loss of the first and of the last step (a sanity check that training happened).
+    pub first_loss: f64,
+    /// See `first_loss`.
+    pub last_loss: f64,
+}
+
+/// The marker in front of a worker's JSON answer on its stdout.
+pub const RESULT_PREFIX: &str = "HAARES-COST-RESULT ";
+
+/// Runs `task` on backend `B` (through [`haares_train::backend::dispatch`]).
+pub struct Worker {
+    /// The task.
+    pub task: WorkerTask,
+    /// When the worker process started.
+    pub started: Instant,
+}
+
+impl BackendJob for Worker {
+    type Output = WorkerResult;
+    fn run<B: AutodiffBackend>(
+        self,
+        device: B::Device,
+        backend: BackendKind,
+    ) -> haares_train::Result<WorkerResult> {
+        Ok(match self.task {
+            WorkerTask::Gemm { n, reps } => WorkerResult::Gemm {
+                flops_per_s: gemm_rate::<B::InnerBackend>(n, reps, &device),
+            },
+            WorkerTask::Train {
+                config,
+                method,
+                batch,
+                seq,
+                steps,
+            } => {
+                let mut trainer = Trainer::<B>::new(&config, batch, seq, &device)?;
+                let mut memory = DeviceMemory::new(backend);
+                let startup_s = self.started.elapsed().as_secs_f64();
+                let (mut step_s, mut losses) = (Vec::with_capacity(steps), Vec::new());
+                for _ in 0..steps {
+                    let step_start = Instant::now();
+                    losses.push(trainer.step(|| memory.sample())?);
+                    memory.sample();
+                    step_s.push(step_start.elapsed().as_secs_f64());
+                }
+                WorkerResult::Train(TrainSample {
+                    method,
+                    startup_s,
+                    total_s: self.started.elapsed().as_secs_f64(),
+                    step_s,
+                    peak_rss_bytes: peak_memory_bytes(),
+                    device_in_use_bytes: memory.in_use,
+                    device_reserved_bytes: memory.reserved,
+                    first_loss: losses.first().copied().unwrap_or(f64::NAN),
+                    last_loss: losses.last().copied().unwrap_or(f64::NAN),
+                })
+            }
+        })
+    }
+}
+
+/// A model, its optimizer and a source of batches: one training step of the learner (forward,
+/// masked cross-entropy, backward, clipped AdamW update), as the cost protocol and the criterion
+/// benchmarks time it.
+pub struct Trainer<B: AutodiffBackend> {
+    model: HaaresModel<B>,
+    optimizer: AdamW<B::InnerBackend>,
+    rng: SplitMix64,
+    batch: usize,
+    seq: usize,
+    device: B::Device,
+}
+
+impl<B: AutodiffBackend> Trainer<B> {
+    /// A model of `config` (model seed 42) with a fresh optimizer (the paper's AdamW settings).
+    pub fn new(
+        config: &ModelConfig,
+        batch: usize,
+        seq: usize,
+        device: &B::Device,
+    ) -> haares_train::Result<Self> {
+        Ok(Self {
+            model: init_model::<B>(config, 42, device)?,
+            optimizer: AdamW::new(AdamWSettings::default()),
+            rng: SplitMix64(2026),
+            batch,
+            seq,
+            device: device.clone(),
+        })
+    }
+
+    /// One step on a fresh random batch; returns its loss once the update has finished on the
+    /// device. `after_forward` runs once the loss has been read back (a memory sampling point).
+    pub fn step(&mut self, after_forward: impl FnOnce()) -> haares_train::Result<f64> {
+        let vocab = self.model.config.vocab_size;
+        let data = random_batch::<B>(&mut self.rng, self.batch, self.seq, vocab, &self.device);
+        let loss = mean_cross_entropy(&self.model, &data);
+        let value = loss.clone().into_scalar().elem::<f64>();
+        after_forward();
+        let grads = loss.backward();
+        self.optimizer.step(&mut self.model, &grads);
+        drop(grads);
+        B::sync(&self.device).map_err(|e| haares_train::TrainError::Device(format!("{e:?}")))?;
+        Ok(value)
+    }
+}
+
+/// Uniform random ids, a fresh batch per step (the cost does not depend on the text).
+fn random_batch<B: Backend>(
+    rng: &mut SplitMix64,
+    batch: usize,
+    seq: usize,
+    vocab: usize,
+    device: &B::Device,
+) -> DeviceBatch<B> {
+    let mut ids = |n: usize| -> Vec<i64> {
+        (0..n)
+            .map(|_| ((rng.next_f64() * vocab as f64) as i64).min(vocab as i64 - 1))
+            .collect()
+    };
+    let (inputs, targets) = (ids(batch * seq), ids(batch * seq));
+    DeviceBatch {
+        inputs: Tensor::<B, 2, Int>::from_data(TensorData::new(inputs, [batch, seq]), device),
+        targets: Tensor::<B, 2, Int>::from_data(TensorData::new(targets, [batch, seq]), device),
+        mask: Tensor::ones([batch, seq], device),
+        real_targets: batch * seq,
+    }
+}
+
+/// The fastest of `reps` `n × n` products, as FLOP/s (2n³ per product).
+fn gemm_rate<B: Backend>(n: usize, reps: usize, device: &B::Device) -> f64 {
+    let mut rng = SplitMix64(7);
+    let mut matrix = || {
+        let values: Vec<f32> = (0..n * n).map(|_| rng.next_f64() as f32 - 0.5).collect();
+        Tensor::<B, 2>::from_data(TensorData::new(values, [n, n]), device)
+    };
+    let (a, b) = (matrix(), matrix());
+    let mut best = f64::INFINITY;
+    for rep in 0..=reps {
+        let start = Instant::now();
+        let product = a.clone().matmul(b.clone());
+        let _ = B::sync(device);
+        let seconds = start.elapsed().as_secs_f64();
+        drop(product);
+        if rep > 0 {
+            best = best.min(seconds);
+        }
+    }
+    2.0 * (n as f64).powi(3) / best
+}
+
+/// Device allocator statistics of the cube backends (CUDA, wgpu), sampled at step boundaries:
+/// CubeCL reports bytes in use and reserved but keeps no high-water mark of its own.
+struct DeviceMemory {
+    backend: BackendKind,
+    in_use: Option<u64>,
+    reserved: Option<u64>,
+}
+
+impl DeviceMemory {
+    fn new(backend: BackendKind) -> Self {
+        Self {
+            backend,
+            in_use: None,
+            reserved: None,
+        }
+    }
+
+    fn sample(&mut self) {
+        if let Some((in_use, reserved)) = device_memory_usage(self.backend) {
+            self.in_use = Some(self.in_use.unwrap_or(0).max(in_use));
+            self.reserved = Some(self.reserved.unwrap_or(0).max(reserved));
+        }
+    }
+}
+
+/// `(bytes in use, bytes reserved)` on the default device of a cube backend; `None` on CPU.
+fn device_memory_usage(backend: BackendKind) -> Option<(u64, u64)> {
+    #[allow(unused_imports)]
+    use cubecl_usage::*;
+    match backend {
+        #[cfg(feature = "wgpu")]
+        BackendKind::Wgpu => usage::<cubecl::wgpu::WgpuRuntime>(&Default::default()),
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => usage::<cubecl::cuda::CudaRuntime>(&Default::default()),
+        _ => None,
+    }
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+mod cubecl_usage {
+    pub fn usage<R: cubecl::Runtime>(device: &R::Device) -> Option<(u64, u64)> {
+        let usage = R::client(device).memory_usage().ok()?;
+        Some((usage.bytes_in_use, usage.bytes_reserved))
+    }
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+mod cubecl_usage {}

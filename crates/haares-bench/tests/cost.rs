@@ -1,0 +1,131 @@
+//! The cost protocol end to end through the real binary, at a tiny size on NdArray.
+
+use std::process::Command;
+
+fn bench(args: &[&str]) -> (bool, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_haares-bench"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+const TINY: &[&str] = &[
+    "cost",
+    "--backend",
+    "ndarray",
+    "--family",
+    "small",
+    "--layers",
+    "2",
+    "--blocks",
+    "2",
+    "--batch",
+    "2",
+    "--seq",
+    "16",
+    "--steps",
+    "3",
+    "--warmup",
+    "1",
+    "--repeats",
+    "2",
+    "--gemm-size",
+    "64",
+    "--methods",
+    "standard,block-attnres,haares",
+];
+
+#[test]
+fn cost_runs_end_to_end_and_writes_valid_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nested").join("cost");
+    let mut args = TINY.to_vec();
+    args.extend(["--out", out.to_str().unwrap()]);
+    let (ok, stderr) = bench(&args);
+    assert!(ok, "{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
+            .unwrap();
+    let samples = json["samples"][0][1].as_array().unwrap();
+    // Three methods × two repeats, interleaved in alternating order.
+    let order: Vec<&str> = samples
+        .iter()
+        .map(|s| s["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "standard",
+            "block-attnres",
+            "haares",
+            "haares",
+            "block-attnres",
+            "standard"
+        ]
+    );
+    for sample in samples {
+        let steps = sample["step_s"].as_array().unwrap();
+        assert_eq!(steps.len(), 3);
+        let (startup, total) = (
+            sample["startup_s"].as_f64().unwrap(),
+            sample["total_s"].as_f64().unwrap(),
+        );
+        let stepped: f64 = steps.iter().map(|s| s.as_f64().unwrap()).sum();
+        assert!(
+            startup > 0.0 && total >= startup + stepped,
+            "the window covers start-up and steps"
+        );
+        assert!(sample["peak_rss_bytes"].as_u64().unwrap() > 1 << 20);
+        // Random ids: the first loss is near ln 256 = 5.55.
+        assert!((sample["first_loss"].as_f64().unwrap() - 256f64.ln()).abs() < 0.5);
+    }
+    assert!(
+        json["gemm_flops_per_s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r.as_f64().unwrap() > 1e6)
+    );
+    let table = std::fs::read_to_string(out.with_extension("md")).unwrap();
+    for needle in [
+        "| Small | 128 | HAARES |",
+        "step / Block",
+        "HAARES / Block AttnRes step time",
+    ] {
+        assert!(table.contains(needle), "missing `{needle}` in\n{table}");
+    }
+}
+
+#[test]
+fn cost_refuses_bad_arguments_before_measuring() {
+    for (change, expected) in [
+        (("--backend", "tpu"), "unknown backend `tpu`"),
+        (("--methods", "resnet"), "unknown method `resnet`"),
+        (("--blocks", "3"), "N = 3 does not divide the 2L = 4"),
+        (("--warmup", "3"), "must exceed --warmup"),
+    ] {
+        let mut args = TINY.to_vec();
+        let at = args.iter().position(|a| *a == change.0).unwrap();
+        args[at + 1] = change.1;
+        let (ok, stderr) = bench(&args);
+        assert!(!ok && stderr.contains(expected), "{change:?}: {stderr}");
+        assert!(
+            !stderr.contains("GEMM"),
+            "nothing is measured before the arguments are checked"
+        );
+    }
+    #[cfg(not(feature = "wgpu"))]
+    {
+        let mut args = TINY.to_vec();
+        args[2] = "wgpu";
+        let (ok, stderr) = bench(&args);
+        assert!(
+            !ok && stderr.contains("not compiled into this build"),
+            "{stderr}"
+        );
+    }
+}
