@@ -192,12 +192,14 @@ fn ndarray_f32_passes_the_numerical_checks() {
 }
 
 /// With `--features wgpu` the checks must run: a missing adapter fails with how to get one, it is
-/// never counted as a pass.
+/// never counted as a pass. The backend is the one the runners use: Burn's cube backend without
+/// kernel fusion (Burn 0.21's fused kernels fail the reference check; docs/deviations.md).
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_passes_the_numerical_checks() {
-    use burn::backend::Wgpu;
-    let device = burn::backend::wgpu::WgpuDevice::default();
+    use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
+    type Wgpu = CubeBackend<WgpuRuntime, f32, i32, u32>;
+    let device = WgpuDevice::default();
     let probe = std::panic::catch_unwind(|| {
         Tensor::<Wgpu, 1>::zeros([1], &device).into_data();
     });
@@ -206,6 +208,6 @@ fn wgpu_passes_the_numerical_checks() {
         "no wgpu adapter: install a Vulkan driver (Debian: `apt-get install mesa-vulkan-drivers` \
          for the lavapipe software device) or run without `--features wgpu`"
     );
-    println!("wgpu device: {}", Wgpu::name(&device));
+    println!("wgpu device: {}", <Wgpu as Backend>::name(&device));
     every_check::<Autodiff<Wgpu>>(&device);
 }

@@ -76,6 +76,16 @@ impl FromStr for BackendKind {
     }
 }
 
+/// wgpu as the runners use it: Burn's cube backend without kernel fusion. Burn 0.21's fused
+/// kernels gave wrong logits in the portability tests (docs/deviations.md); unfused, wgpu matches
+/// the f64 reference to f32 rounding.
+#[cfg(feature = "wgpu")]
+pub type WgpuUnfused = burn_cubecl::CubeBackend<cubecl::wgpu::WgpuRuntime, f32, i32, u32>;
+
+/// CUDA as the runners use it: without kernel fusion, like [`WgpuUnfused`].
+#[cfg(feature = "cuda")]
+pub type CudaUnfused = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
+
 /// A job generic over the backend, run by [`dispatch`].
 pub trait BackendJob {
     /// What the job returns.
@@ -99,9 +109,9 @@ pub fn dispatch<J: BackendJob>(kind: BackendKind, job: J) -> Result<J::Output> {
             job.run::<Autodiff<burn::backend::NdArray>>(Default::default(), kind)
         }
         #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => job.run::<Autodiff<burn::backend::Wgpu>>(Default::default(), kind),
+        BackendKind::Wgpu => job.run::<Autodiff<WgpuUnfused>>(Default::default(), kind),
         #[cfg(feature = "cuda")]
-        BackendKind::Cuda => job.run::<Autodiff<burn::backend::Cuda>>(Default::default(), kind),
+        BackendKind::Cuda => job.run::<Autodiff<CudaUnfused>>(Default::default(), kind),
         #[allow(unreachable_patterns)]
         other => Err(TrainError::Config(format!(
             "backend `{other}` is not compiled into this build"
