@@ -44,55 +44,14 @@ enum Command {
         blocks: Vec<usize>,
     },
     /// Parameter counts per family, depth, vocabulary and method (tab:modelconfig).
-    Params {
-        /// Families.
-        #[arg(
-            long,
-            value_enum,
-            value_delimiter = ',',
-            default_value = "small,medium,large"
-        )]
-        family: Vec<Family>,
-        /// Depths.
-        #[arg(long, value_delimiter = ',', default_value = "48")]
-        layers: Vec<usize>,
-        /// Vocabulary size (256 characters, 4096 BPE).
-        #[arg(long, default_value_t = 256)]
-        vocab: usize,
-        /// Methods (names as in haares-train).
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "standard,block-attnres,haares"
-        )]
-        methods: Vec<String>,
-    },
+    Params(#[command(flatten)] Grid),
     /// Analytic FLOPs per training token and the increment over Block AttnRes (tab:cost).
     Flops {
-        /// Families.
-        #[arg(
-            long,
-            value_enum,
-            value_delimiter = ',',
-            default_value = "small,medium,large"
-        )]
-        family: Vec<Family>,
-        /// Depths.
-        #[arg(long, value_delimiter = ',', default_value = "48")]
-        layers: Vec<usize>,
+        #[command(flatten)]
+        grid: Grid,
         /// Context length T.
         #[arg(long, default_value_t = 512)]
         seq: usize,
-        /// Vocabulary size (256 characters, 4096 BPE).
-        #[arg(long, default_value_t = 256)]
-        vocab: usize,
-        /// Methods (names as in haares-train).
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "standard,block-attnres,haares"
-        )]
-        methods: Vec<String>,
     },
     /// The cost protocol (sec:costprotocol): step time, throughput, peak memory, ratios between
     /// methods and model FLOP utilisation; writes `<out>.md` and `<out>.json`.
@@ -107,6 +66,32 @@ enum Command {
         #[arg(long)]
         task: String,
     },
+}
+
+/// The families × depths × methods of an analytic table.
+#[derive(clap::Args)]
+struct Grid {
+    /// Families.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "small,medium,large"
+    )]
+    family: Vec<Family>,
+    /// Depths.
+    #[arg(long, value_delimiter = ',', default_value = "48")]
+    layers: Vec<usize>,
+    /// Vocabulary size (256 characters, 4096 BPE).
+    #[arg(long, default_value_t = 256)]
+    vocab: usize,
+    /// Methods (names as in haares-train).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "standard,block-attnres,haares"
+    )]
+    methods: Vec<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -228,19 +213,19 @@ fn main() -> ExitCode {
         Command::Sources { layers, blocks } => {
             sources_table(layers, &blocks).map_err(|e| e.to_string())
         }
-        Command::Params {
-            family,
-            layers,
-            vocab,
-            methods,
-        } => params_table(&Family::of(family), &layers, vocab, &methods),
-        Command::Flops {
-            family,
-            layers,
+        Command::Params(grid) => params_table(
+            &Family::of(grid.family),
+            &grid.layers,
+            grid.vocab,
+            &grid.methods,
+        ),
+        Command::Flops { grid, seq } => flops_table(
+            &Family::of(grid.family),
+            &grid.layers,
             seq,
-            vocab,
-            methods,
-        } => flops_table(&Family::of(family), &layers, seq, vocab, &methods),
+            grid.vocab,
+            &grid.methods,
+        ),
         Command::Cost(args) => cost(args),
         Command::CostWorker { backend, task } => cost_worker(&backend, &task),
     };

@@ -120,17 +120,74 @@ pub fn token_tensor<B: burn::tensor::backend::Backend>(
 }
 
 pub fn model_from(config: &ModelConfig, params: &HashMap<String, TensorData>) -> HaaresModel<B64> {
-    HaaresModel::from_named_tensors(config, params.clone(), &Default::default())
-        .expect("parameters match the config")
+    model_on::<B64>(config, params, &Default::default())
 }
 
 pub fn logits(model: &HaaresModel<B64>, tokens: &[Vec<usize>]) -> Vec<f64> {
-    model
-        .forward(token_tensor(tokens, &Default::default()))
-        .expect("valid tokens")
-        .into_data()
-        .to_vec::<f64>()
-        .unwrap()
+    logits_on(model, tokens, &Default::default())
+}
+
+/// [`model_from`] on any backend (parameters converted to its float type).
+pub fn model_on<B: burn::tensor::backend::Backend>(
+    config: &ModelConfig,
+    params: &HashMap<String, TensorData>,
+    device: &B::Device,
+) -> HaaresModel<B> {
+    HaaresModel::from_named_tensors(config, params.clone(), device)
+        .expect("parameters match the config")
+}
+
+/// [`logits`] on any backend, as f64.
+pub fn logits_on<B: burn::tensor::backend::Backend>(
+    model: &HaaresModel<B>,
+    tokens: &[Vec<usize>],
+    device: &B::Device,
+) -> Vec<f64> {
+    tensor_values(
+        model
+            .forward(token_tensor::<B>(tokens, device))
+            .expect("valid tokens"),
+    )
+}
+
+/// Causality for every method (NOTES decision 1): changing the tokens after position t moves no
+/// logit at positions ≤ t by more than `tolerance`, and visibly moves the later ones.
+pub fn check_causality<B: burn::tensor::backend::Backend>(device: &B::Device, tolerance: f64) {
+    let (seq, t) = (8, 3);
+    let mut rng = Rng::new(51);
+    for method in all_methods() {
+        let config = tiny_config(method, 4, 4);
+        let params = random_params_for::<B>(&config, rng.next_u64(), device);
+        let model = model_on::<B>(&config, &params, device);
+        let original = random_tokens(&mut rng, 2, seq, config.vocab_size);
+        let mut changed = original.clone();
+        for row in changed.iter_mut() {
+            for token in row[t + 1..].iter_mut() {
+                *token = (*token + 1 + rng.below(config.vocab_size - 1)) % config.vocab_size;
+            }
+        }
+        let (a, b) = (
+            logits_on(&model, &original, device),
+            logits_on(&model, &changed, device),
+        );
+        let vocab = config.vocab_size;
+        for row in 0..2 {
+            let past = |x: &[f64]| x[row * seq * vocab..(row * seq + t + 1) * vocab].to_vec();
+            let future =
+                |x: &[f64]| x[(row * seq + t + 1) * vocab..(row + 1) * seq * vocab].to_vec();
+            assert!(
+                max_abs_diff(&past(&a), &past(&b)) < tolerance,
+                "{} on {}: past logits moved",
+                method.name(),
+                B::name(device)
+            );
+            assert!(
+                max_abs_diff(&future(&a), &future(&b)) > 1e-3,
+                "{}: the change must be visible later",
+                method.name()
+            );
+        }
+    }
 }
 
 pub fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
