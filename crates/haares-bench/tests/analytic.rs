@@ -1,18 +1,8 @@
 //! The analytic commands reproduce the paper's tables, through the real binary.
 
-use std::process::Command;
+mod common;
 
-fn bench(args: &[&str]) -> (bool, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_haares-bench"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
+use common::bench;
 
 #[test]
 fn sources_reproduces_tab_sourcecounts() {

@@ -1,17 +1,8 @@
 //! The cost protocol end to end through the real binary, at a tiny size on NdArray.
 
-use std::process::Command;
+mod common;
 
-fn bench(args: &[&str]) -> (bool, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_haares-bench"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
+use common::bench;
 
 const TINY: &[&str] = &[
     "cost",
@@ -45,7 +36,7 @@ fn cost_runs_end_to_end_and_writes_valid_json() {
     let out = dir.path().join("nested").join("cost");
     let mut args = TINY.to_vec();
     args.extend(["--out", out.to_str().unwrap()]);
-    let (ok, stderr) = bench(&args);
+    let (ok, _, stderr) = bench(&args);
     assert!(ok, "{stderr}");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
@@ -111,7 +102,7 @@ fn cost_refuses_bad_arguments_before_measuring() {
         let mut args = TINY.to_vec();
         let at = args.iter().position(|a| *a == change.0).unwrap();
         args[at + 1] = change.1;
-        let (ok, stderr) = bench(&args);
+        let (ok, _, stderr) = bench(&args);
         assert!(!ok && stderr.contains(expected), "{change:?}: {stderr}");
         assert!(
             !stderr.contains("GEMM"),
@@ -122,7 +113,7 @@ fn cost_refuses_bad_arguments_before_measuring() {
     {
         let mut args = TINY.to_vec();
         args[2] = "wgpu";
-        let (ok, stderr) = bench(&args);
+        let (ok, _, stderr) = bench(&args);
         assert!(
             !ok && stderr.contains("not compiled into this build"),
             "{stderr}"
