@@ -176,6 +176,30 @@ pub fn layer_scale_init(n_layers: usize) -> f64 {
     }
 }
 
+/// Which implementation of the depth router reads the source banks. Both compute
+/// eq:routingweights; they differ in rounding only (see [`crate::router`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum RoutingPath {
+    /// The fastest path measured for the backend (see [`RoutingPath::resolve`]).
+    #[default]
+    Auto,
+    /// The literal equation: every slot normalised into a key at every read site.
+    Reference,
+    /// Key norm folded into the query, each source's mean square computed once and shared.
+    Fused,
+}
+
+impl RoutingPath {
+    /// The path `Auto` stands for: the fused one, which was faster and lighter on every backend
+    /// measured (docs/benchmarks.md).
+    pub fn resolve(self) -> Self {
+        match self {
+            Self::Auto => Self::Fused,
+            explicit => explicit,
+        }
+    }
+}
+
 /// Configuration of a [`HaaresModel`](crate::HaaresModel). Defaults are the paper's backbone
 /// (tab:reprobackbone); sizes come from a [`ModelFamily`] or are given directly.
 #[derive(Config, Debug, PartialEq)]
@@ -209,6 +233,9 @@ pub struct ModelConfig {
     /// The residual method. Default: full HAARES.
     #[config(default = "ResidualMethod::Haares(HaaresOptions::paper())")]
     pub method: ResidualMethod,
+    /// How the depth routers are computed; results agree to float rounding. Default: `Auto`.
+    #[config(default = "RoutingPath::Auto")]
+    pub routing: RoutingPath,
 }
 
 impl ModelConfig {

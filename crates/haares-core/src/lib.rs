@@ -62,9 +62,9 @@ pub mod source_bank;
 pub mod telemetry;
 
 pub use config::{
-    DetailBias, DetailSource, HaaresOptions, ModelConfig, ModelFamily, ResidualMethod,
+    DetailBias, DetailSource, HaaresOptions, ModelConfig, ModelFamily, ResidualMethod, RoutingPath,
 };
 pub use error::{HaaresError, Result};
 pub use model::HaaresModel;
-pub use source_bank::{SlotKind, SourceBank};
+pub use source_bank::{SlotKind, Source, SourceBank};
 pub use telemetry::{ReadSite, RoutingTrace, SiteTrace};

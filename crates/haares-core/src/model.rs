@@ -6,14 +6,14 @@ use burn::nn::{Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{ElementConversion, Int, Tensor, backend::Backend};
 
 use crate::accumulator::{BlockAccumulator, detail_signs};
-use crate::config::{DetailSource, ModelConfig};
+use crate::config::{DetailSource, ModelConfig, RoutingPath};
 use crate::error::{HaaresError, Result};
 use crate::layer::{Layer, Sublayer};
 use crate::norm::{RmsNorm, RmsNormConfig};
-use crate::rms_match::rms_match;
+use crate::rms_match::{rms_match, rms_match_source};
 use crate::rope::RotaryTable;
-use crate::router::{DepthRouter, DepthRouterConfig};
-use crate::source_bank::SourceBank;
+use crate::router::{DepthRouter, DepthRouterConfig, RouterOutput};
+use crate::source_bank::{Source, SourceBank};
 use crate::telemetry::{ReadSite, RoutingTrace, SiteTrace};
 
 impl ModelConfig {
@@ -180,18 +180,18 @@ impl<B: Backend> HaaresModel<B> {
         mut trace: Option<&mut RoutingTrace<B>>,
     ) -> Tensor<B, 3> {
         let events_per_block = self.config.events_per_block();
-        let mut completed: Vec<(Tensor<B, 3>, Option<Tensor<B, 3>>)> =
-            Vec::with_capacity(self.config.blocks);
+        let embedding = self.source(embedding);
+        let mut completed: Vec<SourcePair<B>> = Vec::with_capacity(self.config.blocks);
         let mut active = BlockAccumulator::<B, 3>::new();
         for event in 0..self.config.events() {
             let (block, r) = (event / events_per_block, event % events_per_block + 1);
-            let bank = self.source_set(&embedding, &completed, &active);
+            let bank = source_set(&embedding, &completed, self.active_pair(&active, true));
             let layer = &self.layers[event / 2];
             let sublayer = Sublayer::of_event(event);
             let router = layer
                 .router(sublayer)
                 .expect("routed methods build a router per read site");
-            let read = router.forward(&bank);
+            let read = self.read(router, &bank);
             if let Some(trace) = trace.as_deref_mut() {
                 trace.sites.push(SiteTrace {
                     site: ReadSite::Event { event },
@@ -206,52 +206,33 @@ impl<B: Backend> HaaresModel<B> {
             }
             if r == events_per_block {
                 // The last block's detail is never read: the final readout is cumulative-only.
-                let detail = if block + 1 < self.config.blocks {
-                    self.detail_slot(&active)
-                } else {
-                    None
-                };
-                let (cumulative, _) = active.take().expect("a completed block holds m ≥ 1 writes");
-                completed.push((cumulative, detail));
+                let with_detail = block + 1 < self.config.blocks;
+                let pair = self
+                    .active_pair(&active, with_detail)
+                    .expect("a completed block holds m ≥ 1 writes");
+                completed.push(pair);
+                active = BlockAccumulator::new();
             }
         }
         self.final_readout(embedding, completed, trace)
     }
 
-    /// eq:sourceset: the embedding, every completed pair `(C_i, D̂_i)`, and the active pair once the
-    /// active block has a written output (`r > 1`). Block AttnRes pairs have no detail slot.
-    fn source_set(
-        &self,
-        embedding: &Tensor<B, 3>,
-        completed: &[(Tensor<B, 3>, Option<Tensor<B, 3>>)],
-        active: &BlockAccumulator<B, 3>,
-    ) -> SourceBank<B> {
-        let mut bank = SourceBank::new(embedding.clone());
-        for (cumulative, detail) in completed {
-            bank.push_pair(cumulative.clone(), detail.clone());
-        }
-        if let Some(cumulative) = active.cumulative() {
-            bank.push_pair(cumulative.clone(), self.detail_slot(active));
-        }
-        bank
-    }
-
     /// eq:final: a separate router over `{e, C_1 … C_N}` only — never a detail slot.
     fn final_readout(
         &self,
-        embedding: Tensor<B, 3>,
-        completed: Vec<(Tensor<B, 3>, Option<Tensor<B, 3>>)>,
+        embedding: Source<B>,
+        completed: Vec<SourcePair<B>>,
         trace: Option<&mut RoutingTrace<B>>,
     ) -> Tensor<B, 3> {
-        let mut bank = SourceBank::new(embedding);
+        let mut bank = SourceBank::from_embedding(embedding);
         for (cumulative, _) in completed {
-            bank.push_pair(cumulative, None);
+            bank.push_source_pair(cumulative, None);
         }
         let final_router = self
             .final_router
             .as_ref()
             .expect("routed methods build a final router");
-        let read = final_router.forward(&bank);
+        let read = self.read(final_router, &bank);
         if let Some(trace) = trace {
             trace.sites.push(SiteTrace {
                 site: ReadSite::Final,
@@ -262,20 +243,66 @@ impl<B: Backend> HaaresModel<B> {
         read.mixture
     }
 
-    /// The value of the active block's detail slot: `D̂` (eq:rmsmatch), raw `D` without RMS
-    /// matching, `C` itself for the duplicated-`C` control, `None` for Block AttnRes.
-    fn detail_slot(&self, active: &BlockAccumulator<B, 3>) -> Option<Tensor<B, 3>> {
-        let options = self.config.method.haares_options()?;
-        let cumulative = active.cumulative()?.clone();
-        if options.detail == DetailSource::DuplicatedCumulative {
-            return Some(cumulative);
-        }
-        let detail = active.detail()?.clone();
-        Some(if options.rms_match {
-            rms_match(detail, cumulative, options.rms_gamma, options.rms_epsilon)
+    /// Whether the configured routing path is the fused one.
+    fn fused(&self) -> bool {
+        self.config.routing.resolve() == RoutingPath::Fused
+    }
+
+    /// One router read on the configured path.
+    fn read(&self, router: &DepthRouter<B>, bank: &SourceBank<B>) -> RouterOutput<B> {
+        if self.fused() {
+            router.forward_fused(bank)
         } else {
-            detail
-        })
+            router.forward(bank)
+        }
+    }
+
+    /// A source for the bank: on the fused path its mean square is computed here, once, and shared
+    /// by every read site that sees it.
+    fn source(&self, value: Tensor<B, 3>) -> Source<B> {
+        if self.fused() {
+            Source::with_mean_square(value)
+        } else {
+            Source::plain(value)
+        }
+    }
+
+    /// The active block's pair `(C^{(r−1)}, slot 2)` once it holds a write, where slot 2 is `D̂`
+    /// (eq:rmsmatch), raw `D` without RMS matching, `C` itself for the duplicated-`C` control,
+    /// and absent for Block AttnRes.
+    fn active_pair(
+        &self,
+        active: &BlockAccumulator<B, 3>,
+        with_detail: bool,
+    ) -> Option<SourcePair<B>> {
+        let cumulative = self.source(active.cumulative()?.clone());
+        let (Some(options), true) = (self.config.method.haares_options(), with_detail) else {
+            return Some((cumulative, None));
+        };
+        let Some(raw) = active
+            .detail()
+            .filter(|_| options.detail != DetailSource::DuplicatedCumulative)
+        else {
+            return Some((cumulative.clone(), Some(cumulative)));
+        };
+        let detail = if !options.rms_match {
+            self.source(raw.clone())
+        } else if self.fused() {
+            rms_match_source(
+                self.source(raw.clone()),
+                cumulative.mean_square(),
+                options.rms_gamma,
+                options.rms_epsilon,
+            )
+        } else {
+            Source::plain(rms_match(
+                raw.clone(),
+                cumulative.value.clone(),
+                options.rms_gamma,
+                options.rms_epsilon,
+            ))
+        };
+        Some((cumulative, Some(detail)))
     }
 
     /// The tied language-model head: logits `= h Eᵀ`.
@@ -288,4 +315,21 @@ impl<B: Backend> HaaresModel<B> {
             .matmul(weight.transpose())
             .reshape([batch, seq, vocab])
     }
+}
+
+/// A block's cumulative source and, for HAARES, its detail source.
+type SourcePair<B> = (Source<B>, Option<Source<B>>);
+
+/// eq:sourceset: the embedding, every completed pair `(C_i, D̂_i)`, and the active pair once the
+/// active block has a written output (`r > 1`). Block AttnRes pairs have no detail slot.
+fn source_set<B: Backend>(
+    embedding: &Source<B>,
+    completed: &[SourcePair<B>],
+    active: Option<SourcePair<B>>,
+) -> SourceBank<B> {
+    let mut bank = SourceBank::from_embedding(embedding.clone());
+    for (cumulative, detail) in completed.iter().cloned().chain(active) {
+        bank.push_source_pair(cumulative, detail);
+    }
+    bank
 }

@@ -3,6 +3,7 @@
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::norm::rms;
+use crate::source_bank::Source;
 
 /// eq:rmsmatch: `D̂ = D · sg[clip(RMS(C) / (RMS(D) + ε), 1/γ, γ)]`.
 ///
@@ -38,4 +39,27 @@ pub fn rms_match_multiplier<B: Backend, const D: usize>(
 ) -> Tensor<B, D> {
     let ratio = rms(cumulative.detach()) / (rms(detail.detach()) + epsilon);
     ratio.clamp(1.0 / gamma, gamma).detach()
+}
+
+/// eq:rmsmatch from the mean squares the fused router already holds: the multiplier
+/// `a = sg[clip(√mean(C²) / (√mean(D²) + ε), 1/γ, γ)]` needs no further pass over `C` or `D`, and
+/// the matched detail's own mean square is `a² · mean(D²)`, so its key norm needs none either.
+///
+/// # Shapes
+/// - detail value: `[batch, seq, d]`; cumulative mean square: `[batch, seq, 1]`
+/// - output value: `[batch, seq, d]`, with its mean square `[batch, seq, 1]`
+pub fn rms_match_source<B: Backend>(
+    detail: Source<B>,
+    cumulative_mean_square: Tensor<B, 3>,
+    gamma: f64,
+    epsilon: f64,
+) -> Source<B> {
+    let detail_mean_square = detail.mean_square();
+    let ratio = cumulative_mean_square.detach().sqrt()
+        / (detail_mean_square.clone().detach().sqrt() + epsilon);
+    let multiplier = ratio.clamp(1.0 / gamma, gamma).detach();
+    Source {
+        value: detail.value * multiplier.clone(),
+        mean_square: Some(detail_mean_square * multiplier.square()),
+    }
 }

@@ -1,5 +1,13 @@
 //! The depth router (eq:routingweights): a learned query scores every slot of a source bank
 //! through an RMS-normalised key, and the read is the softmax-weighted mixture of the slots.
+//!
+//! Two paths compute the same read. [`DepthRouter::forward`] is the reference: it follows the
+//! equation literally, normalising every slot into a key at every read site. [`DepthRouter::
+//! forward_fused`] factors the key norm out of the dot product — `qᵀ RMSNorm(s) =
+//! (q ⊙ w)ᵀ s / RMS_ε(s)` — so it never forms a normalised key, reduces each source once for its
+//! mean square (shared through [`Source`] by every later read site and by RMS matching), and keeps
+//! no `[batch, seq, d]` tensor per slot for the backward pass. `tests/core/routing.rs` checks that
+//! the two agree in values and gradients.
 
 use burn::config::Config;
 use burn::module::{Module, Param};
@@ -8,7 +16,7 @@ use burn::tensor::{Tensor, backend::Backend};
 
 use crate::config::DetailBias;
 use crate::norm::{RmsNorm, RmsNormConfig};
-use crate::source_bank::{SlotKind, SourceBank};
+use crate::source_bank::{SlotKind, Source, SourceBank};
 
 /// Configuration of a [`DepthRouter`].
 #[derive(Config, Debug)]
@@ -77,14 +85,77 @@ impl<B: Backend> DepthRouter<B> {
     /// - output mixture: `[batch, seq, d]`; weights: `[batch, seq, S]`
     pub fn forward(&self, bank: &SourceBank<B>) -> RouterOutput<B> {
         let weights = softmax(self.scores(bank), 2);
-        let mixture = bank
-            .values()
-            .iter()
-            .enumerate()
-            .map(|(slot, value)| weights.clone().narrow(2, slot, 1) * value.clone())
-            .reduce(|sum, term| sum + term)
-            .expect("a source bank always holds the embedding");
+        let mixture = mix(bank.sources(), &weights);
         RouterOutput { mixture, weights }
+    }
+
+    /// The same read as [`forward`](Self::forward), computed through the factored scores of
+    /// [`scores_fused`](Self::scores_fused).
+    ///
+    /// # Shapes
+    /// - every slot of `bank`: `[batch, seq, d]`
+    /// - output mixture: `[batch, seq, d]`; weights: `[batch, seq, S]`
+    pub fn forward_fused(&self, bank: &SourceBank<B>) -> RouterOutput<B> {
+        let weights = softmax(self.scores_fused(bank), 2);
+        let mixture = mix(bank.sources(), &weights);
+        RouterOutput { mixture, weights }
+    }
+
+    /// The logits of eq:routingweights with the key norm factored out of the dot product:
+    /// `z_s = (q ⊙ w)ᵀ s / √(mean(s²) + ε) + b_s`, where `w` is the key norm's weight. One
+    /// matrix–vector product per slot gives every token's `(q ⊙ w)ᵀ s`; the mean squares come
+    /// from the bank's sources (computed once per source).
+    ///
+    /// # Shapes
+    /// - output: `[batch, seq, S]`
+    pub fn scores_fused(&self, bank: &SourceBank<B>) -> Tensor<B, 3> {
+        let folded_query = self.query.val() * self.key_norm.weight.val();
+        let d_model = folded_query.dims()[0];
+        let folded_query = folded_query.reshape([d_model, 1]);
+        let (dots, mean_squares): (Vec<_>, Vec<_>) = bank
+            .sources()
+            .iter()
+            .map(|source| {
+                let [batch, seq, _] = source.value.dims();
+                let dot = source
+                    .value
+                    .clone()
+                    .reshape([batch * seq, d_model])
+                    .matmul(folded_query.clone())
+                    .reshape([batch, seq, 1]);
+                (dot, source.mean_square())
+            })
+            .unzip();
+        // A division, not a multiplication by `recip`: Burn's NdArray computes an f32 `recip` with
+        // the approximate SIMD instruction (≈ 1e-4 relative error).
+        let rms = (Tensor::cat(mean_squares, 2) + self.key_norm.epsilon).sqrt();
+        let scores = Tensor::cat(dots, 2) / rms;
+        match self.bias_row(bank) {
+            Some(bias) => scores + bias,
+            None => scores,
+        }
+    }
+
+    /// The detail bias of every slot as a `[1, 1, S]` row (zero on non-detail slots), or `None`
+    /// when the bank has no biased slot.
+    fn bias_row(&self, bank: &SourceBank<B>) -> Option<Tensor<B, 3>> {
+        let mask: Vec<f32> = bank
+            .kinds()
+            .iter()
+            .map(|kind| f32::from(u8::from(*kind == SlotKind::Detail)))
+            .collect();
+        if !mask.contains(&1.0) {
+            return None;
+        }
+        let device = self.query.device();
+        let slots = mask.len();
+        let mask = Tensor::<B, 1>::from_floats(mask.as_slice(), &device);
+        let bias = match (&self.detail_bias, self.fixed_detail_bias) {
+            (Some(bias), _) => mask * bias.val(),
+            (None, Some(value)) => mask.mul_scalar(value),
+            (None, None) => return None,
+        };
+        Some(bias.reshape([1, 1, slots]))
     }
 
     /// The logits `z_s = qᵀ RMSNorm(s) + b_s` of every slot.
@@ -94,11 +165,12 @@ impl<B: Backend> DepthRouter<B> {
     pub fn scores(&self, bank: &SourceBank<B>) -> Tensor<B, 3> {
         let query = self.query.val().unsqueeze::<3>();
         let scores = bank
-            .values()
+            .sources()
             .iter()
             .zip(bank.kinds())
-            .map(|(value, kind)| {
-                let score = (self.key_norm.forward(value.clone()) * query.clone()).sum_dim(2);
+            .map(|(source, kind)| {
+                let score =
+                    (self.key_norm.forward(source.value.clone()) * query.clone()).sum_dim(2);
                 match kind {
                     SlotKind::Detail => self.add_detail_bias(score),
                     SlotKind::Embedding | SlotKind::Cumulative => score,
@@ -116,4 +188,15 @@ impl<B: Backend> DepthRouter<B> {
             (None, None) => score,
         }
     }
+}
+
+/// The mixture `h̃ = Σ_s α_s s` of eq:routingweights, one slot at a time (the sources are never
+/// stacked into an `[S, batch, seq, d]` tensor).
+fn mix<B: Backend>(sources: &[Source<B>], weights: &Tensor<B, 3>) -> Tensor<B, 3> {
+    sources
+        .iter()
+        .enumerate()
+        .map(|(slot, source)| weights.clone().narrow(2, slot, 1) * source.value.clone())
+        .reduce(|sum, term| sum + term)
+        .expect("a source bank always holds the embedding")
 }

@@ -15,40 +15,111 @@ pub enum SlotKind {
     Detail,
 }
 
+/// A source value with, optionally, its per-token mean square `mean(s²)` over the hidden
+/// dimension. The fused router builds every key norm from the mean square; computing it once per
+/// source lets every later read site (and RMS matching, eq:rmsmatch) share it instead of
+/// reducing the source again.
+#[derive(Debug, Clone)]
+pub struct Source<B: Backend> {
+    /// The value, `[batch, seq, d]`.
+    pub value: Tensor<B, 3>,
+    /// `mean(value²)` over the last dimension, `[batch, seq, 1]`, if already known.
+    pub mean_square: Option<Tensor<B, 3>>,
+}
+
+impl<B: Backend> Source<B> {
+    /// A source whose mean square is computed on first use by each reader.
+    pub fn plain(value: Tensor<B, 3>) -> Self {
+        Self {
+            value,
+            mean_square: None,
+        }
+    }
+
+    /// A source with its mean square computed now (kept in the autodiff graph, so gradients flow
+    /// through it into the value).
+    pub fn with_mean_square(value: Tensor<B, 3>) -> Self {
+        let mean_square = mean_square(value.clone());
+        Self {
+            value,
+            mean_square: Some(mean_square),
+        }
+    }
+
+    /// The cached mean square, or a fresh one.
+    pub fn mean_square(&self) -> Tensor<B, 3> {
+        self.mean_square
+            .clone()
+            .unwrap_or_else(|| mean_square(self.value.clone()))
+    }
+}
+
+/// Per-token `mean(x²)` over the last dimension, kept as a size-1 dimension.
+///
+/// # Shapes
+/// - x: `[batch, seq, d]`
+/// - output: `[batch, seq, 1]`
+pub fn mean_square<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
+    x.square().mean_dim(2)
+}
+
 /// An indexed collection of source slots. Slots are candidates, not values: two slots whose tensors
 /// coincide (the early-half active pair) are still two slots (eq:sourceset).
 #[derive(Debug, Clone)]
 pub struct SourceBank<B: Backend> {
-    values: Vec<Tensor<B, 3>>,
+    sources: Vec<Source<B>>,
     kinds: Vec<SlotKind>,
 }
 
 impl<B: Backend> SourceBank<B> {
     /// A bank holding only the embedding, which is always present.
     pub fn new(embedding: Tensor<B, 3>) -> Self {
+        Self::from_embedding(Source::plain(embedding))
+    }
+
+    /// A bank holding only the embedding source (with its cached mean square, if any).
+    pub fn from_embedding(embedding: Source<B>) -> Self {
         Self {
-            values: vec![embedding],
+            sources: vec![embedding],
             kinds: vec![SlotKind::Embedding],
         }
     }
 
     /// Adds one slot.
     pub fn push(&mut self, kind: SlotKind, value: Tensor<B, 3>) {
-        self.values.push(value);
+        self.push_source(kind, Source::plain(value));
+    }
+
+    /// Adds one slot whose source may carry its mean square.
+    pub fn push_source(&mut self, kind: SlotKind, source: Source<B>) {
+        self.sources.push(source);
         self.kinds.push(kind);
     }
 
     /// Adds a block's pair: its cumulative slot and, for HAARES, its detail slot.
     pub fn push_pair(&mut self, cumulative: Tensor<B, 3>, detail: Option<Tensor<B, 3>>) {
-        self.push(SlotKind::Cumulative, cumulative);
+        self.push_source_pair(Source::plain(cumulative), detail.map(Source::plain));
+    }
+
+    /// [`push_pair`](Self::push_pair) for sources that may carry their mean squares.
+    pub fn push_source_pair(&mut self, cumulative: Source<B>, detail: Option<Source<B>>) {
+        self.push_source(SlotKind::Cumulative, cumulative);
         if let Some(detail) = detail {
-            self.push(SlotKind::Detail, detail);
+            self.push_source(SlotKind::Detail, detail);
         }
     }
 
     /// The slot values, in slot order.
-    pub fn values(&self) -> &[Tensor<B, 3>] {
-        &self.values
+    pub fn values(&self) -> Vec<Tensor<B, 3>> {
+        self.sources
+            .iter()
+            .map(|source| source.value.clone())
+            .collect()
+    }
+
+    /// The slot sources, in slot order.
+    pub fn sources(&self) -> &[Source<B>] {
+        &self.sources
     }
 
     /// The slot kinds, in slot order.
@@ -58,11 +129,11 @@ impl<B: Backend> SourceBank<B> {
 
     /// Number of slots S.
     pub fn len(&self) -> usize {
-        self.values.len()
+        self.sources.len()
     }
 
     /// Always false: the embedding slot is always present.
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.sources.is_empty()
     }
 }

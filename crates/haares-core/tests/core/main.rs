@@ -7,6 +7,7 @@ mod causality;
 mod checkpoint;
 mod common;
 mod errors;
+mod fused;
 mod reference;
 mod reference_tests;
 mod rms_match;

@@ -1,0 +1,271 @@
+//! The fused routing path against the reference path (FLA-style naive-vs-fused agreement): the
+//! router's read and every gradient on fresh random banks of several shapes — one slot, mixed
+//! kinds, the largest bank — and whole models of every method, in f64 where both paths must agree
+//! to rounding.
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::backend::AutodiffBackend;
+use burn::tensor::{Tensor, TensorData};
+use haares_core::router::{DepthRouter, DepthRouterConfig, RouterOutput};
+use haares_core::{DetailBias, RoutingPath, SlotKind, Source, SourceBank};
+
+use crate::common::*;
+
+const TOLERANCE: f64 = 1e-10;
+
+/// One random case: `kinds` after the embedding, each slot given its cached mean square or not.
+struct BankCase {
+    batch: usize,
+    seq: usize,
+    d: usize,
+    kinds: Vec<SlotKind>,
+    bias: Option<DetailBias>,
+    seed: u64,
+}
+
+fn random_tensor<const D: usize>(rng: &mut Rng, shape: [usize; D], std: f64) -> Tensor<Ad64, D> {
+    let n = shape.iter().product();
+    Tensor::from_data(
+        TensorData::new(rng.normals(n, std), shape),
+        &Default::default(),
+    )
+}
+
+fn random_router(case: &BankCase, rng: &mut Rng) -> DepthRouter<Ad64> {
+    let mut router = DepthRouterConfig::new(case.d)
+        .with_detail_bias(case.bias)
+        .init::<Ad64>(&Default::default());
+    router.query = Param::from_tensor(random_tensor(rng, [case.d], 0.8).require_grad());
+    router.key_norm.weight =
+        Param::from_tensor((random_tensor(rng, [case.d], 0.3) + 1.0).require_grad());
+    if router.detail_bias.is_some() {
+        router.detail_bias = Some(Param::from_tensor(
+            random_tensor(rng, [1], 0.5).sub_scalar(1.0).require_grad(),
+        ));
+    }
+    router
+}
+
+/// Slot values with widely different scales (the key norm must undo them), tracked for gradients.
+fn random_values(case: &BankCase, rng: &mut Rng) -> Vec<Tensor<Ad64, 3>> {
+    (0..=case.kinds.len())
+        .map(|_| {
+            let scale = 0.05 + 3.0 * rng.uniform();
+            random_tensor(rng, [case.batch, case.seq, case.d], scale).require_grad()
+        })
+        .collect()
+}
+
+fn bank(values: &[Tensor<Ad64, 3>], kinds: &[SlotKind], cached: bool) -> SourceBank<Ad64> {
+    let source = |value: &Tensor<Ad64, 3>| {
+        if cached {
+            Source::with_mean_square(value.clone())
+        } else {
+            Source::plain(value.clone())
+        }
+    };
+    let mut bank = SourceBank::from_embedding(source(&values[0]));
+    for (kind, value) in kinds.iter().zip(&values[1..]) {
+        bank.push_source(*kind, source(value));
+    }
+    bank
+}
+
+/// A scalar loss that weighs every output element differently, so every gradient is exercised.
+fn loss(read: &RouterOutput<Ad64>, rng: &mut Rng) -> Tensor<Ad64, 1> {
+    let mixture_weights = random_tensor(rng, read.mixture.dims(), 1.0);
+    let weight_weights = random_tensor(rng, read.weights.dims(), 1.0);
+    (read.mixture.clone() * mixture_weights).sum() + (read.weights.clone() * weight_weights).sum()
+}
+
+/// Every gradient a read produces: the slot values', then the router's parameters'.
+fn gradients(
+    read: RouterOutput<Ad64>,
+    router: &DepthRouter<Ad64>,
+    values: &[Tensor<Ad64, 3>],
+    seed: u64,
+) -> Vec<Vec<f64>> {
+    let grads = loss(&read, &mut Rng::new(seed)).backward();
+    let mut all: Vec<Vec<f64>> = values
+        .iter()
+        .map(|value| tensor_values(value.grad(&grads).expect("every slot receives a gradient")))
+        .collect();
+    let mut collect = GradCollector {
+        grads: &grads,
+        out: &mut all,
+    };
+    router.visit(&mut collect);
+    all
+}
+
+struct GradCollector<'a> {
+    grads: &'a <Ad64 as AutodiffBackend>::Gradients,
+    out: &'a mut Vec<Vec<f64>>,
+}
+
+impl ModuleVisitor<Ad64> for GradCollector<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<Ad64, D>>) {
+        // A parameter with no path to the loss (the first read site's router sees one slot) has
+        // no gradient; both paths must agree on that too.
+        let grad = param.val().grad(self.grads).map(tensor_values);
+        self.out.push(grad.unwrap_or_default());
+    }
+}
+
+/// A read on one path and everything it produces: the outputs, then every gradient.
+fn read_and_gradients(
+    router: &DepthRouter<Ad64>,
+    values: &[Tensor<Ad64, 3>],
+    kinds: &[SlotKind],
+    path: Option<bool>,
+    seed: u64,
+) -> Vec<Vec<f64>> {
+    let read = match path {
+        None => router.forward(&bank(values, kinds, false)),
+        Some(cached) => router.forward_fused(&bank(values, kinds, cached)),
+    };
+    let mut all = vec![
+        tensor_values(read.mixture.clone()),
+        tensor_values(read.weights.clone()),
+    ];
+    all.extend(gradients(read, router, values, seed));
+    all
+}
+
+fn check_case(case: BankCase) {
+    let mut rng = Rng::new(case.seed);
+    let router = random_router(&case, &mut rng);
+    let values = random_values(&case, &mut rng);
+    let seed = case.seed + 1;
+    let reference = read_and_gradients(&router, &values, &case.kinds, None, seed);
+    for cached in [false, true] {
+        let fused = read_and_gradients(&router, &values, &case.kinds, Some(cached), seed);
+        let label = format!(
+            "S = {}, cached mean squares: {cached}",
+            case.kinds.len() + 1
+        );
+        assert_eq!(reference.len(), fused.len());
+        // Entries: mixture, weights, each slot's gradient, then query, key-norm weight, bias.
+        for (index, (a, b)) in reference.iter().zip(&fused).enumerate() {
+            let diff = max_abs_diff(a, b);
+            let scale = a.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+            assert!(
+                diff < TOLERANCE * scale,
+                "{label}: entry {index} differs by {diff}"
+            );
+        }
+    }
+}
+
+fn haares_kinds(pairs: usize) -> Vec<SlotKind> {
+    (0..pairs)
+        .flat_map(|_| [SlotKind::Cumulative, SlotKind::Detail])
+        .collect()
+}
+
+#[test]
+fn a_single_slot_reads_the_embedding_on_both_paths() {
+    check_case(BankCase {
+        batch: 2,
+        seq: 3,
+        d: 8,
+        kinds: vec![],
+        bias: None,
+        seed: 101,
+    });
+}
+
+#[test]
+fn block_attnres_banks_agree() {
+    let kinds = vec![SlotKind::Cumulative; 4];
+    check_case(BankCase {
+        batch: 3,
+        seq: 5,
+        d: 16,
+        kinds,
+        bias: None,
+        seed: 102,
+    });
+}
+
+#[test]
+fn haares_banks_with_a_learned_bias_agree() {
+    let kinds = haares_kinds(4);
+    let bias = Some(DetailBias::Learned { init: -2.0 });
+    check_case(BankCase {
+        batch: 2,
+        seq: 7,
+        d: 12,
+        kinds,
+        bias,
+        seed: 103,
+    });
+}
+
+#[test]
+fn haares_banks_with_a_fixed_bias_agree() {
+    let kinds = haares_kinds(2);
+    let bias = Some(DetailBias::Fixed { value: -4.0 });
+    check_case(BankCase {
+        batch: 1,
+        seq: 4,
+        d: 6,
+        kinds,
+        bias,
+        seed: 104,
+    });
+}
+
+/// The largest bank a 48-layer model forms with one block per layer (N = 48): the embedding and
+/// 48 pairs, 97 slots.
+#[test]
+fn the_largest_bank_agrees() {
+    let kinds = haares_kinds(48);
+    let bias = Some(DetailBias::Learned { init: -2.0 });
+    check_case(BankCase {
+        batch: 2,
+        seq: 3,
+        d: 8,
+        kinds,
+        bias,
+        seed: 105,
+    });
+}
+
+/// Whole models: logits and every parameter's gradient, fused against reference, for every
+/// method and ablation (the reference tests separately pin `Auto` to the f64 reference forward).
+#[test]
+fn every_method_agrees_across_routing_paths() {
+    let mut rng = Rng::new(106);
+    for method in all_methods() {
+        for (layers, blocks) in [(4, 4), (3, 2), (2, 4)] {
+            let config = tiny_config(method, layers, blocks);
+            let params = random_params(&config, rng.next_u64());
+            let tokens = random_tokens(&mut rng, 2, 6, config.vocab_size);
+            let run = |routing: RoutingPath| {
+                let config = config.clone().with_routing(routing);
+                let model = model_on::<Ad64>(&config, &params, &Default::default());
+                let logits = model
+                    .forward(token_tensor::<Ad64>(&tokens, &Default::default()))
+                    .expect("valid tokens");
+                let weights = random_tensor(&mut Rng::new(7), logits.dims(), 1.0);
+                let grads = (logits.clone() * weights).sum().backward();
+                let mut all = vec![tensor_values(logits)];
+                model.visit(&mut GradCollector {
+                    grads: &grads,
+                    out: &mut all,
+                });
+                all
+            };
+            let (reference, fused) = (run(RoutingPath::Reference), run(RoutingPath::Fused));
+            for (index, (a, b)) in reference.iter().zip(&fused).enumerate() {
+                let diff = max_abs_diff(a, b);
+                assert!(
+                    diff < 1e-9,
+                    "{} with L = {layers}, N = {blocks}: tensor {index} differs by {diff}",
+                    method.name()
+                );
+            }
+        }
+    }
+}
