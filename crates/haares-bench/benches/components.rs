@@ -13,7 +13,7 @@ use haares_core::accumulator::BlockAccumulator;
 use haares_core::config::DetailBias;
 use haares_core::rms_match::rms_match;
 use haares_core::router::DepthRouterConfig;
-use haares_core::{ModelFamily, SourceBank};
+use haares_core::{ModelFamily, RoutingPath, SlotKind, Source, SourceBank};
 use haares_train::config::parse_method;
 
 type B = Autodiff<Flex>;
@@ -32,20 +32,36 @@ fn activation() -> Tensor<B, 3> {
 }
 
 /// A read over the largest intermediate banks of tab:sourcecounts at 48 layers, N = 4: 5 slots
-/// (Block AttnRes) and 9 (HAARES: the embedding, three completed pairs, the active pair).
+/// (Block AttnRes) and 9 (HAARES: the embedding, three completed pairs, the active pair), on the
+/// reference path and on the fused path. The fused read computes every slot's mean square inside
+/// the timed loop, so it gets no credit for the sharing across read sites that the model enjoys.
 fn router(c: &mut Criterion) {
     let mut group = c.benchmark_group("router");
     for (label, slots, detail) in [("block-attnres", 5, false), ("haares", 9, true)] {
         let config = DepthRouterConfig::new(D)
             .with_detail_bias(detail.then_some(DetailBias::Learned { init: -2.0 }));
         let router = config.init::<B>(&Default::default());
-        let mut bank = SourceBank::new(activation());
-        let pairs = (slots - 1) / if detail { 2 } else { 1 };
-        for _ in 0..pairs {
-            bank.push_pair(activation(), detail.then(activation));
-        }
-        group.bench_function(BenchmarkId::new(label, slots), |b| {
-            b.iter(|| router.forward(&bank).mixture.sum().backward())
+        let values: Vec<_> = (0..slots).map(|_| activation()).collect();
+        let bank = |cached: bool| {
+            let source = |value: &Tensor<B, 3>| match cached {
+                true => Source::with_mean_square(value.clone()),
+                false => Source::plain(value.clone()),
+            };
+            let mut bank = SourceBank::from_embedding(source(&values[0]));
+            for (slot, value) in values.iter().enumerate().skip(1) {
+                let kind = match (detail, slot % 2) {
+                    (true, 0) => SlotKind::Detail,
+                    _ => SlotKind::Cumulative,
+                };
+                bank.push_source(kind, source(value));
+            }
+            bank
+        };
+        group.bench_function(BenchmarkId::new(format!("{label}/reference"), slots), |b| {
+            b.iter(|| router.forward(&bank(false)).mixture.sum().backward())
+        });
+        group.bench_function(BenchmarkId::new(format!("{label}/fused"), slots), |b| {
+            b.iter(|| router.forward_fused(&bank(true)).mixture.sum().backward())
         });
     }
     group.finish();
@@ -88,17 +104,29 @@ fn accumulator(c: &mut Criterion) {
 }
 
 /// One learner step (forward, masked cross-entropy, backward, clipped AdamW) of the small family
-/// at 12 layers, per method.
+/// at 12 layers, per method, with the routed methods on both routing paths.
 fn training_step(c: &mut Criterion) {
     let mut group = c.benchmark_group("training_step");
     group.sample_size(10);
-    for method in ["standard", "block-attnres", "haares"] {
+    let cases = [
+        ("standard", RoutingPath::Auto),
+        ("block-attnres", RoutingPath::Reference),
+        ("block-attnres", RoutingPath::Fused),
+        ("haares", RoutingPath::Reference),
+        ("haares", RoutingPath::Fused),
+    ];
+    for (method, routing) in cases {
         let config = ModelFamily::Small
             .config(12, 256, parse_method(method).expect("a known method"))
-            .with_max_seq_len(SEQ.max(512));
+            .with_max_seq_len(SEQ.max(512))
+            .with_routing(routing);
         let mut trainer =
             Trainer::<B>::new(&config, BATCH, SEQ, &Default::default()).expect("a valid model");
-        group.bench_function(method, |b| {
+        let label = match routing {
+            RoutingPath::Auto => method.to_string(),
+            _ => format!("{method}/{routing:?}").to_lowercase(),
+        };
+        group.bench_function(label, |b| {
             b.iter(|| trainer.step(|| ()).expect("a finite step"))
         });
     }

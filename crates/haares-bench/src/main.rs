@@ -134,7 +134,8 @@ struct CostArgs {
     /// Interleaved measurements per method.
     #[arg(long)]
     repeats: Option<usize>,
-    /// Methods (names as in haares-train).
+    /// Methods (names as in haares-train); `name/reference` or `name/fused` pins the router
+    /// implementation, e.g. `block-attnres,block-attnres/reference`.
     #[arg(long, value_delimiter = ',')]
     methods: Option<Vec<String>>,
     /// Size of the square GEMM that sets the peak.

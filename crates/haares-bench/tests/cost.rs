@@ -96,6 +96,10 @@ fn cost_refuses_bad_arguments_before_measuring() {
     for (change, expected) in [
         (("--backend", "tpu"), "unknown backend `tpu`"),
         (("--methods", "resnet"), "unknown method `resnet`"),
+        (
+            ("--methods", "haares/naive"),
+            "unknown routing path `naive`",
+        ),
         (("--blocks", "3"), "N = 3 does not divide the 2L = 4"),
         (("--warmup", "3"), "must exceed --warmup"),
     ] {

@@ -179,6 +179,7 @@ pub fn layer_scale_init(n_layers: usize) -> f64 {
 /// Which implementation of the depth router reads the source banks. Both compute
 /// eq:routingweights; they differ in rounding only (see [`crate::router`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum RoutingPath {
     /// The fastest path measured for the backend (see [`RoutingPath::resolve`]).
     #[default]

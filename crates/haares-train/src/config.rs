@@ -1,7 +1,7 @@
 //! One run's complete configuration, and the residual-method names used in studies and on the
 //! command line.
 
-use haares_core::{HaaresOptions, ModelConfig, ResidualMethod};
+use haares_core::{HaaresOptions, ModelConfig, ResidualMethod, RoutingPath};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
@@ -58,6 +58,9 @@ pub struct RunConfig {
     pub data_seed: u64,
     /// Optimizer settings.
     pub optimizer: AdamWSettings,
+    /// Router implementation: `auto` (default), `reference` or `fused`; results agree to float
+    /// rounding (`--set routing=reference` forces the literal equation).
+    pub routing: RoutingPath,
 }
 
 impl Default for RunConfig {
@@ -81,6 +84,7 @@ impl Default for RunConfig {
             model_seed: 42,
             data_seed: 42,
             optimizer: AdamWSettings::default(),
+            routing: RoutingPath::Auto,
         }
     }
 }
@@ -92,7 +96,8 @@ impl RunConfig {
         let config = ModelConfig::new(vocab_size, self.d_model, self.d_ff, self.layers)
             .with_n_heads(self.heads)
             .with_blocks(self.blocks)
-            .with_method(method);
+            .with_method(method)
+            .with_routing(self.routing);
         config.validate()?;
         Ok(config)
     }

@@ -13,7 +13,7 @@ pub mod worker;
 use std::path::Path;
 use std::process::Command;
 
-use haares_core::{ModelConfig, ModelFamily};
+use haares_core::{ModelConfig, ModelFamily, RoutingPath};
 use haares_train::backend::BackendKind;
 use haares_train::config::parse_method;
 use serde::{Deserialize, Serialize};
@@ -44,7 +44,8 @@ pub struct CostSpec {
     pub warmup: usize,
     /// Measurements per method, interleaved.
     pub repeats: usize,
-    /// Methods, by name.
+    /// Methods, by name; `name/reference` or `name/fused` pins the router implementation (a bare
+    /// name uses the automatic choice), so both paths can be measured in one interleaved run.
     pub methods: Vec<String>,
     /// Size n of the square GEMM whose rate is the peak.
     pub gemm_n: usize,
@@ -86,16 +87,27 @@ impl CostSpec {
         }
     }
 
-    /// The model of `family` trained with `method`.
+    /// The model of `family` trained with `method` (`name` or `name/routing`).
     pub fn model(&self, family: ModelFamily, method: &str) -> Result<ModelConfig, String> {
+        let (name, routing) = match method.split_once('/') {
+            None => (method, RoutingPath::Auto),
+            Some((name, "reference")) => (name, RoutingPath::Reference),
+            Some((name, "fused")) => (name, RoutingPath::Fused),
+            Some((_, other)) => {
+                return Err(format!(
+                    "unknown routing path `{other}` in method `{method}`; use `/reference` or `/fused`"
+                ));
+            }
+        };
         let config = family
             .config(
                 self.layers,
                 self.vocab,
-                parse_method(method).map_err(|e| e.to_string())?,
+                parse_method(name).map_err(|e| e.to_string())?,
             )
             .with_blocks(self.blocks)
-            .with_max_seq_len(self.seq.max(512));
+            .with_max_seq_len(self.seq.max(512))
+            .with_routing(routing);
         config.validate().map_err(|e| e.to_string())?;
         Ok(config)
     }

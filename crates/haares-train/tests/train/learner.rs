@@ -245,3 +245,42 @@ fn validation_loss_is_token_weighted_over_exactly_the_requested_chunks() {
         "more chunks, another loss"
     );
 }
+
+/// The fused router changes no result: a short run's losses on the fused path equal the
+/// reference path's to float rounding (f32, eight AdamW steps), for both routed methods.
+#[test]
+fn the_fused_routing_path_trains_like_the_reference_path() {
+    use haares_core::RoutingPath;
+    let dir = tempfile::tempdir().unwrap();
+    let data = repeating(dir.path());
+    for method in ["block-attnres", "haares"] {
+        let losses = |routing: RoutingPath| {
+            let mut config = tiny_config(method);
+            config.routing = routing;
+            config.steps = 8;
+            config.eval_every = 8;
+            config.checkpoint_every = 8;
+            config.log_every = 1;
+            config.optimizer.lr = 1e-2;
+            let run_dir = dir.path().join(format!("{method}-{routing:?}"));
+            train_to_end(&config, &data, &run_dir);
+            read_metrics(&run_dir.join("metrics.jsonl"))
+                .unwrap()
+                .iter()
+                .map(|line| line.train_loss.unwrap())
+                .collect::<Vec<f64>>()
+        };
+        let (reference, fused) = (losses(RoutingPath::Reference), losses(RoutingPath::Fused));
+        assert_eq!(reference.len(), 8);
+        for (step, (a, b)) in reference.iter().zip(&fused).enumerate() {
+            assert!(
+                (a - b).abs() < 1e-4 * a.abs(),
+                "{method} step {step}: {a} vs {b}"
+            );
+        }
+        assert!(
+            reference[7] < reference[0],
+            "{method}: the run must learn: {reference:?}"
+        );
+    }
+}
