@@ -3,7 +3,7 @@
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::norm::rms;
-use crate::source_bank::Source;
+use crate::source_bank::{Source, rows};
 
 /// eq:rmsmatch: `D̂ = D · sg[clip(RMS(C) / (RMS(D) + ε), 1/γ, γ)]`.
 ///
@@ -58,8 +58,10 @@ pub fn rms_match_source<B: Backend>(
     let ratio = cumulative_mean_square.detach().sqrt()
         / (detail_mean_square.clone().detach().sqrt() + epsilon);
     let multiplier = ratio.clamp(1.0 / gamma, gamma).detach();
+    let [batch, seq, d] = detail.value.dims();
+    let matched = rows(detail.value) * multiplier.clone().reshape([batch * seq, 1]);
     Source {
-        value: detail.value * multiplier.clone(),
+        value: matched.reshape([batch, seq, d]),
         mean_square: Some(detail_mean_square * multiplier.square()),
     }
 }

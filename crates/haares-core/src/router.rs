@@ -16,7 +16,7 @@ use burn::tensor::{Tensor, backend::Backend};
 
 use crate::config::DetailBias;
 use crate::norm::{RmsNorm, RmsNormConfig};
-use crate::source_bank::{SlotKind, Source, SourceBank};
+use crate::source_bank::{SlotKind, Source, SourceBank, rows};
 
 /// Configuration of a [`DepthRouter`].
 #[derive(Config, Debug)]
@@ -90,14 +90,30 @@ impl<B: Backend> DepthRouter<B> {
     }
 
     /// The same read as [`forward`](Self::forward), computed through the factored scores of
-    /// [`scores_fused`](Self::scores_fused).
+    /// [`scores_fused`](Self::scores_fused) and laid out for speed: every slot as a
+    /// `[batch·seq, d]` matrix and the weights slot-major, so that each weight column is
+    /// contiguous and every broadcast runs over rows (Burn's CPU backends broadcast a
+    /// `[batch, seq, 1]` factor over the last dimension up to 25× slower).
     ///
     /// # Shapes
     /// - every slot of `bank`: `[batch, seq, d]`
     /// - output mixture: `[batch, seq, d]`; weights: `[batch, seq, S]`
     pub fn forward_fused(&self, bank: &SourceBank<B>) -> RouterOutput<B> {
-        let weights = softmax(self.scores_fused(bank), 2);
-        let mixture = mix(bank.sources(), &weights);
+        let [batch, seq, d_model] = bank.sources()[0].value.dims();
+        let slots = bank.len();
+        let weights = softmax(self.scores_fused(bank), 0);
+        let mixture = bank
+            .sources()
+            .iter()
+            .enumerate()
+            .map(|(slot, source)| {
+                let weight = weights.clone().narrow(0, slot, 1).reshape([batch * seq, 1]);
+                rows(source.value.clone()) * weight
+            })
+            .reduce(|sum, term| sum + term)
+            .expect("a source bank always holds the embedding")
+            .reshape([batch, seq, d_model]);
+        let weights = weights.transpose().reshape([batch, seq, slots]);
         RouterOutput { mixture, weights }
     }
 
@@ -107,8 +123,8 @@ impl<B: Backend> DepthRouter<B> {
     /// from the bank's sources (computed once per source).
     ///
     /// # Shapes
-    /// - output: `[batch, seq, S]`
-    pub fn scores_fused(&self, bank: &SourceBank<B>) -> Tensor<B, 3> {
+    /// - output: `[S, batch·seq]` (slot-major)
+    pub fn scores_fused(&self, bank: &SourceBank<B>) -> Tensor<B, 2> {
         let folded_query = self.query.val() * self.key_norm.weight.val();
         let d_model = folded_query.dims()[0];
         let folded_query = folded_query.reshape([d_model, 1]);
@@ -116,29 +132,27 @@ impl<B: Backend> DepthRouter<B> {
             .sources()
             .iter()
             .map(|source| {
-                let [batch, seq, _] = source.value.dims();
-                let dot = source
-                    .value
-                    .clone()
-                    .reshape([batch * seq, d_model])
-                    .matmul(folded_query.clone())
-                    .reshape([batch, seq, 1]);
-                (dot, source.mean_square())
+                let dot = rows(source.value.clone()).matmul(folded_query.clone());
+                let tokens = dot.dims()[0];
+                (
+                    dot.reshape([1, tokens]),
+                    source.mean_square().reshape([1, tokens]),
+                )
             })
             .unzip();
         // A division, not a multiplication by `recip`: Burn's NdArray computes an f32 `recip` with
         // the approximate SIMD instruction (≈ 1e-4 relative error).
-        let rms = (Tensor::cat(mean_squares, 2) + self.key_norm.epsilon).sqrt();
-        let scores = Tensor::cat(dots, 2) / rms;
-        match self.bias_row(bank) {
+        let rms = (Tensor::cat(mean_squares, 0) + self.key_norm.epsilon).sqrt();
+        let scores = Tensor::cat(dots, 0) / rms;
+        match self.bias_column(bank) {
             Some(bias) => scores + bias,
             None => scores,
         }
     }
 
-    /// The detail bias of every slot as a `[1, 1, S]` row (zero on non-detail slots), or `None`
+    /// The detail bias of every slot as an `[S, 1]` column (zero on non-detail slots), or `None`
     /// when the bank has no biased slot.
-    fn bias_row(&self, bank: &SourceBank<B>) -> Option<Tensor<B, 3>> {
+    fn bias_column(&self, bank: &SourceBank<B>) -> Option<Tensor<B, 2>> {
         let mask: Vec<f32> = bank
             .kinds()
             .iter()
@@ -155,7 +169,7 @@ impl<B: Backend> DepthRouter<B> {
             (None, Some(value)) => mask.mul_scalar(value),
             (None, None) => return None,
         };
-        Some(bias.reshape([1, 1, slots]))
+        Some(bias.reshape([slots, 1]))
     }
 
     /// The logits `z_s = qᵀ RMSNorm(s) + b_s` of every slot.

@@ -60,7 +60,16 @@ impl<B: Backend> Source<B> {
 /// - x: `[batch, seq, d]`
 /// - output: `[batch, seq, 1]`
 pub fn mean_square<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
-    x.square().mean_dim(2)
+    let [batch, seq, _] = x.dims();
+    rows(x).square().mean_dim(1).reshape([batch, seq, 1])
+}
+
+/// A `[batch, seq, d]` activation as the `[batch·seq, d]` matrix of its token rows (a view, no
+/// copy). The fused routing path works on rows: Burn's CPU backends broadcast a per-token factor
+/// over the last dimension of a rank-3 tensor up to 25× slower than over a matrix's rows.
+pub fn rows<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 2> {
+    let [batch, seq, d] = x.dims();
+    x.reshape([batch * seq, d])
 }
 
 /// An indexed collection of source slots. Slots are candidates, not values: two slots whose tensors
