@@ -67,6 +67,25 @@ fn router(c: &mut Criterion) {
     group.finish();
 }
 
+/// Why the fused path works on token rows: one per-token factor times an activation, as the
+/// reference mixture does it (a weight column narrowed out of `[batch, seq, S]`, broadcast over
+/// the last dimension of a rank-3 tensor) and as the fused path does it (a contiguous `[tokens, 1]`
+/// column after the `[tokens, d]` rows). Forward only.
+fn layout(c: &mut Criterion) {
+    let mut group = c.benchmark_group("layout");
+    let value = activation().detach();
+    let weights = Tensor::<B, 3>::random([BATCH, SEQ, 9], Distribution::Default, &Default::default());
+    group.bench_function("rank-3 narrowed weight", |b| {
+        b.iter(|| weights.clone().narrow(2, 3, 1) * value.clone())
+    });
+    let rows = value.clone().reshape([BATCH * SEQ, D]);
+    let column = weights.clone().reshape([BATCH * SEQ * 9, 1]).narrow(0, 0, BATCH * SEQ);
+    group.bench_function("rows times contiguous column", |b| {
+        b.iter(|| rows.clone() * column.clone())
+    });
+    group.finish();
+}
+
 /// eq:rmsmatch on one active pair.
 fn rms_matching(c: &mut Criterion) {
     let (detail, cumulative) = (activation(), activation());
@@ -133,5 +152,5 @@ fn training_step(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, router, rms_matching, accumulator, training_step);
+criterion_group!(benches, router, layout, rms_matching, accumulator, training_step);
 criterion_main!(benches);
