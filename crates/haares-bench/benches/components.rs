@@ -74,12 +74,16 @@ fn router(c: &mut Criterion) {
 fn layout(c: &mut Criterion) {
     let mut group = c.benchmark_group("layout");
     let value = activation().detach();
-    let weights = Tensor::<B, 3>::random([BATCH, SEQ, 9], Distribution::Default, &Default::default());
+    let weights =
+        Tensor::<B, 3>::random([BATCH, SEQ, 9], Distribution::Default, &Default::default());
     group.bench_function("rank-3 narrowed weight", |b| {
         b.iter(|| weights.clone().narrow(2, 3, 1) * value.clone())
     });
     let rows = value.clone().reshape([BATCH * SEQ, D]);
-    let column = weights.clone().reshape([BATCH * SEQ * 9, 1]).narrow(0, 0, BATCH * SEQ);
+    let column = weights
+        .clone()
+        .reshape([BATCH * SEQ * 9, 1])
+        .narrow(0, 0, BATCH * SEQ);
     group.bench_function("rows times contiguous column", |b| {
         b.iter(|| rows.clone() * column.clone())
     });
@@ -152,5 +156,12 @@ fn training_step(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, router, layout, rms_matching, accumulator, training_step);
+criterion_group!(
+    benches,
+    router,
+    layout,
+    rms_matching,
+    accumulator,
+    training_step
+);
 criterion_main!(benches);

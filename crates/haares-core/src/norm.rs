@@ -45,10 +45,10 @@ impl<B: Backend> RmsNorm<B> {
     /// - x: `[..., d]`
     /// - output: `[..., d]`
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        // Computed on the `[tokens, d]` matrix: Burn's CPU backends broadcast the per-token RMS
-        // over the last dimension of a higher-rank tensor up to 25× slower than over rows. And a
-        // division, not a multiplication by `recip`: Burn's NdArray computes an f32 `recip` with
-        // the approximate SIMD instruction (≈ 1e-4 relative error) once tensors are large.
+        // On the `[tokens, d]` matrix, the layout the fused router uses (see
+        // `source_bank::rows`). And a division, not a multiplication by `recip`: Burn's NdArray
+        // computes an f32 `recip` with the approximate SIMD instruction (≈ 1e-4 relative error)
+        // once tensors are large.
         let dims = x.dims();
         let width = dims[D - 1];
         let rows = x.reshape([dims.iter().product::<usize>() / width.max(1), width]);

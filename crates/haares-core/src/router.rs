@@ -92,8 +92,7 @@ impl<B: Backend> DepthRouter<B> {
     /// The same read as [`forward`](Self::forward), computed through the factored scores of
     /// [`scores_fused`](Self::scores_fused) and laid out for speed: every slot as a
     /// `[batch·seq, d]` matrix and the weights slot-major, so that each weight column is
-    /// contiguous and every broadcast runs over rows (Burn's CPU backends broadcast a
-    /// `[batch, seq, 1]` factor over the last dimension up to 25× slower).
+    /// contiguous and every broadcast runs over rows (see [`rows`]).
     ///
     /// # Shapes
     /// - every slot of `bank`: `[batch, seq, d]`

@@ -65,8 +65,10 @@ pub fn mean_square<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
 }
 
 /// A `[batch, seq, d]` activation as the `[batch·seq, d]` matrix of its token rows (a view, no
-/// copy). The fused routing path works on rows: Burn's CPU backends broadcast a per-token factor
-/// over the last dimension of a rank-3 tensor up to 25× slower than over a matrix's rows.
+/// copy). The fused routing path works on rows: on Flex, a weight column narrowed out of
+/// `[batch, seq, S]` times a `[batch, seq, d]` activation is ≈ 50× slower than the same product
+/// as `[tokens, d]` rows times a contiguous `[tokens, 1]` column (haares-bench's `layout`
+/// benchmark).
 pub fn rows<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 2> {
     let [batch, seq, d] = x.dims();
     x.reshape([batch * seq, d])
