@@ -297,7 +297,7 @@ impl<B: Backend> HaaresModel<B> {
         } else {
             Source::plain(rms_match(
                 raw.clone(),
-                cumulative.value.clone(),
+                cumulative.value(),
                 options.rms_gamma,
                 options.rms_epsilon,
             ))

@@ -3,7 +3,7 @@
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::norm::rms;
-use crate::source_bank::{Source, rows};
+use crate::source_bank::Source;
 
 /// eq:rmsmatch: `D̂ = D · sg[clip(RMS(C) / (RMS(D) + ε), 1/γ, γ)]`.
 ///
@@ -42,12 +42,14 @@ pub fn rms_match_multiplier<B: Backend, const D: usize>(
 }
 
 /// eq:rmsmatch from the mean squares the fused router already holds: the multiplier
-/// `a = sg[clip(√mean(C²) / (√mean(D²) + ε), 1/γ, γ)]` needs no further pass over `C` or `D`, and
-/// the matched detail's own mean square is `a² · mean(D²)`, so its key norm needs none either.
+/// `a = sg[clip(√mean(C²) / (√mean(D²) + ε), 1/γ, γ)]` needs no further pass over `C` or `D`, the
+/// matched detail's own mean square is `a² · mean(D²)`, and `D̂ = a·D` is handed over as `D`
+/// with the per-token scale `a` ([`Source::scaled`]), so it is never formed: the fused router
+/// applies `a` to its per-token scalars.
 ///
 /// # Shapes
 /// - detail value: `[batch, seq, d]`; cumulative mean square: `[batch, seq, 1]`
-/// - output value: `[batch, seq, d]`, with its mean square `[batch, seq, 1]`
+/// - output: the slot `a·D`, with its mean square `[batch, seq, 1]`
 pub fn rms_match_source<B: Backend>(
     detail: Source<B>,
     cumulative_mean_square: Tensor<B, 3>,
@@ -58,10 +60,6 @@ pub fn rms_match_source<B: Backend>(
     let ratio = cumulative_mean_square.detach().sqrt()
         / (detail_mean_square.clone().detach().sqrt() + epsilon);
     let multiplier = ratio.clamp(1.0 / gamma, gamma).detach();
-    let [batch, seq, d] = detail.value.dims();
-    let matched = rows(detail.value) * multiplier.clone().reshape([batch * seq, 1]);
-    Source {
-        value: matched.reshape([batch, seq, d]),
-        mean_square: Some(detail_mean_square * multiplier.square()),
-    }
+    let matched_mean_square = detail_mean_square * multiplier.clone().square();
+    Source::scaled(detail.value(), multiplier, matched_mean_square)
 }

@@ -98,7 +98,7 @@ impl<B: Backend> DepthRouter<B> {
     /// - every slot of `bank`: `[batch, seq, d]`
     /// - output mixture: `[batch, seq, d]`; weights: `[batch, seq, S]`
     pub fn forward_fused(&self, bank: &SourceBank<B>) -> RouterOutput<B> {
-        let [batch, seq, d_model] = bank.sources()[0].value.dims();
+        let [batch, seq, d_model] = bank.sources()[0].raw().dims();
         let slots = bank.len();
         let weights = softmax(self.scores_fused(bank), 0);
         let mixture = bank
@@ -106,8 +106,8 @@ impl<B: Backend> DepthRouter<B> {
             .iter()
             .enumerate()
             .map(|(slot, source)| {
-                let weight = weights.clone().narrow(0, slot, 1).reshape([batch * seq, 1]);
-                rows(source.value.clone()) * weight
+                let weight = per_token(weights.clone().narrow(0, slot, 1), source);
+                rows(source.raw().clone()) * weight
             })
             .reduce(|sum, term| sum + term)
             .expect("a source bank always holds the embedding")
@@ -131,10 +131,10 @@ impl<B: Backend> DepthRouter<B> {
             .sources()
             .iter()
             .map(|source| {
-                let dot = rows(source.value.clone()).matmul(folded_query.clone());
+                let dot = rows(source.raw().clone()).matmul(folded_query.clone());
                 let tokens = dot.dims()[0];
                 (
-                    dot.reshape([1, tokens]),
+                    per_token(dot.reshape([1, tokens]), source).reshape([1, tokens]),
                     source.mean_square().reshape([1, tokens]),
                 )
             })
@@ -182,8 +182,7 @@ impl<B: Backend> DepthRouter<B> {
             .iter()
             .zip(bank.kinds())
             .map(|(source, kind)| {
-                let score =
-                    (self.key_norm.forward(source.value.clone()) * query.clone()).sum_dim(2);
+                let score = (self.key_norm.forward(source.value()) * query.clone()).sum_dim(2);
                 match kind {
                     SlotKind::Detail => self.add_detail_bias(score),
                     SlotKind::Embedding | SlotKind::Cumulative => score,
@@ -209,7 +208,19 @@ fn mix<B: Backend>(sources: &[Source<B>], weights: &Tensor<B, 3>) -> Tensor<B, 3
     sources
         .iter()
         .enumerate()
-        .map(|(slot, source)| weights.clone().narrow(2, slot, 1) * source.value.clone())
+        .map(|(slot, source)| weights.clone().narrow(2, slot, 1) * source.value())
         .reduce(|sum, term| sum + term)
         .expect("a source bank always holds the embedding")
+}
+
+/// A slot-major row of per-token scalars `[1, tokens]` as a `[tokens, 1]` column, times the
+/// source's per-token scale when it has one (a scaled source `a ⊙ s` contributes `a·(…)` to every
+/// quantity that is linear in `s`).
+fn per_token<B: Backend>(row: Tensor<B, 2>, source: &Source<B>) -> Tensor<B, 2> {
+    let tokens = row.dims()[1];
+    let column = row.reshape([tokens, 1]);
+    match source.scale() {
+        Some(scale) => column * scale.clone().reshape([tokens, 1]),
+        None => column,
+    }
 }

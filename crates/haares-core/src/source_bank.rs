@@ -15,23 +15,25 @@ pub enum SlotKind {
     Detail,
 }
 
-/// A source value with, optionally, its per-token mean square `mean(s²)` over the hidden
-/// dimension. The fused router builds every key norm from the mean square; computing it once per
-/// source lets every later read site (and RMS matching, eq:rmsmatch) share it instead of
-/// reducing the source again.
+/// A source slot's value, optionally with its per-token mean square `mean(s²)` over the hidden
+/// dimension and a constant per-token scale. The fused router builds every key norm from the mean
+/// square; computing it once per source lets every later read site (and RMS matching,
+/// eq:rmsmatch) share it instead of reducing the source again. The scale lets RMS matching hand
+/// over `D̂ = a·D` without forming it: the fused router applies `a` to its per-token scalars
+/// instead.
 #[derive(Debug, Clone)]
 pub struct Source<B: Backend> {
-    /// The value, `[batch, seq, d]`.
-    pub value: Tensor<B, 3>,
-    /// `mean(value²)` over the last dimension, `[batch, seq, 1]`, if already known.
-    pub mean_square: Option<Tensor<B, 3>>,
+    raw: Tensor<B, 3>,
+    scale: Option<Tensor<B, 3>>,
+    mean_square: Option<Tensor<B, 3>>,
 }
 
 impl<B: Backend> Source<B> {
     /// A source whose mean square is computed on first use by each reader.
     pub fn plain(value: Tensor<B, 3>) -> Self {
         Self {
-            value,
+            raw: value,
+            scale: None,
             mean_square: None,
         }
     }
@@ -41,17 +43,59 @@ impl<B: Backend> Source<B> {
     pub fn with_mean_square(value: Tensor<B, 3>) -> Self {
         let mean_square = mean_square(value.clone());
         Self {
-            value,
+            raw: value,
+            scale: None,
             mean_square: Some(mean_square),
         }
     }
 
-    /// The cached mean square, or a fresh one.
+    /// The slot `scale ⊙ raw` for a per-token `scale` that receives no gradient (it is detached
+    /// here), given the slot's own mean square `mean((scale ⊙ raw)²)`.
+    ///
+    /// # Shapes
+    /// - raw: `[batch, seq, d]`; scale, mean_square: `[batch, seq, 1]`
+    pub fn scaled(raw: Tensor<B, 3>, scale: Tensor<B, 3>, mean_square: Tensor<B, 3>) -> Self {
+        Self {
+            raw,
+            scale: Some(scale.detach()),
+            mean_square: Some(mean_square),
+        }
+    }
+
+    /// The tensor the slot is stored as, before its scale, `[batch, seq, d]`.
+    pub fn raw(&self) -> &Tensor<B, 3> {
+        &self.raw
+    }
+
+    /// The slot's constant per-token scale, `[batch, seq, 1]`, if it has one.
+    pub fn scale(&self) -> Option<&Tensor<B, 3>> {
+        self.scale.as_ref()
+    }
+
+    /// The slot's value `scale ⊙ raw`, `[batch, seq, d]` (formed here when the slot is scaled).
+    pub fn value(&self) -> Tensor<B, 3> {
+        match &self.scale {
+            Some(scale) => scale_rows(self.raw.clone(), scale.clone()),
+            None => self.raw.clone(),
+        }
+    }
+
+    /// The cached mean square of the slot's value, or a fresh one.
     pub fn mean_square(&self) -> Tensor<B, 3> {
         self.mean_square
             .clone()
-            .unwrap_or_else(|| mean_square(self.value.clone()))
+            .unwrap_or_else(|| mean_square(self.value()))
     }
+}
+
+/// `scale ⊙ x` for a per-token scale, computed on token rows (see [`rows`]).
+///
+/// # Shapes
+/// - x: `[batch, seq, d]`; scale: `[batch, seq, 1]`
+/// - output: `[batch, seq, d]`
+pub fn scale_rows<B: Backend>(x: Tensor<B, 3>, scale: Tensor<B, 3>) -> Tensor<B, 3> {
+    let [batch, seq, d] = x.dims();
+    (rows(x) * scale.reshape([batch * seq, 1])).reshape([batch, seq, d])
 }
 
 /// Per-token `mean(x²)` over the last dimension, kept as a size-1 dimension.
@@ -122,10 +166,7 @@ impl<B: Backend> SourceBank<B> {
 
     /// The slot values, in slot order.
     pub fn values(&self) -> Vec<Tensor<B, 3>> {
-        self.sources
-            .iter()
-            .map(|source| source.value.clone())
-            .collect()
+        self.sources.iter().map(Source::value).collect()
     }
 
     /// The slot sources, in slot order.

@@ -1,7 +1,8 @@
 //! The fused routing path against the reference path (FLA-style naive-vs-fused agreement): the
 //! router's read and every gradient on fresh random banks of several shapes — one slot, mixed
-//! kinds, the largest bank — and whole models of every method, in f64 where both paths must agree
-//! to rounding.
+//! kinds, the largest bank — with sources handed over plain, with cached mean squares and as
+//! scaled details, and whole models of every method, in f64 where both paths must agree to
+//! rounding.
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::backend::AutodiffBackend;
@@ -56,17 +57,45 @@ fn random_values(case: &BankCase, rng: &mut Rng) -> Vec<Tensor<Ad64, 3>> {
         .collect()
 }
 
-fn bank(values: &[Tensor<Ad64, 3>], kinds: &[SlotKind], cached: bool) -> SourceBank<Ad64> {
-    let source = |value: &Tensor<Ad64, 3>| {
-        if cached {
-            Source::with_mean_square(value.clone())
-        } else {
-            Source::plain(value.clone())
+/// How the bank hands each slot to the router.
+#[derive(Debug, Clone, Copy)]
+enum Handover {
+    /// The value itself; the router computes its mean square.
+    Plain,
+    /// The value with its mean square computed beforehand.
+    Cached,
+    /// Every detail slot as `a ⊙ raw` with a fixed per-token `a` and `raw = value / a`, as RMS
+    /// matching hands `D̂` over.
+    ScaledDetails,
+}
+
+/// A fixed per-token scale in [1/4, 4], like RMS matching's clipped multiplier.
+fn detail_scale(value: &Tensor<Ad64, 3>) -> Tensor<Ad64, 3> {
+    let [batch, seq, _] = value.dims();
+    let mut rng = Rng::new(batch as u64 * 31 + seq as u64);
+    let scales: Vec<f64> = (0..batch * seq)
+        .map(|_| 4f64.powf(2.0 * rng.uniform() - 1.0))
+        .collect();
+    Tensor::from_data(
+        TensorData::new(scales, [batch, seq, 1]),
+        &Default::default(),
+    )
+}
+
+fn bank(values: &[Tensor<Ad64, 3>], kinds: &[SlotKind], handover: Handover) -> SourceBank<Ad64> {
+    let source = |value: &Tensor<Ad64, 3>, kind: SlotKind| match (handover, kind) {
+        (Handover::Plain, _) => Source::plain(value.clone()),
+        (Handover::ScaledDetails, SlotKind::Detail) => {
+            let scale = detail_scale(value);
+            let raw = value.clone() / scale.clone();
+            let mean_square = haares_core::source_bank::mean_square(value.clone());
+            Source::scaled(raw, scale, mean_square)
         }
+        (Handover::Cached | Handover::ScaledDetails, _) => Source::with_mean_square(value.clone()),
     };
-    let mut bank = SourceBank::from_embedding(source(&values[0]));
+    let mut bank = SourceBank::from_embedding(source(&values[0], SlotKind::Embedding));
     for (kind, value) in kinds.iter().zip(&values[1..]) {
-        bank.push_source(*kind, source(value));
+        bank.push_source(*kind, source(value, *kind));
     }
     bank
 }
@@ -117,12 +146,12 @@ fn read_and_gradients(
     router: &DepthRouter<Ad64>,
     values: &[Tensor<Ad64, 3>],
     kinds: &[SlotKind],
-    path: Option<bool>,
+    path: Option<Handover>,
     seed: u64,
 ) -> Vec<Vec<f64>> {
     let read = match path {
-        None => router.forward(&bank(values, kinds, false)),
-        Some(cached) => router.forward_fused(&bank(values, kinds, cached)),
+        None => router.forward(&bank(values, kinds, Handover::Plain)),
+        Some(handover) => router.forward_fused(&bank(values, kinds, handover)),
     };
     let mut all = vec![
         tensor_values(read.mixture.clone()),
@@ -138,12 +167,9 @@ fn check_case(case: BankCase) {
     let values = random_values(&case, &mut rng);
     let seed = case.seed + 1;
     let reference = read_and_gradients(&router, &values, &case.kinds, None, seed);
-    for cached in [false, true] {
-        let fused = read_and_gradients(&router, &values, &case.kinds, Some(cached), seed);
-        let label = format!(
-            "S = {}, cached mean squares: {cached}",
-            case.kinds.len() + 1
-        );
+    for handover in [Handover::Plain, Handover::Cached, Handover::ScaledDetails] {
+        let fused = read_and_gradients(&router, &values, &case.kinds, Some(handover), seed);
+        let label = format!("S = {}, sources {handover:?}", case.kinds.len() + 1);
         assert_eq!(reference.len(), fused.len());
         // Entries: mixture, weights, each slot's gradient, then query, key-norm weight, bias.
         for (index, (a, b)) in reference.iter().zip(&fused).enumerate() {
