@@ -106,8 +106,8 @@ impl<B: Backend> DepthRouter<B> {
             .iter()
             .enumerate()
             .map(|(slot, source)| {
-                let weight = per_token(weights.clone().narrow(0, slot, 1), source);
-                rows(source.raw().clone()) * weight
+                let weight = weights.clone().narrow(0, slot, 1).reshape([batch * seq, 1]);
+                rows(source.raw().clone()) * times_scale(weight, source)
             })
             .reduce(|sum, term| sum + term)
             .expect("a source bank always holds the embedding")
@@ -134,7 +134,7 @@ impl<B: Backend> DepthRouter<B> {
                 let dot = rows(source.raw().clone()).matmul(folded_query.clone());
                 let tokens = dot.dims()[0];
                 (
-                    per_token(dot.reshape([1, tokens]), source).reshape([1, tokens]),
+                    times_scale(dot, source).reshape([1, tokens]),
                     source.mean_square().reshape([1, tokens]),
                 )
             })
@@ -213,14 +213,11 @@ fn mix<B: Backend>(sources: &[Source<B>], weights: &Tensor<B, 3>) -> Tensor<B, 3
         .expect("a source bank always holds the embedding")
 }
 
-/// A slot-major row of per-token scalars `[1, tokens]` as a `[tokens, 1]` column, times the
-/// source's per-token scale when it has one (a scaled source `a ⊙ s` contributes `a·(…)` to every
-/// quantity that is linear in `s`).
-fn per_token<B: Backend>(row: Tensor<B, 2>, source: &Source<B>) -> Tensor<B, 2> {
-    let tokens = row.dims()[1];
-    let column = row.reshape([tokens, 1]);
+/// A `[tokens, 1]` column of per-token scalars times the source's per-token scale, when it has
+/// one: a scaled source `a ⊙ s` contributes `a·(…)` to every quantity that is linear in `s`.
+fn times_scale<B: Backend>(column: Tensor<B, 2>, source: &Source<B>) -> Tensor<B, 2> {
     match source.scale() {
-        Some(scale) => column * scale.clone().reshape([tokens, 1]),
+        Some(scale) => column * rows(scale.clone()),
         None => column,
     }
 }
