@@ -3,24 +3,24 @@
 //!
 //! `cargo run -p haares-bench --features flex --example cpu_backends -- [layers] [batch] [seq] [steps]`
 
+use haares_core::TrainingBackend;
 use std::time::Instant;
 
 use burn::backend::{Autodiff, Flex, NdArray};
 use burn::module::AutodiffModule;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::activation::log_softmax;
-use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use haares_core::{HaaresModel, ModelFamily, ResidualMethod};
 
-struct Runner<B: AutodiffBackend> {
+struct Runner<B: TrainingBackend> {
     model: Option<HaaresModel<B>>,
     optimizer: burn::optim::adaptor::OptimizerAdaptor<burn::optim::AdamW, HaaresModel<B>, B>,
     tokens: Tensor<B, 2, Int>,
     targets: Tensor<B, 2, Int>,
 }
 
-impl<B: AutodiffBackend> Runner<B>
+impl<B: TrainingBackend> Runner<B>
 where
     HaaresModel<B>: AutodiffModule<B, InnerModule = HaaresModel<B::InnerBackend>>,
 {

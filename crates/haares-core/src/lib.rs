@@ -58,6 +58,7 @@ pub mod norm;
 pub mod rms_match;
 pub mod rope;
 pub mod router;
+pub mod routing_ops;
 pub mod source_bank;
 pub mod telemetry;
 
@@ -66,5 +67,6 @@ pub use config::{
 };
 pub use error::{HaaresError, Result};
 pub use model::HaaresModel;
+pub use routing_ops::{RoutingBackend, SlotRows, TrainingBackend};
 pub use source_bank::{SlotKind, Source, SourceBank};
 pub use telemetry::{ReadSite, RoutingTrace, SiteTrace};

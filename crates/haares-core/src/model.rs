@@ -13,6 +13,7 @@ use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::rms_match::{rms_match, rms_match_source};
 use crate::rope::RotaryTable;
 use crate::router::{DepthRouter, DepthRouterConfig, RouterOutput};
+use crate::routing_ops::RoutingBackend;
 use crate::source_bank::{Source, SourceBank};
 use crate::telemetry::{ReadSite, RoutingTrace, SiteTrace};
 
@@ -95,7 +96,7 @@ pub struct HaaresModel<B: Backend> {
     pub signs: Vec<Vec<f64>>,
 }
 
-impl<B: Backend> HaaresModel<B> {
+impl<B: RoutingBackend> HaaresModel<B> {
     /// Next-token logits for a batch of token ids, after checking the batch: rank-2 shape,
     /// sequence length at most `max_seq_len`, every id below `vocab_size`.
     ///

@@ -3,11 +3,11 @@
 //!
 //! Two paths compute the same read. [`DepthRouter::forward`] is the reference: it follows the
 //! equation literally, normalising every slot into a key at every read site. [`DepthRouter::
-//! forward_fused`] factors the key norm out of the dot product — `qᵀ RMSNorm(s) =
-//! (q ⊙ w)ᵀ s / RMS_ε(s)` — so it never forms a normalised key, reduces each source once for its
-//! mean square (shared through [`Source`] by every later read site and by RMS matching), and keeps
-//! no `[batch, seq, d]` tensor per slot for the backward pass. `tests/core/routing.rs` checks that
-//! the two agree in values and gradients.
+//! forward_fused`] runs the routing operator of [`crate::routing_ops`]: it factors the key norm
+//! out of the dot product — `qᵀ RMSNorm(s) = (q ⊙ w)ᵀ s / RMS_ε(s)` — so it never forms a
+//! normalised key, uses each source's mean square computed once (shared through [`Source`] by
+//! every later read site and by RMS matching), and its own backward pass keeps no `[batch, seq,
+//! d]` tensor per slot. `tests/core/fused.rs` checks that the two agree in values and gradients.
 
 use burn::config::Config;
 use burn::module::{Module, Param};
@@ -16,6 +16,7 @@ use burn::tensor::{Tensor, backend::Backend};
 
 use crate::config::DetailBias;
 use crate::norm::{RmsNorm, RmsNormConfig};
+use crate::routing_ops::{RoutingBackend, SlotRows};
 use crate::source_bank::{SlotKind, Source, SourceBank, rows};
 
 /// Configuration of a [`DepthRouter`].
@@ -89,66 +90,6 @@ impl<B: Backend> DepthRouter<B> {
         RouterOutput { mixture, weights }
     }
 
-    /// The same read as [`forward`](Self::forward), computed through the factored scores of
-    /// [`scores_fused`](Self::scores_fused) and laid out for speed: every slot as a
-    /// `[batch·seq, d]` matrix and the weights slot-major, so that each weight column is
-    /// contiguous and every broadcast runs over rows (see [`rows`]).
-    ///
-    /// # Shapes
-    /// - every slot of `bank`: `[batch, seq, d]`
-    /// - output mixture: `[batch, seq, d]`; weights: `[batch, seq, S]`
-    pub fn forward_fused(&self, bank: &SourceBank<B>) -> RouterOutput<B> {
-        let [batch, seq, d_model] = bank.sources()[0].raw().dims();
-        let slots = bank.len();
-        let weights = softmax(self.scores_fused(bank), 0);
-        let mixture = bank
-            .sources()
-            .iter()
-            .enumerate()
-            .map(|(slot, source)| {
-                let weight = weights.clone().narrow(0, slot, 1).reshape([batch * seq, 1]);
-                rows(source.raw().clone()) * times_scale(weight, source)
-            })
-            .reduce(|sum, term| sum + term)
-            .expect("a source bank always holds the embedding")
-            .reshape([batch, seq, d_model]);
-        let weights = weights.transpose().reshape([batch, seq, slots]);
-        RouterOutput { mixture, weights }
-    }
-
-    /// The logits of eq:routingweights with the key norm factored out of the dot product:
-    /// `z_s = (q ⊙ w)ᵀ s / √(mean(s²) + ε) + b_s`, where `w` is the key norm's weight. One
-    /// matrix–vector product per slot gives every token's `(q ⊙ w)ᵀ s`; the mean squares come
-    /// from the bank's sources (computed once per source).
-    ///
-    /// # Shapes
-    /// - output: `[S, batch·seq]` (slot-major)
-    pub fn scores_fused(&self, bank: &SourceBank<B>) -> Tensor<B, 2> {
-        let folded_query = self.query.val() * self.key_norm.weight.val();
-        let d_model = folded_query.dims()[0];
-        let folded_query = folded_query.reshape([d_model, 1]);
-        let (dots, mean_squares): (Vec<_>, Vec<_>) = bank
-            .sources()
-            .iter()
-            .map(|source| {
-                let dot = rows(source.raw().clone()).matmul(folded_query.clone());
-                let tokens = dot.dims()[0];
-                (
-                    times_scale(dot, source).reshape([1, tokens]),
-                    source.mean_square().reshape([1, tokens]),
-                )
-            })
-            .unzip();
-        // A division, not a multiplication by `recip`: Burn's NdArray computes an f32 `recip` with
-        // the approximate SIMD instruction (≈ 1e-4 relative error).
-        let rms = (Tensor::cat(mean_squares, 0) + self.key_norm.epsilon).sqrt();
-        let scores = Tensor::cat(dots, 0) / rms;
-        match self.bias_column(bank) {
-            Some(bias) => scores + bias,
-            None => scores,
-        }
-    }
-
     /// The detail bias of every slot as an `[S, 1]` column (zero on non-detail slots), or `None`
     /// when the bank has no biased slot.
     fn bias_column(&self, bank: &SourceBank<B>) -> Option<Tensor<B, 2>> {
@@ -202,6 +143,55 @@ impl<B: Backend> DepthRouter<B> {
     }
 }
 
+impl<B: RoutingBackend> DepthRouter<B> {
+    /// The same read as [`forward`](Self::forward), through the routing operator
+    /// ([`crate::routing_ops`]): scores from the factored key norm, the mixture from the sources
+    /// as they are, both laid out on `[batch·seq, d]` token rows with slot-major weights.
+    ///
+    /// # Shapes
+    /// - every slot of `bank`: `[batch, seq, d]`
+    /// - output mixture: `[batch, seq, d]`; weights: `[batch, seq, S]`
+    pub fn forward_fused(&self, bank: &SourceBank<B>) -> RouterOutput<B> {
+        let [batch, seq, d_model] = bank.sources()[0].raw().dims();
+        let slots = slot_rows(bank);
+        let weights = softmax(self.logits_fused(&slots, bank), 0);
+        let mixture = B::routing_mixture(&slots, weights.clone()).reshape([batch, seq, d_model]);
+        let weights = weights.transpose().reshape([batch, seq, bank.len()]);
+        RouterOutput { mixture, weights }
+    }
+
+    /// The logits of eq:routingweights with the key norm factored out of the dot product:
+    /// `z_s = (q ⊙ w)ᵀ s / √(mean(s²) + ε) + b_s`, where `w` is the key norm's weight.
+    ///
+    /// # Shapes
+    /// - output: `[S, batch·seq]` (slot-major)
+    pub fn scores_fused(&self, bank: &SourceBank<B>) -> Tensor<B, 2> {
+        self.logits_fused(&slot_rows(bank), bank)
+    }
+
+    fn logits_fused(&self, slots: &[SlotRows<B>], bank: &SourceBank<B>) -> Tensor<B, 2> {
+        let folded_query = self.query.val() * self.key_norm.weight.val();
+        let scores = B::routing_scores(slots, folded_query, self.key_norm.epsilon);
+        match self.bias_column(bank) {
+            Some(bias) => scores + bias,
+            None => scores,
+        }
+    }
+}
+
+/// The bank's sources as the routing operator takes them: token rows, per-token columns, and each
+/// source's mean square (the cached one where the source carries it).
+fn slot_rows<B: Backend>(bank: &SourceBank<B>) -> Vec<SlotRows<B>> {
+    bank.sources()
+        .iter()
+        .map(|source| SlotRows {
+            raw: rows(source.raw().clone()),
+            scale: source.scale().map(|scale| rows(scale.clone())),
+            mean_square: rows(source.mean_square()),
+        })
+        .collect()
+}
+
 /// The mixture `h̃ = Σ_s α_s s` of eq:routingweights, one slot at a time (the sources are never
 /// stacked into an `[S, batch, seq, d]` tensor).
 fn mix<B: Backend>(sources: &[Source<B>], weights: &Tensor<B, 3>) -> Tensor<B, 3> {
@@ -211,13 +201,4 @@ fn mix<B: Backend>(sources: &[Source<B>], weights: &Tensor<B, 3>) -> Tensor<B, 3
         .map(|(slot, source)| weights.clone().narrow(2, slot, 1) * source.value())
         .reduce(|sum, term| sum + term)
         .expect("a source bank always holds the embedding")
-}
-
-/// A `[tokens, 1]` column of per-token scalars times the source's per-token scale, when it has
-/// one: a scaled source `a ⊙ s` contributes `a·(…)` to every quantity that is linear in `s`.
-fn times_scale<B: Backend>(column: Tensor<B, 2>, source: &Source<B>) -> Tensor<B, 2> {
-    match source.scale() {
-        Some(scale) => column * rows(scale.clone()),
-        None => column,
-    }
 }

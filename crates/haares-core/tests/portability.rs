@@ -15,8 +15,8 @@ mod reference;
 use burn::backend::Autodiff;
 use burn::module::Param;
 use burn::tensor::Tensor;
-use burn::tensor::backend::{AutodiffBackend, Backend};
 use haares_core::checkpoint::ParamVisitor;
+use haares_core::{RoutingBackend, TrainingBackend};
 
 use common::*;
 use reference::reference_logits;
@@ -24,7 +24,7 @@ use reference::reference_logits;
 /// f32 against f64: tolerance relative to the largest logit.
 const TOLERANCE: f64 = 2e-4;
 
-fn forward_matches_the_reference<B: Backend>(device: &B::Device) {
+fn forward_matches_the_reference<B: RoutingBackend>(device: &B::Device) {
     let mut rng = Rng::new(77);
     // Even, odd and single-event blocks (m = 4, 3, 1).
     for (layers, blocks) in [(4, 2), (3, 2), (2, 4)] {
@@ -47,12 +47,12 @@ fn forward_matches_the_reference<B: Backend>(device: &B::Device) {
 }
 
 /// Collects, per parameter, whether its gradient exists, is finite, and is nonzero.
-struct GradientReport<'a, B: AutodiffBackend> {
+struct GradientReport<'a, B: TrainingBackend> {
     grads: &'a B::Gradients,
     problems: Vec<String>,
 }
 
-impl<B: AutodiffBackend> GradientReport<'_, B> {
+impl<B: TrainingBackend> GradientReport<'_, B> {
     fn check<const D: usize>(&mut self, name: String, param: &Param<Tensor<B, D>>) {
         // The first read site's only slot is the embedding: a softmax over one slot is constant,
         // so its router gets a zero gradient, and its detail bias, which no slot uses, none
@@ -73,7 +73,7 @@ impl<B: AutodiffBackend> GradientReport<'_, B> {
     }
 }
 
-impl<B: AutodiffBackend> ParamVisitor<B> for GradientReport<'_, B> {
+impl<B: TrainingBackend> ParamVisitor<B> for GradientReport<'_, B> {
     fn vector(&mut self, name: String, param: &mut Param<Tensor<B, 1>>) {
         self.check(name, param);
     }
@@ -85,7 +85,7 @@ impl<B: AutodiffBackend> ParamVisitor<B> for GradientReport<'_, B> {
     }
 }
 
-fn gradients_reach_every_parameter<B: AutodiffBackend>(device: &B::Device) {
+fn gradients_reach_every_parameter<B: TrainingBackend>(device: &B::Device) {
     let mut rng = Rng::new(63);
     for method in all_methods() {
         let config = tiny_config(method, 4, 2);
@@ -116,7 +116,7 @@ fn gradients_reach_every_parameter<B: AutodiffBackend>(device: &B::Device) {
     }
 }
 
-fn every_check<B: AutodiffBackend>(device: &B::Device) {
+fn every_check<B: TrainingBackend>(device: &B::Device) {
     forward_matches_the_reference::<B>(device);
     // Float kernels may tile differently, never mix positions: past logits move by rounding at most.
     check_causality::<B>(device, 1e-5);

@@ -1,9 +1,8 @@
 //! Backends chosen at run time (`--backend`), compiled in by cargo features.
 
+use haares_core::TrainingBackend;
 use std::fmt;
 use std::str::FromStr;
-
-use burn::tensor::backend::AutodiffBackend;
 
 use crate::error::{Result, TrainError};
 
@@ -91,7 +90,7 @@ pub trait BackendJob {
     /// What the job returns.
     type Output;
     /// Runs the job on backend `B` and its default device.
-    fn run<B: AutodiffBackend>(
+    fn run<B: TrainingBackend>(
         self,
         device: B::Device,
         backend: BackendKind,

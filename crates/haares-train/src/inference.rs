@@ -1,9 +1,10 @@
 //! Looking at a trained model: validation loss of a checkpoint (`eval`) and text generation with
 //! temperature and top-k (`sample`).
 
+use haares_core::TrainingBackend;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use haares_core::HaaresModel;
 
@@ -101,7 +102,7 @@ pub struct EvalJob {
 impl BackendJob for EvalJob {
     type Output = (f64, usize);
 
-    fn run<B: AutodiffBackend>(self, device: B::Device, _: BackendKind) -> Result<(f64, usize)> {
+    fn run<B: TrainingBackend>(self, device: B::Device, _: BackendKind) -> Result<(f64, usize)> {
         let mut config = self.source.run_config()?;
         if let Some(dataset) = self.dataset {
             config.dataset = dataset;
@@ -148,7 +149,7 @@ pub struct SampleJob {
 impl BackendJob for SampleJob {
     type Output = String;
 
-    fn run<B: AutodiffBackend>(self, device: B::Device, _: BackendKind) -> Result<String> {
+    fn run<B: TrainingBackend>(self, device: B::Device, _: BackendKind) -> Result<String> {
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
             return Err(TrainError::Config(format!(
                 "--temperature must be ≥ 0, got {}",

@@ -2,13 +2,14 @@
 //! global clipping, a validation pass on a fixed grid with the best-so-far endpoint (eq:endpoint),
 //! atomic checkpoints and exact resumption.
 
+use haares_core::TrainingBackend;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
 use burn::tensor::ElementConversion;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use haares_core::{HaaresModel, ModelConfig};
 use haares_data::batching::BatchIterator;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -96,7 +97,7 @@ pub fn summary_path(run_dir: &Path) -> std::path::PathBuf {
 }
 
 /// Trains `config` on `data` in `run_dir`, resuming from its last checkpoint if there is one.
-pub fn train<B: AutodiffBackend>(
+pub fn train<B: TrainingBackend>(
     config: &RunConfig,
     data: &RunData,
     run_dir: &Path,

@@ -5,6 +5,7 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use haares_core::HaaresModel;
+use haares_core::RoutingBackend;
 use haares_data::batching::{Batch, validation_batches};
 use haares_data::prepared::PreparedShard;
 
@@ -46,7 +47,7 @@ pub fn to_device<B: Backend>(batch: &Batch, seq_len: usize, device: &B::Device) 
 }
 
 /// Sum of the cross-entropy over real target tokens (a scalar tensor).
-pub fn summed_cross_entropy<B: Backend>(
+pub fn summed_cross_entropy<B: RoutingBackend>(
     model: &HaaresModel<B>,
     batch: &DeviceBatch<B>,
 ) -> Tensor<B, 1> {
@@ -60,7 +61,7 @@ pub fn summed_cross_entropy<B: Backend>(
 
 /// Mean cross-entropy over the batch's real targets (the training loss). A batch without a real
 /// target has loss 0.
-pub fn mean_cross_entropy<B: Backend>(
+pub fn mean_cross_entropy<B: RoutingBackend>(
     model: &HaaresModel<B>,
     batch: &DeviceBatch<B>,
 ) -> Tensor<B, 1> {
@@ -68,7 +69,7 @@ pub fn mean_cross_entropy<B: Backend>(
 }
 
 /// Token-weighted validation loss over `batches`: Σ losses / Σ real targets.
-pub fn validation_loss<B: Backend>(
+pub fn validation_loss<B: RoutingBackend>(
     model: &HaaresModel<B>,
     batches: impl Iterator<Item = Batch>,
     seq_len: usize,

@@ -2,10 +2,10 @@
 //! (step, data position, validation curve, seeds, config), written as one directory that replaces
 //! the previous one only once complete.
 
+use haares_core::TrainingBackend;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use burn::tensor::backend::AutodiffBackend;
 use haares_core::HaaresModel;
 use haares_core::checkpoint::{deserialize_named_tensors, serialize_named_tensors};
 use haares_data::batching::BatchPosition;
@@ -65,7 +65,7 @@ fn previous_dir(run_dir: &Path) -> PathBuf {
 
 /// Writes a checkpoint: a fresh temporary directory is filled and synced, then renamed into place;
 /// the old checkpoint is kept as `checkpoint.previous` until the new one is in place.
-pub fn save<B: AutodiffBackend>(
+pub fn save<B: TrainingBackend>(
     run_dir: &Path,
     model: &HaaresModel<B>,
     optimizer: &AdamW<B::InnerBackend>,
@@ -97,7 +97,7 @@ pub fn save<B: AutodiffBackend>(
 }
 
 /// A loaded checkpoint.
-pub struct Loaded<B: AutodiffBackend> {
+pub struct Loaded<B: TrainingBackend> {
     /// The model.
     pub model: HaaresModel<B>,
     /// The optimizer.
@@ -115,7 +115,7 @@ pub fn latest(run_dir: &Path) -> Option<PathBuf> {
 }
 
 /// Loads the checkpoint in `dir`, checking that it belongs to a run of `config`.
-pub fn load<B: AutodiffBackend>(
+pub fn load<B: TrainingBackend>(
     dir: &Path,
     config: &RunConfig,
     device: &B::Device,

@@ -1,10 +1,9 @@
 //! Running a study: every planned run in order, skipping finished runs, resuming unfinished ones.
 
+use haares_core::TrainingBackend;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-
-use burn::tensor::backend::AutodiffBackend;
 
 use crate::backend::{BackendJob, BackendKind};
 use crate::config::{RunConfig, TokenizerKind};
@@ -64,7 +63,7 @@ pub fn check_writable(study_dir: &Path) -> Result<()> {
 impl BackendJob for SweepJob {
     type Output = Vec<(String, RunStatus)>;
 
-    fn run<B: AutodiffBackend>(
+    fn run<B: TrainingBackend>(
         self,
         device: B::Device,
         backend: BackendKind,
@@ -175,7 +174,7 @@ pub struct SingleRunJob {
 impl BackendJob for SingleRunJob {
     type Output = Outcome;
 
-    fn run<B: AutodiffBackend>(self, device: B::Device, backend: BackendKind) -> Result<Outcome> {
+    fn run<B: TrainingBackend>(self, device: B::Device, backend: BackendKind) -> Result<Outcome> {
         let data = data::prepare(&self.config, &self.paths, self.progress)?;
         let options = TrainOptions {
             progress: self.progress,

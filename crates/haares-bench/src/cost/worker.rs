@@ -1,9 +1,10 @@
 //! One measurement of the cost protocol, run in its own process (`haares-bench cost-worker`) so
 //! that its startup, its peak memory and its allocator state belong to it alone.
 
+use haares_core::TrainingBackend;
 use std::time::Instant;
 
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use haares_core::{HaaresModel, ModelConfig};
 use haares_train::backend::{BackendJob, BackendKind};
@@ -90,7 +91,7 @@ pub struct Worker {
 
 impl BackendJob for Worker {
     type Output = WorkerResult;
-    fn run<B: AutodiffBackend>(
+    fn run<B: TrainingBackend>(
         self,
         device: B::Device,
         backend: BackendKind,
@@ -135,7 +136,7 @@ impl BackendJob for Worker {
 /// A model, its optimizer and a source of batches: one training step of the learner (forward,
 /// masked cross-entropy, backward, clipped AdamW update), as the cost protocol and the criterion
 /// benchmarks time it.
-pub struct Trainer<B: AutodiffBackend> {
+pub struct Trainer<B: TrainingBackend> {
     model: HaaresModel<B>,
     optimizer: AdamW<B::InnerBackend>,
     rng: SplitMix64,
@@ -144,7 +145,7 @@ pub struct Trainer<B: AutodiffBackend> {
     device: B::Device,
 }
 
-impl<B: AutodiffBackend> Trainer<B> {
+impl<B: TrainingBackend> Trainer<B> {
     /// A model of `config` (model seed 42) with a fresh optimizer (the paper's AdamW settings).
     pub fn new(
         config: &ModelConfig,

@@ -138,7 +138,7 @@ pub fn model_on<B: burn::tensor::backend::Backend>(
 }
 
 /// [`logits`] on any backend, as f64.
-pub fn logits_on<B: burn::tensor::backend::Backend>(
+pub fn logits_on<B: haares_core::RoutingBackend>(
     model: &HaaresModel<B>,
     tokens: &[Vec<usize>],
     device: &B::Device,
@@ -152,7 +152,7 @@ pub fn logits_on<B: burn::tensor::backend::Backend>(
 
 /// Causality for every method (NOTES decision 1): changing the tokens after position t moves no
 /// logit at positions ≤ t by more than `tolerance`, and visibly moves the later ones.
-pub fn check_causality<B: burn::tensor::backend::Backend>(device: &B::Device, tolerance: f64) {
+pub fn check_causality<B: haares_core::RoutingBackend>(device: &B::Device, tolerance: f64) {
     let (seq, t) = (8, 3);
     let mut rng = Rng::new(51);
     for method in all_methods() {

@@ -1,0 +1,248 @@
+//! The routing operator on Burn's autodiff backend: the scores and the mixture are one graph node
+//! each, with the backward passes of [`scores_backward`] and [`mixture_backward`].
+//!
+//! Burn's public extension API gives a custom node a fixed number of parents
+//! (`Backward<B, N>`), while a read has 1 to hundreds of slots. A node therefore takes up to
+//! [`SLOTS_PER_NODE`] slots, unused parent positions are filled with an untracked constant (which
+//! Burn leaves out of the graph), and a larger read is split into chunks whose scores are
+//! concatenated and whose mixtures are summed.
+
+use burn::backend::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::tensor::Tensor;
+use burn::tensor::ops::FloatTensor;
+
+use super::{
+    RoutingBackend, ScoresForward, SlotRows, from_primitive, mixture_backward, scores_backward,
+    scores_forward,
+};
+
+/// Slots one graph node takes.
+const SLOTS_PER_NODE: usize = 16;
+/// Parents of a scores node: every slot's rows and mean square, then the folded query.
+const SCORES_PARENTS: usize = 2 * SLOTS_PER_NODE + 1;
+/// Parents of a mixture node: every slot's rows, then the weights.
+const MIXTURE_PARENTS: usize = SLOTS_PER_NODE + 1;
+
+impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C> {
+    fn routing_scores(
+        slots: &[SlotRows<Self>],
+        folded_query: Tensor<Self, 1>,
+        epsilon: f64,
+    ) -> Tensor<Self, 2> {
+        let chunks = slots
+            .chunks(SLOTS_PER_NODE)
+            .map(|chunk| scores_node(chunk, folded_query.clone(), epsilon))
+            .collect();
+        Tensor::cat(chunks, 0)
+    }
+
+    fn routing_mixture(slots: &[SlotRows<Self>], weights: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        slots
+            .chunks(SLOTS_PER_NODE)
+            .enumerate()
+            .map(|(chunk, slots)| {
+                let weights = weights
+                    .clone()
+                    .narrow(0, chunk * SLOTS_PER_NODE, slots.len());
+                mixture_node(slots, weights)
+            })
+            .reduce(|sum, part| sum + part)
+            .expect("a read has at least one slot")
+    }
+}
+
+type AutodiffPrimitive<B, C> = FloatTensor<Autodiff<B, C>>;
+
+fn primitive<B: RoutingBackend, C: CheckpointStrategy, const D: usize>(
+    tensor: Tensor<Autodiff<B, C>, D>,
+) -> AutodiffPrimitive<B, C> {
+    tensor.into_primitive().tensor()
+}
+
+/// The slot on the inner backend (the values, without their graph).
+fn inner<B: RoutingBackend, C: CheckpointStrategy>(slot: &SlotRows<Autodiff<B, C>>) -> SlotRows<B> {
+    SlotRows {
+        raw: slot.raw.clone().inner(),
+        scale: slot.scale.clone().map(Tensor::inner),
+        mean_square: slot.mean_square.clone().inner(),
+    }
+}
+
+/// An untracked constant that fills unused parent positions.
+fn padding<B: RoutingBackend, C: CheckpointStrategy>(
+    like: &Tensor<Autodiff<B, C>, 2>,
+) -> AutodiffPrimitive<B, C> {
+    primitive(Tensor::<Autodiff<B, C>, 1>::zeros([1], &like.device()))
+}
+
+/// What a scores node keeps for its backward pass: the sources (held by the bank anyway), the
+/// query and `[S, tokens]` scalars.
+#[derive(Debug, Clone)]
+struct ScoresState<B: RoutingBackend> {
+    slots: Vec<SlotRows<B>>,
+    folded_query: Tensor<B, 1>,
+    scores: Tensor<B, 2>,
+    coefficients: Tensor<B, 2>,
+    epsilon: f64,
+}
+
+#[derive(Debug)]
+struct ScoresBackward;
+
+impl<B: RoutingBackend> Backward<B, SCORES_PARENTS> for ScoresBackward {
+    type State = ScoresState<B>;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, SCORES_PARENTS>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        let grad = from_primitive(grads.consume::<B>(&ops.node));
+        let state = ops.state;
+        let count = state.slots.len();
+        let tracked = |offset: usize| -> Vec<bool> {
+            (0..count)
+                .map(|slot| ops.parents[offset + slot].is_some())
+                .collect()
+        };
+        let (raws_wanted, mean_squares_wanted) = (tracked(0), tracked(SLOTS_PER_NODE));
+        let gradients = scores_backward(
+            &state.slots,
+            state.folded_query,
+            ScoresForward {
+                scores: state.scores,
+                coefficients: state.coefficients,
+            },
+            grad,
+            state.epsilon,
+            &raws_wanted,
+            &mean_squares_wanted,
+        );
+        let slot_grads = gradients.raws.into_iter().enumerate().chain(
+            gradients
+                .mean_squares
+                .into_iter()
+                .enumerate()
+                .map(|(slot, grad)| (SLOTS_PER_NODE + slot, grad)),
+        );
+        for (position, grad) in slot_grads {
+            if let (Some(node), Some(grad)) = (&ops.parents[position], grad) {
+                grads.register::<B>(node.id, grad.into_primitive().tensor());
+            }
+        }
+        if let Some(node) = &ops.parents[2 * SLOTS_PER_NODE] {
+            grads.register::<B>(node.id, gradients.folded_query.into_primitive().tensor());
+        }
+    }
+}
+
+fn scores_node<B: RoutingBackend, C: CheckpointStrategy>(
+    slots: &[SlotRows<Autodiff<B, C>>],
+    folded_query: Tensor<Autodiff<B, C>, 1>,
+    epsilon: f64,
+) -> Tensor<Autodiff<B, C>, 2> {
+    let filler = padding(&slots[0].raw);
+    let mut parents: [_; SCORES_PARENTS] = core::array::from_fn(|_| filler.node.clone());
+    for (position, slot) in slots.iter().enumerate() {
+        parents[position] = primitive(slot.raw.clone()).node;
+        parents[SLOTS_PER_NODE + position] = primitive(slot.mean_square.clone()).node;
+    }
+    parents[2 * SLOTS_PER_NODE] = primitive(folded_query.clone()).node;
+
+    let inner_slots: Vec<_> = slots.iter().map(inner).collect();
+    let inner_query = folded_query.inner();
+    let forward = scores_forward(&inner_slots, inner_query.clone(), epsilon);
+    let output = forward.scores.clone().into_primitive().tensor();
+    let node = match ScoresBackward
+        .prepare::<C>(parents)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(
+            ScoresState {
+                slots: inner_slots,
+                folded_query: inner_query,
+                scores: forward.scores,
+                coefficients: forward.coefficients,
+                epsilon,
+            },
+            output,
+        ),
+        OpsKind::UnTracked(prep) => prep.finish(output),
+    };
+    from_primitive(node)
+}
+
+/// What a mixture node keeps for its backward pass: the sources and the weights.
+#[derive(Debug, Clone)]
+struct MixtureState<B: RoutingBackend> {
+    slots: Vec<SlotRows<B>>,
+    weights: Tensor<B, 2>,
+}
+
+#[derive(Debug)]
+struct MixtureBackward;
+
+impl<B: RoutingBackend> Backward<B, MIXTURE_PARENTS> for MixtureBackward {
+    type State = MixtureState<B>;
+
+    fn backward(
+        self,
+        ops: Ops<Self::State, MIXTURE_PARENTS>,
+        grads: &mut Gradients,
+        _checkpointer: &mut Checkpointer,
+    ) {
+        let grad = from_primitive(grads.consume::<B>(&ops.node));
+        let state = ops.state;
+        let wanted: Vec<bool> = (0..state.slots.len())
+            .map(|slot| ops.parents[slot].is_some())
+            .collect();
+        let (raws, weights) = mixture_backward(&state.slots, state.weights, grad, &wanted);
+        for (position, grad) in raws.into_iter().enumerate() {
+            if let (Some(node), Some(grad)) = (&ops.parents[position], grad) {
+                grads.register::<B>(node.id, grad.into_primitive().tensor());
+            }
+        }
+        if let Some(node) = &ops.parents[SLOTS_PER_NODE] {
+            grads.register::<B>(node.id, weights.into_primitive().tensor());
+        }
+    }
+}
+
+fn mixture_node<B: RoutingBackend, C: CheckpointStrategy>(
+    slots: &[SlotRows<Autodiff<B, C>>],
+    weights: Tensor<Autodiff<B, C>, 2>,
+) -> Tensor<Autodiff<B, C>, 2> {
+    let filler = padding(&slots[0].raw);
+    let mut parents: [_; MIXTURE_PARENTS] = core::array::from_fn(|_| filler.node.clone());
+    for (position, slot) in slots.iter().enumerate() {
+        parents[position] = primitive(slot.raw.clone()).node;
+    }
+    parents[SLOTS_PER_NODE] = primitive(weights.clone()).node;
+
+    let inner_slots: Vec<_> = slots.iter().map(inner).collect();
+    let inner_weights = weights.inner();
+    let output = B::routing_mixture(&inner_slots, inner_weights.clone())
+        .into_primitive()
+        .tensor();
+    let node = match MixtureBackward
+        .prepare::<C>(parents)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(
+            MixtureState {
+                slots: inner_slots,
+                weights: inner_weights,
+            },
+            output,
+        ),
+        OpsKind::UnTracked(prep) => prep.finish(output),
+    };
+    from_primitive(node)
+}

@@ -1,0 +1,271 @@
+//! The routing operator: eq:routingweights as two differentiable operations with their own
+//! backward passes, over sources that are never stacked.
+//!
+//! A read site's logits and mixture are
+//!
+//! ```text
+//! z'_s = c_s ⊙ (u · raw_s) / √(m_s + ε)      (scores;  u = q ⊙ w, the key-norm weight folded in)
+//! h̃    = Σ_s α_s ⊙ c_s ⊙ raw_s               (mixture; α = softmax_s(z' + b))
+//! ```
+//!
+//! for slots stored as token rows `raw_s` (`[tokens, d]`) with a constant per-token scale `c_s`
+//! (RMS matching's multiplier, or 1) and the cached mean square `m_s = mean((c_s ⊙ raw_s)²)`.
+//! The bias and the softmax stay ordinary tensor operations on `[S, tokens]`, so the routing
+//! weights are differentiable outputs like the mixture.
+//!
+//! All work that touches `S · tokens · d` numbers goes through two backend primitives,
+//! [`RoutingBackend::row_dots`] and [`RoutingBackend::weighted_sum`]; everything else is
+//! `O(S · tokens)`. The default implementations are plain Burn tensor operations (the reference
+//! every faster implementation is tested against); the cube backends (CUDA, wgpu) replace them
+//! with CubeCL kernels that read every source of a chunk in one pass (`cube.rs`).
+//!
+//! On the autodiff backend ([`autodiff`]) the two operations are single graph nodes whose backward
+//! recomputes what it needs from the sources: they keep no normalised key, no stacked tensor and
+//! no per-slot `[tokens, d]` intermediate for the backward pass, only the sources themselves
+//! (which the bank holds anyway) and `[S, tokens]` scalars.
+
+mod autodiff;
+#[cfg(feature = "cube")]
+mod cube;
+
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Tensor, TensorPrimitive};
+
+/// One slot of a read, as token rows.
+///
+/// # Shapes
+/// - raw: `[tokens, d]`; scale, mean_square: `[tokens, 1]`
+#[derive(Debug, Clone)]
+pub struct SlotRows<B: Backend> {
+    /// The tensor the slot is stored as.
+    pub raw: Tensor<B, 2>,
+    /// Constant per-token scale `c` (no gradient flows into it); the slot's value is `c ⊙ raw`.
+    pub scale: Option<Tensor<B, 2>>,
+    /// `mean((c ⊙ raw)²)` per token, the key norm's mean square.
+    pub mean_square: Tensor<B, 2>,
+}
+
+/// A backend that computes the routing operator. Every Burn backend can implement it with the
+/// default methods; the cube backends override the primitives with kernels and the autodiff
+/// backend overrides the operations with their own backward passes.
+pub trait RoutingBackend: Backend {
+    /// `out[s, n] = Σ_k slots[s][n, k] · rows[n, k]` for every slot `s` and token `n`.
+    ///
+    /// # Shapes
+    /// - each slot: `[tokens, d]`; rows: `[tokens, d]`, or `[1, d]` for one row shared by all
+    /// - output: `[S, tokens]`
+    fn row_dots(slots: &[Tensor<Self, 2>], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        naive::row_dots(slots, rows)
+    }
+
+    /// `out[n, k] = Σ_s weights[s, n] · slots[s][n, k]`.
+    ///
+    /// # Shapes
+    /// - each slot: `[tokens, d]`; weights: `[S, tokens]`
+    /// - output: `[tokens, d]`
+    fn weighted_sum(slots: &[Tensor<Self, 2>], weights: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        naive::weighted_sum(slots, weights)
+    }
+
+    /// The scaled dot products `z'_s = c_s ⊙ (u · raw_s) / √(m_s + ε)` of every slot with the
+    /// folded query `u` (eq:routingweights without its bias).
+    ///
+    /// # Shapes
+    /// - folded_query: `[d]`
+    /// - output: `[S, tokens]`
+    fn routing_scores(
+        slots: &[SlotRows<Self>],
+        folded_query: Tensor<Self, 1>,
+        epsilon: f64,
+    ) -> Tensor<Self, 2> {
+        scores_forward(slots, folded_query, epsilon).scores
+    }
+
+    /// The mixture `h̃ = Σ_s α_s ⊙ c_s ⊙ raw_s` of eq:routingweights.
+    ///
+    /// # Shapes
+    /// - weights: `[S, tokens]`
+    /// - output: `[tokens, d]`
+    fn routing_mixture(slots: &[SlotRows<Self>], weights: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        let raws = raws(slots);
+        Self::weighted_sum(&raws, weights * scales(slots))
+    }
+}
+
+/// The forward pass of [`RoutingBackend::routing_scores`] with what its backward pass reuses.
+pub(crate) struct ScoresForward<B: Backend> {
+    /// `z'`, `[S, tokens]`.
+    pub scores: Tensor<B, 2>,
+    /// `c / √(m + ε)`, `[S, tokens]`: the factor from a dot product to its score.
+    pub coefficients: Tensor<B, 2>,
+}
+
+pub(crate) fn scores_forward<B: RoutingBackend>(
+    slots: &[SlotRows<B>],
+    folded_query: Tensor<B, 1>,
+    epsilon: f64,
+) -> ScoresForward<B> {
+    let d_model = folded_query.dims()[0];
+    let dots = B::row_dots(&raws(slots), folded_query.reshape([1, d_model]));
+    // A division, not a multiplication by `recip`: Burn's NdArray computes an f32 `recip` with the
+    // approximate SIMD instruction (≈ 1e-4 relative error).
+    let coefficients = scales(slots) / (mean_squares(slots) + epsilon).sqrt();
+    ScoresForward {
+        scores: dots * coefficients.clone(),
+        coefficients,
+    }
+}
+
+/// Gradients of [`RoutingBackend::routing_scores`] with respect to its inputs.
+pub(crate) struct ScoresGradients<B: Backend> {
+    /// `∂L/∂raw_s`, `[tokens, d]`, for the slots asked for.
+    pub raws: Vec<Option<Tensor<B, 2>>>,
+    /// `∂L/∂m_s`, `[tokens, 1]`, for the slots asked for.
+    pub mean_squares: Vec<Option<Tensor<B, 2>>>,
+    /// `∂L/∂u`, `[d]`.
+    pub folded_query: Tensor<B, 1>,
+}
+
+/// The backward pass of the scores, from the sources: with `g = ∂L/∂z'` and `w = g ⊙ c/√(m + ε)`,
+/// `∂L/∂raw_s = w_s ⊗ u`, `∂L/∂m_s = −½ g_s ⊙ z'_s / (m_s + ε)` and `∂L/∂u = Σ_s raw_sᵀ w_s`.
+pub(crate) fn scores_backward<B: RoutingBackend>(
+    slots: &[SlotRows<B>],
+    folded_query: Tensor<B, 1>,
+    forward: ScoresForward<B>,
+    grad: Tensor<B, 2>,
+    epsilon: f64,
+    wanted: &[bool],
+    mean_squares_wanted: &[bool],
+) -> ScoresGradients<B> {
+    let [_, tokens] = grad.dims();
+    let d_model = folded_query.dims()[0];
+    let query_row = folded_query.reshape([1, d_model]);
+    let dot_grads = grad.clone() * forward.coefficients;
+    let raws_grads = (0..slots.len())
+        .map(|slot| wanted[slot].then(|| slot_column(&dot_grads, slot, tokens) * query_row.clone()))
+        .collect();
+    let mean_square_grads = (grad * forward.scores / (mean_squares(slots) + epsilon)) * -0.5;
+    let mean_squares = (0..slots.len())
+        .map(|slot| {
+            mean_squares_wanted[slot].then(|| slot_column(&mean_square_grads, slot, tokens))
+        })
+        .collect();
+    let query = B::weighted_sum(&raws(slots), dot_grads).sum_dim(0);
+    ScoresGradients {
+        raws: raws_grads,
+        mean_squares,
+        folded_query: query.reshape([d_model]),
+    }
+}
+
+/// The backward pass of the mixture: with `g = ∂L/∂h̃`, `∂L/∂raw_s = g ⊙ α_s c_s` and
+/// `∂L/∂α_s = c_s ⊙ (g · raw_s)` per token. Returns the slot gradients asked for and `∂L/∂α`.
+pub(crate) fn mixture_backward<B: RoutingBackend>(
+    slots: &[SlotRows<B>],
+    weights: Tensor<B, 2>,
+    grad: Tensor<B, 2>,
+    wanted: &[bool],
+) -> (Vec<Option<Tensor<B, 2>>>, Tensor<B, 2>) {
+    let [_, tokens] = weights.dims();
+    let scales = scales(slots);
+    let columns = weights * scales.clone();
+    let raws_grads = (0..slots.len())
+        .map(|slot| wanted[slot].then(|| grad.clone() * slot_column(&columns, slot, tokens)))
+        .collect();
+    let weights_grad = B::row_dots(&raws(slots), grad) * scales;
+    (raws_grads, weights_grad)
+}
+
+/// Row `slot` of an `[S, tokens]` tensor as a `[tokens, 1]` column (contiguous, no copy).
+fn slot_column<B: Backend>(slot_major: &Tensor<B, 2>, slot: usize, tokens: usize) -> Tensor<B, 2> {
+    slot_major.clone().narrow(0, slot, 1).reshape([tokens, 1])
+}
+
+fn raws<B: Backend>(slots: &[SlotRows<B>]) -> Vec<Tensor<B, 2>> {
+    slots.iter().map(|slot| slot.raw.clone()).collect()
+}
+
+/// Per-slot rows of `[tokens, 1]` columns, `[S, tokens]`.
+fn slot_major<B: Backend>(columns: impl Iterator<Item = Tensor<B, 2>>) -> Tensor<B, 2> {
+    let rows: Vec<_> = columns
+        .map(|column| {
+            let tokens = column.dims()[0];
+            column.reshape([1, tokens])
+        })
+        .collect();
+    Tensor::cat(rows, 0)
+}
+
+/// Every slot's scale (1 where it has none), `[S, tokens]`.
+fn scales<B: Backend>(slots: &[SlotRows<B>]) -> Tensor<B, 2> {
+    slot_major(slots.iter().map(|slot| match &slot.scale {
+        Some(scale) => scale.clone(),
+        None => slot.mean_square.ones_like(),
+    }))
+}
+
+fn mean_squares<B: Backend>(slots: &[SlotRows<B>]) -> Tensor<B, 2> {
+    slot_major(slots.iter().map(|slot| slot.mean_square.clone()))
+}
+
+/// A float tensor from a backend primitive (the operator's backward works on primitives).
+pub(crate) fn from_primitive<B: Backend, const D: usize>(
+    primitive: FloatTensor<B>,
+) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(primitive))
+}
+
+/// The plain tensor-operation primitives: the reference for every kernel.
+pub mod naive {
+    use burn::tensor::Tensor;
+    use burn::tensor::backend::Backend;
+
+    /// [`RoutingBackend::row_dots`](super::RoutingBackend::row_dots) with Burn tensor operations:
+    /// one matrix–vector product per slot for a shared row, one product and row sum otherwise.
+    pub fn row_dots<B: Backend>(slots: &[Tensor<B, 2>], rows: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [shared, d_model] = rows.dims();
+        let dots = slots
+            .iter()
+            .map(|slot| {
+                let tokens = slot.dims()[0];
+                let dots = if shared == 1 {
+                    slot.clone().matmul(rows.clone().reshape([d_model, 1]))
+                } else {
+                    (slot.clone() * rows.clone()).sum_dim(1)
+                };
+                dots.reshape([1, tokens])
+            })
+            .collect();
+        Tensor::cat(dots, 0)
+    }
+
+    /// [`RoutingBackend::weighted_sum`](super::RoutingBackend::weighted_sum) with Burn tensor
+    /// operations, one slot at a time.
+    pub fn weighted_sum<B: Backend>(slots: &[Tensor<B, 2>], weights: Tensor<B, 2>) -> Tensor<B, 2> {
+        slots
+            .iter()
+            .enumerate()
+            .map(|(slot, rows)| {
+                let tokens = rows.dims()[0];
+                rows.clone() * super::slot_column(&weights, slot, tokens)
+            })
+            .reduce(|sum, term| sum + term)
+            .expect("a read has at least one slot")
+    }
+}
+
+#[cfg(feature = "ndarray")]
+impl RoutingBackend for burn::backend::NdArray<f32> {}
+#[cfg(feature = "ndarray")]
+impl RoutingBackend for burn::backend::NdArray<f64> {}
+
+#[cfg(feature = "flex")]
+impl RoutingBackend for burn::backend::Flex {}
+
+/// A backend that trains HAARES models: autodiff over a backend with the routing operator, so that
+/// both the training model and its `valid()` copy can route.
+pub trait TrainingBackend: AutodiffBackend<InnerBackend: RoutingBackend> + RoutingBackend {}
+
+impl<B> TrainingBackend for B where B: AutodiffBackend<InnerBackend: RoutingBackend> + RoutingBackend
+{}
