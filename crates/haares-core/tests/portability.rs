@@ -134,17 +134,105 @@ fn ndarray_f32_passes_the_numerical_checks() {
 #[cfg(feature = "wgpu")]
 #[test]
 fn wgpu_passes_the_numerical_checks() {
-    use burn::backend::wgpu::{CubeBackend, WgpuDevice, WgpuRuntime};
-    type Wgpu = CubeBackend<WgpuRuntime, f32, i32, u32>;
-    let device = WgpuDevice::default();
+    use burn::tensor::backend::Backend;
+    let device = wgpu::device();
     let probe = std::panic::catch_unwind(|| {
-        Tensor::<Wgpu, 1>::zeros([1], &device).into_data();
+        Tensor::<wgpu::Wgpu, 1>::zeros([1], &device).into_data();
     });
     assert!(
         probe.is_ok(),
         "no wgpu adapter: install a Vulkan driver (Debian: `apt-get install mesa-vulkan-drivers` \
          for the lavapipe software device) or run without `--features wgpu`"
     );
-    println!("wgpu device: {}", <Wgpu as Backend>::name(&device));
-    every_check::<Autodiff<Wgpu>>(&device);
+    println!("wgpu device: {}", <wgpu::Wgpu as Backend>::name(&device));
+    every_check::<Autodiff<wgpu::Wgpu>>(&device);
+}
+
+#[cfg(feature = "wgpu")]
+mod wgpu {
+    //! The routing operator's CubeCL kernels against its plain tensor-operation primitives
+    //! (`routing_ops::naive`) on the same device, on fresh random inputs: one slot to several
+    //! launches' worth, widths below, between and above a cube's thread count, a row shared by
+    //! all tokens and one per token, and strided (non-contiguous) inputs.
+    use burn::tensor::{Tensor, TensorData};
+    use haares_core::RoutingBackend;
+    use haares_core::routing_ops::naive;
+
+    use super::common::{Rng, max_abs_diff, tensor_values};
+
+    pub type Wgpu =
+        burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>;
+
+    pub fn device() -> burn::backend::wgpu::WgpuDevice {
+        Default::default()
+    }
+
+    const SLOT_COUNTS: [usize; 5] = [1, 3, 16, 17, 40];
+    /// (tokens, d): a single number, widths that do not divide the thread count, several strides.
+    const SHAPES: [(usize, usize); 3] = [(1, 1), (37, 70), (130, 256)];
+
+    fn random(rng: &mut Rng, shape: [usize; 2]) -> Tensor<Wgpu, 2> {
+        let values: Vec<f32> = rng
+            .normals(shape[0] * shape[1], 1.0)
+            .into_iter()
+            .map(|v| v as f32)
+            .collect();
+        Tensor::from_data(TensorData::new(values, shape), &device())
+    }
+
+    /// Slots stored contiguously, except every third, which is a transposed view.
+    fn random_slots(rng: &mut Rng, count: usize, tokens: usize, d: usize) -> Vec<Tensor<Wgpu, 2>> {
+        (0..count)
+            .map(|slot| match slot % 3 {
+                2 => random(rng, [d, tokens]).transpose(),
+                _ => random(rng, [tokens, d]),
+            })
+            .collect()
+    }
+
+    fn assert_close(kernel: Tensor<Wgpu, 2>, plain: Tensor<Wgpu, 2>, what: String) {
+        assert_eq!(kernel.dims(), plain.dims(), "{what}: shapes differ");
+        let (kernel, plain) = (tensor_values(kernel), tensor_values(plain));
+        let scale = plain.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+        let diff = max_abs_diff(&kernel, &plain);
+        assert!(
+            diff < 1e-5 * scale,
+            "{what}: max |kernel − plain| = {diff:e} (scale {scale:.2})"
+        );
+    }
+
+    #[test]
+    fn row_dot_kernels_match_the_plain_primitive() {
+        let mut rng = Rng::new(2024);
+        for count in SLOT_COUNTS {
+            for (tokens, d) in SHAPES {
+                let slots = random_slots(&mut rng, count, tokens, d);
+                for shared in [true, false] {
+                    let rows = random(&mut rng, [if shared { 1 } else { tokens }, d]);
+                    assert_close(
+                        Wgpu::row_dots(&slots, rows.clone()),
+                        naive::row_dots(&slots, rows),
+                        format!("row_dots, S = {count}, {tokens} × {d}, shared row {shared}"),
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn weighted_sum_kernels_match_the_plain_primitive() {
+        let mut rng = Rng::new(2025);
+        for count in SLOT_COUNTS {
+            for (tokens, d) in SHAPES {
+                let slots = random_slots(&mut rng, count, tokens, d);
+                // The weights as a strided view: the right half of a wider tensor.
+                let weights = random(&mut rng, [count, 2 * tokens]).narrow(1, tokens, tokens);
+                assert_close(
+                    Wgpu::weighted_sum(&slots, weights.clone()),
+                    naive::weighted_sum(&slots, weights),
+                    format!("weighted_sum, S = {count}, {tokens} × {d}"),
+                );
+            }
+        }
+    }
 }
