@@ -8,6 +8,7 @@
 //! concatenated and whose mixtures are summed.
 
 use burn::backend::Autodiff;
+use burn::backend::autodiff::NodeId;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
@@ -79,6 +80,24 @@ fn padding<B: RoutingBackend, C: CheckpointStrategy>(
     primitive(Tensor::<Autodiff<B, C>, 1>::zeros([1], &like.device()))
 }
 
+/// Which of these parents take a gradient (untracked inputs and padding do not).
+fn tracked(parents: &[Option<NodeId>]) -> Vec<bool> {
+    parents.iter().map(Option::is_some).collect()
+}
+
+/// Hands each computed gradient to its parent, position by position.
+fn register<B: RoutingBackend, const D: usize>(
+    grads: &mut Gradients,
+    parents: &[Option<NodeId>],
+    gradients: Vec<Option<Tensor<B, D>>>,
+) {
+    for (parent, gradient) in parents.iter().zip(gradients) {
+        if let (Some(node), Some(gradient)) = (parent, gradient) {
+            grads.register::<B>(*node, gradient.into_primitive().tensor());
+        }
+    }
+}
+
 /// What a scores node keeps for its backward pass: the sources (held by the bank anyway), the
 /// query and `[S, tokens]` scalars.
 #[derive(Debug, Clone)]
@@ -104,13 +123,9 @@ impl<B: RoutingBackend> Backward<B, SCORES_PARENTS> for ScoresBackward {
     ) {
         let grad = from_primitive(grads.consume::<B>(&ops.node));
         let state = ops.state;
-        let count = state.slots.len();
-        let tracked = |offset: usize| -> Vec<bool> {
-            (0..count)
-                .map(|slot| ops.parents[offset + slot].is_some())
-                .collect()
-        };
-        let (raws_wanted, mean_squares_wanted) = (tracked(0), tracked(SLOTS_PER_NODE));
+        let parents = ops.parents.map(|parent| parent.map(|node| node.id));
+        let raws_wanted = tracked(&parents[..state.slots.len()]);
+        let mean_squares_wanted = tracked(&parents[SLOTS_PER_NODE..][..state.slots.len()]);
         let gradients = scores_backward(
             &state.slots,
             state.folded_query,
@@ -123,21 +138,13 @@ impl<B: RoutingBackend> Backward<B, SCORES_PARENTS> for ScoresBackward {
             &raws_wanted,
             &mean_squares_wanted,
         );
-        let slot_grads = gradients.raws.into_iter().enumerate().chain(
-            gradients
-                .mean_squares
-                .into_iter()
-                .enumerate()
-                .map(|(slot, grad)| (SLOTS_PER_NODE + slot, grad)),
+        register(grads, &parents, gradients.raws);
+        register(grads, &parents[SLOTS_PER_NODE..], gradients.mean_squares);
+        register(
+            grads,
+            &parents[2 * SLOTS_PER_NODE..],
+            vec![Some(gradients.folded_query)],
         );
-        for (position, grad) in slot_grads {
-            if let (Some(node), Some(grad)) = (&ops.parents[position], grad) {
-                grads.register::<B>(node.id, grad.into_primitive().tensor());
-            }
-        }
-        if let Some(node) = &ops.parents[2 * SLOTS_PER_NODE] {
-            grads.register::<B>(node.id, gradients.folded_query.into_primitive().tensor());
-        }
     }
 }
 
@@ -199,18 +206,11 @@ impl<B: RoutingBackend> Backward<B, MIXTURE_PARENTS> for MixtureBackward {
     ) {
         let grad = from_primitive(grads.consume::<B>(&ops.node));
         let state = ops.state;
-        let wanted: Vec<bool> = (0..state.slots.len())
-            .map(|slot| ops.parents[slot].is_some())
-            .collect();
+        let parents = ops.parents.map(|parent| parent.map(|node| node.id));
+        let wanted = tracked(&parents[..state.slots.len()]);
         let (raws, weights) = mixture_backward(&state.slots, state.weights, grad, &wanted);
-        for (position, grad) in raws.into_iter().enumerate() {
-            if let (Some(node), Some(grad)) = (&ops.parents[position], grad) {
-                grads.register::<B>(node.id, grad.into_primitive().tensor());
-            }
-        }
-        if let Some(node) = &ops.parents[SLOTS_PER_NODE] {
-            grads.register::<B>(node.id, weights.into_primitive().tensor());
-        }
+        register(grads, &parents, raws);
+        register(grads, &parents[SLOTS_PER_NODE..], vec![Some(weights)]);
     }
 }
 

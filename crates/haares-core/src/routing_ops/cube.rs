@@ -6,8 +6,8 @@
 //! tested against (`tests/portability.rs` on wgpu).
 
 use burn::tensor::{Shape, Tensor, TensorPrimitive};
-use burn_cubecl::cubecl::prelude::{CubeDim, LaunchArg, SequenceArg, TensorArg};
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
+use burn_cubecl::cubecl::prelude::{CubeDim, LaunchArg, SequenceArg, TensorArg};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;

@@ -295,3 +295,64 @@ fn every_method_agrees_across_routing_paths() {
         }
     }
 }
+
+/// Slots that take no gradient (detached inputs) are left out of the operator's backward pass
+/// while the other slots' gradients still agree with the reference path; and a read with nothing
+/// tracked at all (the operator's untracked branch) gives the reference path's mixture.
+#[test]
+fn untracked_slots_are_skipped_and_the_rest_agree() {
+    let case = BankCase {
+        batch: 2,
+        seq: 5,
+        d: 10,
+        kinds: haares_kinds(3),
+        bias: Some(DetailBias::Learned { init: -2.0 }),
+        seed: 106,
+    };
+    let mut rng = Rng::new(case.seed);
+    let router = random_router(&case, &mut rng);
+    let values: Vec<_> = random_values(&case, &mut rng)
+        .into_iter()
+        .enumerate()
+        .map(|(slot, value)| if slot % 2 == 1 { value.detach() } else { value })
+        .collect();
+    let slot_gradients = |fused: bool| {
+        let bank = bank(&values, &case.kinds, Handover::Cached);
+        let read = match fused {
+            false => router.forward(&bank),
+            true => router.forward_fused(&bank),
+        };
+        let grads = loss(&read, &mut Rng::new(7)).backward();
+        values
+            .iter()
+            .map(|value| value.grad(&grads).map(tensor_values))
+            .collect::<Vec<_>>()
+    };
+    let (reference, fused) = (slot_gradients(false), slot_gradients(true));
+    for (slot, pair) in reference.iter().zip(&fused).enumerate() {
+        match pair {
+            (Some(expected), Some(actual)) => {
+                let scale = expected.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+                let diff = max_abs_diff(expected, actual);
+                assert!(diff < TOLERANCE * scale, "slot {slot} differs by {diff}");
+            }
+            (None, None) => assert_eq!(slot % 2, 1, "tracked slot {slot} got no gradient"),
+            _ => panic!("slot {slot}: one path gives a gradient, the other none"),
+        }
+    }
+
+    let frozen = router.no_grad();
+    let detached: Vec<_> = values.iter().map(|value| value.clone().detach()).collect();
+    let expected = tensor_values(
+        frozen
+            .forward(&bank(&detached, &case.kinds, Handover::Plain))
+            .mixture,
+    );
+    let actual = tensor_values(
+        frozen
+            .forward_fused(&bank(&detached, &case.kinds, Handover::Cached))
+            .mixture,
+    );
+    let scale = expected.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+    assert!(max_abs_diff(&expected, &actual) < TOLERANCE * scale);
+}
