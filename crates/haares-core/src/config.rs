@@ -186,13 +186,15 @@ pub enum RoutingPath {
     Auto,
     /// The literal equation: every slot normalised into a key at every read site.
     Reference,
-    /// Key norm folded into the query, each source's mean square computed once and shared.
+    /// The routing operator ([`crate::routing_ops`]): key norm folded into the query, each
+    /// source's mean square computed once and shared, its own backward pass, and CubeCL kernels
+    /// on the cube backends.
     Fused,
 }
 
 impl RoutingPath {
     /// The path `Auto` stands for: the fused one, which was faster and lighter on every backend
-    /// measured (docs/benchmarks.md).
+    /// measured (Flex and NdArray; docs/benchmarks.md). GPUs are not measured yet.
     pub fn resolve(self) -> Self {
         match self {
             Self::Auto => Self::Fused,
