@@ -156,7 +156,13 @@ impl<B: RoutingBackend> DepthRouter<B> {
         let slots = slot_rows(bank);
         let weights = softmax(self.logits_fused(&slots, bank), 0);
         let mixture = B::routing_mixture(&slots, weights.clone()).reshape([batch, seq, d_model]);
-        let weights = weights.transpose().reshape([batch, seq, bank.len()]);
+        // One slot needs no transpose, and must not get one: Burn 0.21's cube backend returns a
+        // `[1, tokens]` tensor transposed and reshaped with only its first element intact
+        // (found by tests/portability.rs on wgpu).
+        let weights = match bank.len() {
+            1 => weights.reshape([batch, seq, 1]),
+            slots => weights.transpose().reshape([batch, seq, slots]),
+        };
         RouterOutput { mixture, weights }
     }
 

@@ -154,9 +154,13 @@ mod wgpu {
     //! (`routing_ops::naive`) on the same device, on fresh random inputs: one slot to several
     //! launches' worth, widths below, between and above a cube's thread count, a row shared by
     //! all tokens and one per token, and strided (non-contiguous) inputs.
+    use burn::backend::Autodiff;
+    use burn::module::Param;
+    use burn::tensor::backend::Backend;
     use burn::tensor::{Tensor, TensorData};
-    use haares_core::RoutingBackend;
+    use haares_core::router::DepthRouterConfig;
     use haares_core::routing_ops::naive;
+    use haares_core::{DetailBias, RoutingBackend, SourceBank};
 
     use super::common::{Rng, max_abs_diff, tensor_values};
 
@@ -172,12 +176,21 @@ mod wgpu {
     const SHAPES: [(usize, usize); 3] = [(1, 1), (37, 70), (130, 256)];
 
     fn random(rng: &mut Rng, shape: [usize; 2]) -> Tensor<Wgpu, 2> {
+        random_on(rng, shape, 1.0)
+    }
+
+    fn random_on<B: Backend, const D: usize>(
+        rng: &mut Rng,
+        shape: [usize; D],
+        std: f64,
+    ) -> Tensor<B, D> {
+        let count = shape.iter().product();
         let values: Vec<f32> = rng
-            .normals(shape[0] * shape[1], 1.0)
+            .normals(count, std)
             .into_iter()
             .map(|v| v as f32)
             .collect();
-        Tensor::from_data(TensorData::new(values, shape), &device())
+        Tensor::from_data(TensorData::new(values, shape), &Default::default())
     }
 
     /// Slots stored contiguously, except every third, which is a transposed view.
@@ -231,6 +244,76 @@ mod wgpu {
                     Wgpu::weighted_sum(&slots, weights.clone()),
                     naive::weighted_sum(&slots, weights),
                     format!("weighted_sum, S = {count}, {tokens} × {d}"),
+                );
+            }
+        }
+    }
+
+    /// The whole routing operator on the kernels, forward and backward: a fused read on
+    /// `Autodiff<wgpu>` against the reference read on the same device, in its mixture, its
+    /// weights and every gradient (each slot, the query, the key-norm weight, the detail bias),
+    /// for one slot, a HAARES bank and the largest bank (97 slots: several kernel launches and
+    /// autodiff nodes).
+    #[test]
+    fn the_operator_on_kernels_matches_the_reference_read_and_its_gradients() {
+        type Ad = Autodiff<Wgpu>;
+        let mut rng = Rng::new(2026);
+        for pairs in [0, 4, 48] {
+            let (batch, seq, d) = (2, 5, 24);
+            let mut router = DepthRouterConfig::new(d)
+                .with_detail_bias(Some(DetailBias::Learned { init: -2.0 }))
+                .init::<Ad>(&device());
+            router.query = Param::from_tensor(random_on(&mut rng, [d], 0.8).require_grad());
+            router.key_norm.weight =
+                Param::from_tensor((random_on::<Ad, 1>(&mut rng, [d], 0.3) + 1.0).require_grad());
+            let values: Vec<Tensor<Ad, 3>> = (0..=2 * pairs)
+                .map(|_| {
+                    let std = 0.05 + 3.0 * rng.uniform();
+                    random_on(&mut rng, [batch, seq, d], std).require_grad()
+                })
+                .collect();
+            let mut bank = SourceBank::new(values[0].clone());
+            for pair in values[1..].chunks(2) {
+                bank.push_pair(pair[0].clone(), Some(pair[1].clone()));
+            }
+            let seed = rng.next_u64();
+            let everything = |fused: bool| {
+                let read = if fused {
+                    router.forward_fused(&bank)
+                } else {
+                    router.forward(&bank)
+                };
+                let mut loss_rng = Rng::new(seed);
+                let mixture_weights = random_on::<Ad, 3>(&mut loss_rng, read.mixture.dims(), 1.0);
+                let weight_weights = random_on::<Ad, 3>(&mut loss_rng, read.weights.dims(), 1.0);
+                let grads = ((read.mixture.clone() * mixture_weights).sum()
+                    + (read.weights.clone() * weight_weights).sum())
+                .backward();
+                let mut all = vec![tensor_values(read.mixture), tensor_values(read.weights)];
+                all.extend(
+                    values
+                        .iter()
+                        .map(|v| tensor_values(v.grad(&grads).unwrap())),
+                );
+                all.push(tensor_values(router.query.val().grad(&grads).unwrap()));
+                all.push(tensor_values(
+                    router.key_norm.weight.val().grad(&grads).unwrap(),
+                ));
+                if pairs > 0 {
+                    let bias = router.detail_bias.as_ref().unwrap().val();
+                    all.push(tensor_values(bias.grad(&grads).unwrap()));
+                }
+                all
+            };
+            let (reference, fused) = (everything(false), everything(true));
+            for (index, (expected, actual)) in reference.iter().zip(&fused).enumerate() {
+                let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                let diff = max_abs_diff(expected, actual);
+                assert!(
+                    diff < 1e-4 * scale,
+                    "S = {}: entry {index} (mixture, weights, slots…, query, key norm, bias) \
+                     differs by {diff:e} (scale {scale:.2})",
+                    2 * pairs + 1
                 );
             }
         }
