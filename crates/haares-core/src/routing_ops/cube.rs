@@ -5,7 +5,7 @@
 //! device's storage bindings per kernel. [`naive`](super::naive) is the reference they are
 //! tested against (`tests/portability.rs` on wgpu).
 
-use burn::tensor::{Shape, Tensor, TensorPrimitive};
+use burn::tensor::{Shape, Tensor};
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
 use burn_cubecl::cubecl::prelude::{CubeDim, LaunchArg, SequenceArg, TensorArg};
 use burn_cubecl::kernel::into_contiguous;
@@ -13,7 +13,7 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::RoutingBackend;
+use super::{RoutingBackend, from_primitive};
 
 /// Threads that share one token row in [`row_dots_kernel`].
 const ROW_THREADS: usize = 64;
@@ -31,20 +31,20 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
         let slots: Vec<_> = slots.iter().cloned().map(cube_tensor).collect();
         let parts = slots
             .chunks(chunk)
-            .map(|chunk| float(row_dots(chunk, rows.clone())))
+            .map(|chunk| from_primitive(row_dots(chunk, rows.clone())))
             .collect();
         Tensor::cat(parts, 0)
     }
 
     fn weighted_sum(slots: &[Tensor<Self, 2>], weights: Tensor<Self, 2>) -> Tensor<Self, 2> {
-        let chunk = slots_per_launch(&cube_tensor(weights.clone()));
         let slots: Vec<_> = slots.iter().cloned().map(cube_tensor).collect();
+        let chunk = slots_per_launch(&slots[0]);
         slots
             .chunks(chunk)
             .enumerate()
             .map(|(index, slots)| {
                 let weights = weights.clone().narrow(0, index * chunk, slots.len());
-                float(weighted_sum(slots, cube_tensor(weights)))
+                from_primitive(weighted_sum(slots, cube_tensor(weights)))
             })
             .reduce(|sum, part| sum + part)
             .expect("a read has at least one slot")
@@ -209,14 +209,4 @@ where
     BT: BoolElement,
 {
     into_contiguous(tensor.into_primitive().tensor())
-}
-
-fn float<R, F, I, BT>(tensor: CubeTensor<R>) -> Tensor<CubeBackend<R, F, I, BT>, 2>
-where
-    R: CubeRuntime,
-    F: FloatElement,
-    I: IntElement,
-    BT: BoolElement,
-{
-    Tensor::from_primitive(TensorPrimitive::Float(tensor))
 }
