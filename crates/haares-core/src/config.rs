@@ -193,11 +193,14 @@ pub enum RoutingPath {
 }
 
 impl RoutingPath {
-    /// The path `Auto` stands for: the fused one, which was faster and lighter on every backend
-    /// measured (Flex and NdArray; docs/benchmarks.md). GPUs are not measured yet.
-    pub fn resolve(self) -> Self {
+    /// The path this one stands for on backend `B`: `Auto` becomes
+    /// [`RoutingBackend::auto_routing`](crate::RoutingBackend::auto_routing) — the fused path on
+    /// the CPU backends, where it was faster and lighter in every measurement, and the reference
+    /// path on the cube backends (CUDA, wgpu), whose kernels failed a check on the one hardware
+    /// GPU tried (docs/benchmarks.md).
+    pub fn resolve<B: crate::RoutingBackend>(self) -> Self {
         match self {
-            Self::Auto => Self::Fused,
+            Self::Auto => B::auto_routing(),
             explicit => explicit,
         }
     }

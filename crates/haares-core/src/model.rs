@@ -246,7 +246,7 @@ impl<B: RoutingBackend> HaaresModel<B> {
 
     /// Whether the configured routing path is the fused one.
     fn fused(&self) -> bool {
-        self.config.routing.resolve() == RoutingPath::Fused
+        self.config.routing.resolve::<B>() == RoutingPath::Fused
     }
 
     /// One router read on the configured path.

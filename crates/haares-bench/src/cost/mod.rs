@@ -11,7 +11,7 @@ pub mod report;
 pub mod worker;
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use haares_core::{ModelConfig, ModelFamily, RoutingPath};
 use haares_train::backend::BackendKind;
@@ -222,8 +222,10 @@ fn gemm_of(result: WorkerResult) -> Result<f64, String> {
 fn run_worker(backend: &str, task: &WorkerTask) -> Result<WorkerResult, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let task_json = serde_json::to_string(task).map_err(|e| e.to_string())?;
+    // The worker's stderr goes straight to ours: its progress and, if it fails, its error.
     let output = Command::new(&exe)
         .args(["cost-worker", "--backend", backend, "--task", &task_json])
+        .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot start the worker `{}`: {e}", exe.display()))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -232,9 +234,8 @@ fn run_worker(backend: &str, task: &WorkerTask) -> Result<WorkerResult, String> 
         (true, Some(json)) => serde_json::from_str(json)
             .map_err(|e| format!("the worker's answer is not valid JSON ({e}): {json}")),
         _ => Err(format!(
-            "a measurement failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
+            "a measurement failed ({}); the worker's error is above",
+            output.status
         )),
     }
 }

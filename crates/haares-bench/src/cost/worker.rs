@@ -111,11 +111,19 @@ impl BackendJob for Worker {
                 let mut memory = DeviceMemory::new(backend);
                 let startup_s = self.started.elapsed().as_secs_f64();
                 let (mut step_s, mut losses) = (Vec::with_capacity(steps), Vec::new());
-                for _ in 0..steps {
+                for step in 0..steps {
                     let step_start = Instant::now();
                     losses.push(trainer.step(|| memory.sample())?);
                     memory.sample();
                     step_s.push(step_start.elapsed().as_secs_f64());
+                    if step == 0 {
+                        // On a GPU the first step compiles and autotunes the kernels: minutes
+                        // where the live log would otherwise be silent.
+                        eprintln!(
+                            "  {method}: started in {startup_s:.1} s, first step {:.1} s",
+                            step_s[0]
+                        );
+                    }
                 }
                 WorkerResult::Train(TrainSample {
                     method,

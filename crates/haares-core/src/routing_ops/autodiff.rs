@@ -16,6 +16,8 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::Tensor;
 use burn::tensor::ops::FloatTensor;
 
+use crate::config::RoutingPath;
+
 use super::{
     RoutingBackend, ScoresForward, SlotRows, from_primitive, mixture_backward, scores_backward,
     scores_forward,
@@ -29,6 +31,10 @@ const SCORES_PARENTS: usize = 2 * SLOTS_PER_NODE + 1;
 const MIXTURE_PARENTS: usize = SLOTS_PER_NODE + 1;
 
 impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C> {
+    fn auto_routing() -> RoutingPath {
+        B::auto_routing()
+    }
+
     fn routing_scores(
         slots: &[SlotRows<Self>],
         folded_query: Tensor<Self, 1>,

@@ -14,6 +14,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::{RoutingBackend, from_primitive};
+use crate::config::RoutingPath;
 
 /// Threads that share one token row in [`row_dots_kernel`].
 const ROW_THREADS: usize = 64;
@@ -25,6 +26,14 @@ const OTHER_BINDINGS: usize = 4;
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBackend
     for CubeBackend<R, F, I, BT>
 {
+    /// The reference path: on an H100 (CUDA) the weighted-sum kernel returned wrong sums for
+    /// one-slot reads in tests/portability.rs, for a cause not yet found, and no hardware GPU has
+    /// passed the kernel checks yet (lavapipe, a CPU Vulkan, has). `RoutingPath::Fused` still
+    /// selects the kernels (docs/benchmarks.md).
+    fn auto_routing() -> RoutingPath {
+        RoutingPath::Reference
+    }
+
     fn row_dots(slots: &[Tensor<Self, 2>], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
         let rows = cube_tensor(rows);
         let chunk = slots_per_launch(&rows);

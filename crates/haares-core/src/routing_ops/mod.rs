@@ -13,11 +13,13 @@
 //! The bias and the softmax stay ordinary tensor operations on `[S, tokens]`, so the routing
 //! weights are differentiable outputs like the mixture.
 //!
-//! All work that touches `S · tokens · d` numbers goes through two backend primitives,
-//! [`RoutingBackend::row_dots`] and [`RoutingBackend::weighted_sum`]; everything else is
-//! `O(S · tokens)`. The default implementations are plain Burn tensor operations (the reference
-//! every faster implementation is tested against); the cube backends (CUDA, wgpu) replace them
-//! with CubeCL kernels that read every source of a chunk in one pass (`cube.rs`).
+//! All work that touches `S · tokens · d` numbers goes through three backend primitives,
+//! [`RoutingBackend::row_dots`], [`RoutingBackend::weighted_sum`] and
+//! [`RoutingBackend::scaled_rows`]; everything else is `O(S · tokens)`. The default
+//! implementations are plain Burn tensor operations ([`naive`], the reference every faster
+//! implementation is tested against). NdArray replaces them with loops over its host arrays
+//! (`host.rs`); the cube backends (CUDA, wgpu) replace the first two with CubeCL kernels that read
+//! every source of a chunk in one pass (`cube.rs`).
 //!
 //! On the autodiff backend ([`autodiff`]) the two operations are single graph nodes whose backward
 //! recomputes what it needs from the sources: they keep no normalised key, no stacked tensor and
@@ -27,10 +29,14 @@
 mod autodiff;
 #[cfg(feature = "cube")]
 mod cube;
+#[cfg(feature = "ndarray")]
+mod host;
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorPrimitive};
+
+use crate::config::RoutingPath;
 
 /// One slot of a read, as token rows.
 ///
@@ -50,6 +56,12 @@ pub struct SlotRows<B: Backend> {
 /// default methods; the cube backends override the primitives with kernels and the autodiff
 /// backend overrides the operations with their own backward passes.
 pub trait RoutingBackend: Backend {
+    /// The path [`RoutingPath::Auto`] takes on this backend: fused unless the backend says
+    /// otherwise.
+    fn auto_routing() -> RoutingPath {
+        RoutingPath::Fused
+    }
+
     /// `out[s, n] = Σ_k slots[s][n, k] · rows[n, k]` for every slot `s` and token `n`.
     ///
     /// # Shapes
@@ -66,6 +78,20 @@ pub trait RoutingBackend: Backend {
     /// - output: `[tokens, d]`
     fn weighted_sum(slots: &[Tensor<Self, 2>], weights: Tensor<Self, 2>) -> Tensor<Self, 2> {
         naive::weighted_sum(slots, weights)
+    }
+
+    /// `out_s[n, k] = columns[s, n] · rows[n, k]` (or `rows[0, k]` for one shared row), for the
+    /// slots `s` that are `wanted`: the per-slot gradients of both operations.
+    ///
+    /// # Shapes
+    /// - columns: `[S, tokens]`; rows: `[tokens, d]` or `[1, d]`
+    /// - output: `S` entries of `[tokens, d]`, `None` where not wanted
+    fn scaled_rows(
+        columns: Tensor<Self, 2>,
+        rows: Tensor<Self, 2>,
+        wanted: &[bool],
+    ) -> Vec<Option<Tensor<Self, 2>>> {
+        naive::scaled_rows(columns, rows, wanted)
     }
 
     /// The scaled dot products `z'_s = c_s ⊙ (u · raw_s) / √(m_s + ε)` of every slot with the
@@ -142,9 +168,7 @@ pub(crate) fn scores_backward<B: RoutingBackend>(
     let d_model = folded_query.dims()[0];
     let query_row = folded_query.reshape([1, d_model]);
     let dot_grads = grad.clone() * forward.coefficients;
-    let raws_grads = (0..slots.len())
-        .map(|slot| wanted[slot].then(|| slot_column(&dot_grads, slot, tokens) * query_row.clone()))
-        .collect();
+    let raws_grads = B::scaled_rows(dot_grads.clone(), query_row, wanted);
     let mean_square_grads = (grad * forward.scores / (mean_squares(slots) + epsilon)) * -0.5;
     let mean_squares = (0..slots.len())
         .map(|slot| {
@@ -167,12 +191,8 @@ pub(crate) fn mixture_backward<B: RoutingBackend>(
     grad: Tensor<B, 2>,
     wanted: &[bool],
 ) -> (Vec<Option<Tensor<B, 2>>>, Tensor<B, 2>) {
-    let [_, tokens] = weights.dims();
     let scales = scales(slots);
-    let columns = weights * scales.clone();
-    let raws_grads = (0..slots.len())
-        .map(|slot| wanted[slot].then(|| grad.clone() * slot_column(&columns, slot, tokens)))
-        .collect();
+    let raws_grads = B::scaled_rows(weights * scales.clone(), grad.clone(), wanted);
     let weights_grad = B::row_dots(&raws(slots), grad) * scales;
     (raws_grads, weights_grad)
 }
@@ -253,12 +273,24 @@ pub mod naive {
             .reduce(|sum, term| sum + term)
             .expect("a read has at least one slot")
     }
-}
 
-#[cfg(feature = "ndarray")]
-impl RoutingBackend for burn::backend::NdArray<f32> {}
-#[cfg(feature = "ndarray")]
-impl RoutingBackend for burn::backend::NdArray<f64> {}
+    /// [`RoutingBackend::scaled_rows`](super::RoutingBackend::scaled_rows) with Burn tensor
+    /// operations: one broadcast product per wanted slot.
+    pub fn scaled_rows<B: Backend>(
+        columns: Tensor<B, 2>,
+        rows: Tensor<B, 2>,
+        wanted: &[bool],
+    ) -> Vec<Option<Tensor<B, 2>>> {
+        let tokens = columns.dims()[1];
+        wanted
+            .iter()
+            .enumerate()
+            .map(|(slot, &wanted)| {
+                wanted.then(|| super::slot_column(&columns, slot, tokens) * rows.clone())
+            })
+            .collect()
+    }
+}
 
 #[cfg(feature = "flex")]
 impl RoutingBackend for burn::backend::Flex {}

@@ -356,3 +356,20 @@ fn untracked_slots_are_skipped_and_the_rest_agree() {
     let scale = expected.iter().fold(1.0f64, |m, x| m.max(x.abs()));
     assert!(max_abs_diff(&expected, &actual) < TOLERANCE * scale);
 }
+
+/// On the CPU backends `Auto` is the fused path (the faster one in every measurement,
+/// docs/benchmarks.md), also under autodiff, which asks its inner backend.
+#[test]
+fn auto_takes_the_fused_path_on_the_cpu_backends() {
+    type NdArray32 = burn::backend::NdArray<f32>;
+    assert_eq!(RoutingPath::Auto.resolve::<B64>(), RoutingPath::Fused);
+    assert_eq!(RoutingPath::Auto.resolve::<Ad64>(), RoutingPath::Fused);
+    assert_eq!(RoutingPath::Auto.resolve::<NdArray32>(), RoutingPath::Fused);
+    assert_eq!(
+        RoutingPath::Auto.resolve::<burn::backend::Autodiff<burn::backend::Flex>>(),
+        RoutingPath::Fused
+    );
+    for explicit in [RoutingPath::Reference, RoutingPath::Fused] {
+        assert_eq!(explicit.resolve::<Ad64>(), explicit);
+    }
+}

@@ -8,6 +8,7 @@ mod checkpoint;
 mod common;
 mod errors;
 mod fused;
+mod primitives;
 mod reference;
 mod reference_tests;
 mod rms_match;
