@@ -72,9 +72,9 @@ where
 }
 
 /// Row `n` of `rows`, or its only row when one row is shared by all tokens.
-fn row_for<'a, E>(rows: &ArrayView2<'a, E>, token: usize) -> ArrayView1<'a, E> {
+fn row_for<'a, E>(rows: ArrayView2<'a, E>, token: usize) -> ArrayView1<'a, E> {
     let index = if rows.nrows() == 1 { 0 } else { token };
-    rows.clone().index_axis_move(Axis(0), index)
+    rows.index_axis_move(Axis(0), index)
 }
 
 impl<E: HostFloat> RoutingBackend for NdArray<E>
@@ -91,7 +91,7 @@ where
         let mut dots = Array2::zeros((slot_views.len(), tokens));
         for (slot, view) in slot_views.iter().enumerate() {
             for (token, row) in view.rows().into_iter().enumerate() {
-                dots[[slot, token]] = row.dot(&row_for(&row_views[0], token));
+                dots[[slot, token]] = row.dot(&row_for(row_views[0], token));
             }
         }
         tensor(dots)
@@ -134,7 +134,7 @@ where
                     for (token, out) in scaled.rows_mut().into_iter().enumerate() {
                         let factor = columns[[slot, token]];
                         Zip::from(out)
-                            .and(&row_for(rows, token))
+                            .and(&row_for(*rows, token))
                             .for_each(|out, &value| *out = factor * value);
                     }
                     tensor(scaled)
