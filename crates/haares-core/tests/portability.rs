@@ -235,7 +235,7 @@ mod kernels {
     use haares_core::routing_ops::naive;
     use haares_core::{DetailBias, RoutingBackend, SourceBank};
 
-    use super::common::{Rng, max_abs_diff, tensor_values};
+    use super::common::{Rng, max_abs_diff, random_matrix, random_slot_views, tensor_values};
 
     const SLOT_COUNTS: [usize; 5] = [1, 3, 16, 17, 40];
     /// (tokens, d): a single number, widths that do not divide the thread count, several strides.
@@ -253,25 +253,6 @@ mod kernels {
             .map(|v| v as f32)
             .collect();
         Tensor::from_data(TensorData::new(values, shape), &Default::default())
-    }
-
-    fn random<B: Backend>(rng: &mut Rng, shape: [usize; 2]) -> Tensor<B, 2> {
-        random_on(rng, shape, 1.0)
-    }
-
-    /// Slots stored contiguously, except every third, which is a transposed view.
-    fn random_slots<B: Backend>(
-        rng: &mut Rng,
-        count: usize,
-        tokens: usize,
-        d: usize,
-    ) -> Vec<Tensor<B, 2>> {
-        (0..count)
-            .map(|slot| match slot % 3 {
-                2 => random(rng, [d, tokens]).transpose(),
-                _ => random(rng, [tokens, d]),
-            })
-            .collect()
     }
 
     /// Checks both implementations against the same sum in f64 on the host: the kernel to f32
@@ -336,9 +317,9 @@ mod kernels {
         let mut rng = Rng::new(2024);
         for count in SLOT_COUNTS {
             for (tokens, d) in SHAPES {
-                let slots = random_slots::<B>(&mut rng, count, tokens, d);
+                let slots = random_slot_views::<B>(&mut rng, count, tokens, d);
                 for shared in [true, false] {
-                    let rows = random(&mut rng, [if shared { 1 } else { tokens }, d]);
+                    let rows = random_matrix(&mut rng, [if shared { 1 } else { tokens }, d]);
                     assert_both_right(
                         B::row_dots(&slots, rows.clone()),
                         naive::row_dots(&slots, rows.clone()),
@@ -354,9 +335,10 @@ mod kernels {
         let mut rng = Rng::new(2025);
         for count in SLOT_COUNTS {
             for (tokens, d) in SHAPES {
-                let slots = random_slots::<B>(&mut rng, count, tokens, d);
+                let slots = random_slot_views::<B>(&mut rng, count, tokens, d);
                 // The weights as a strided view: the right half of a wider tensor.
-                let weights = random(&mut rng, [count, 2 * tokens]).narrow(1, tokens, tokens);
+                let weights =
+                    random_matrix(&mut rng, [count, 2 * tokens]).narrow(1, tokens, tokens);
                 assert_both_right(
                     B::weighted_sum(&slots, weights.clone()),
                     naive::weighted_sum(&slots, weights.clone()),

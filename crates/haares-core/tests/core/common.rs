@@ -203,3 +203,29 @@ pub fn tensor_values<B: burn::tensor::backend::Backend, const D: usize>(
 ) -> Vec<f64> {
     tensor.into_data().convert::<f64>().to_vec::<f64>().unwrap()
 }
+
+/// A `[rows, cols]` matrix of normals with standard deviation 1 on `B`'s default device.
+pub fn random_matrix<B: burn::tensor::backend::Backend>(
+    rng: &mut Rng,
+    shape: [usize; 2],
+) -> Tensor<B, 2> {
+    let values = rng.normals(shape[0] * shape[1], 1.0);
+    Tensor::from_data(TensorData::new(values, shape), &Default::default())
+}
+
+/// `count` random `[tokens, d]` slots, cycling through the layouts a slot can arrive in:
+/// contiguous, a transposed view, and a view narrowed out of wider rows.
+pub fn random_slot_views<B: burn::tensor::backend::Backend>(
+    rng: &mut Rng,
+    count: usize,
+    tokens: usize,
+    d: usize,
+) -> Vec<Tensor<B, 2>> {
+    (0..count)
+        .map(|slot| match slot % 3 {
+            1 => random_matrix(rng, [d, tokens]).transpose(),
+            2 => random_matrix(rng, [tokens, d + 3]).narrow(1, 2, d),
+            _ => random_matrix(rng, [tokens, d]),
+        })
+        .collect()
+}

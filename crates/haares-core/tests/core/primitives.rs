@@ -5,37 +5,16 @@
 //! inside the whole model on the fused path.)
 
 use burn::backend::NdArray;
+use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
 use haares_core::RoutingBackend;
 use haares_core::routing_ops::naive;
 
-use crate::common::{Rng, max_abs_diff, tensor_values};
+use crate::common::{Rng, max_abs_diff, random_matrix, random_slot_views, tensor_values};
 
 const SLOT_COUNTS: [usize; 4] = [1, 2, 5, 17];
 /// (tokens, d)
 const SHAPES: [(usize, usize); 3] = [(1, 1), (7, 5), (33, 24)];
-
-fn random<B: Backend>(rng: &mut Rng, shape: [usize; 2]) -> Tensor<B, 2> {
-    let values: Vec<f64> = rng.normals(shape[0] * shape[1], 1.0);
-    Tensor::<B, 2>::from_data(TensorData::new(values, shape), &Default::default())
-}
-
-/// Every second slot is a transposed view, every third a narrowed one.
-fn random_slots<B: Backend>(
-    rng: &mut Rng,
-    count: usize,
-    tokens: usize,
-    d: usize,
-) -> Vec<Tensor<B, 2>> {
-    (0..count)
-        .map(|slot| match slot % 3 {
-            1 => random(rng, [d, tokens]).transpose(),
-            2 => random(rng, [tokens, d + 3]).narrow(1, 2, d),
-            _ => random(rng, [tokens, d]),
-        })
-        .collect()
-}
 
 fn assert_agree<B: Backend>(host: Tensor<B, 2>, plain: Tensor<B, 2>, tolerance: f64, what: &str) {
     assert_eq!(host.dims(), plain.dims(), "{what}: shapes differ");
@@ -53,16 +32,17 @@ fn host_primitives_agree_with_the_plain_ones<B: RoutingBackend>(tolerance: f64) 
     for count in SLOT_COUNTS {
         for (tokens, d) in SHAPES {
             let what = |name: &str| format!("{name}, S = {count}, {tokens} × {d}");
-            let slots = random_slots::<B>(&mut rng, count, tokens, d);
+            let slots = random_slot_views::<B>(&mut rng, count, tokens, d);
             for shared in [true, false] {
-                let rows = random::<B>(&mut rng, [if shared { 1 } else { tokens }, d]);
+                let rows = random_matrix::<B>(&mut rng, [if shared { 1 } else { tokens }, d]);
                 assert_agree(
                     B::row_dots(&slots, rows.clone()),
                     naive::row_dots(&slots, rows.clone()),
                     tolerance,
                     &what(&format!("row_dots (shared row {shared})")),
                 );
-                let columns = random::<B>(&mut rng, [count, 2 * tokens]).narrow(1, tokens, tokens);
+                let columns =
+                    random_matrix::<B>(&mut rng, [count, 2 * tokens]).narrow(1, tokens, tokens);
                 let wanted: Vec<bool> = (0..count).map(|slot| slot % 4 != 3).collect();
                 let host = B::scaled_rows(columns.clone(), rows.clone(), &wanted);
                 let plain = naive::scaled_rows(columns, rows, &wanted);
@@ -79,7 +59,7 @@ fn host_primitives_agree_with_the_plain_ones<B: RoutingBackend>(tolerance: f64) 
                     }
                 }
             }
-            let weights = random::<B>(&mut rng, [2 * count, tokens]).narrow(0, count, count);
+            let weights = random_matrix::<B>(&mut rng, [2 * count, tokens]).narrow(0, count, count);
             assert_agree(
                 B::weighted_sum(&slots, weights.clone()),
                 naive::weighted_sum(&slots, weights),
