@@ -104,8 +104,13 @@ where
         else {
             return naive::weighted_sum(slots, weights);
         };
+        let shape = slot_views[0].raw_dim();
+        if slot_views.iter().any(|view| view.raw_dim() != shape) {
+            // Mismatched slots: the plain primitive reports Burn's shape error.
+            return naive::weighted_sum(slots, weights);
+        }
         let weights = &weight_views[0];
-        let mut sum = Array2::zeros(slot_views[0].raw_dim());
+        let mut sum = Array2::zeros(shape);
         for (slot, view) in slot_views.iter().enumerate() {
             for (token, (mut out, row)) in sum.rows_mut().into_iter().zip(view.rows()).enumerate() {
                 out.scaled_add(weights[[slot, token]], &row);

@@ -1,0 +1,206 @@
+//! The routing operator on a cube backend (part of `tests/portability.rs`): its CubeCL kernels
+//! and its plain tensor-operation primitives (`routing_ops::naive`) against f64 host sums on fresh
+//! random inputs — one slot to several launches' worth, widths below, between and above a cube's
+//! thread count, a row shared by all tokens and one per token, strided (transposed, narrowed)
+//! slots — and the whole operator against the reference read, gradients included.
+
+use burn::module::Param;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData};
+use haares_core::router::DepthRouterConfig;
+use haares_core::routing_ops::naive;
+use haares_core::{DetailBias, RoutingBackend, SourceBank};
+
+use super::common::{Rng, max_abs_diff, random_matrix, random_slot_views, tensor_values};
+
+const SLOT_COUNTS: [usize; 5] = [1, 3, 16, 17, 40];
+/// (tokens, d): a single number, widths that do not divide the thread count, several strides.
+const SHAPES: [(usize, usize); 3] = [(1, 1), (37, 70), (130, 256)];
+
+fn random_on<B: Backend, const D: usize>(
+    rng: &mut Rng,
+    shape: [usize; D],
+    std: f64,
+) -> Tensor<B, D> {
+    let count = shape.iter().product();
+    let values: Vec<f32> = rng
+        .normals(count, std)
+        .into_iter()
+        .map(|v| v as f32)
+        .collect();
+    Tensor::from_data(TensorData::new(values, shape), &Default::default())
+}
+
+/// Checks both implementations against the same sum in f64 on the host: the kernel to f32
+/// rounding, the plain primitive loosely, since Burn may run its matrix products in TF32
+/// (CUDA). A layout bug in either shows as an error of the order of the scale.
+fn assert_both_right<B: Backend>(
+    kernel: Tensor<B, 2>,
+    plain: Tensor<B, 2>,
+    expected: Vec<f64>,
+    what: String,
+) {
+    let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    for (name, actual, tolerance) in [("kernel", kernel, 1e-5), ("plain primitive", plain, 1e-2)] {
+        assert_eq!(
+            actual.dims().iter().product::<usize>(),
+            expected.len(),
+            "{what}: {name} shape"
+        );
+        let diff = max_abs_diff(&tensor_values(actual), &expected);
+        assert!(
+            diff < tolerance * scale,
+            "{what}: max |{name} − f64 sum| = {diff:e} (scale {scale:.2})"
+        );
+    }
+}
+
+/// `Σ_k slot[n, k] · row[n or 0, k]` per slot and token, in f64: `[S, tokens]` row-major.
+fn host_row_dots<B: Backend>(slots: &[Tensor<B, 2>], rows: &Tensor<B, 2>) -> Vec<f64> {
+    let [shared, d] = rows.dims();
+    let rows = tensor_values(rows.clone());
+    let row = |n: usize| &rows[if shared == 1 { 0 } else { n * d }..][..d];
+    slots
+        .iter()
+        .flat_map(|slot| {
+            let values = tensor_values(slot.clone());
+            let tokens = values.len() / d;
+            (0..tokens)
+                .map(|n| (0..d).map(|k| values[n * d + k] * row(n)[k]).sum::<f64>())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// `Σ_s weights[s, n] · slot_s[n, k]` in f64: `[tokens, d]` row-major.
+fn host_weighted_sum<B: Backend>(slots: &[Tensor<B, 2>], weights: &Tensor<B, 2>) -> Vec<f64> {
+    let [_, tokens] = weights.dims();
+    let weights = tensor_values(weights.clone());
+    let mut sum = vec![0.0; slots[0].dims().iter().product()];
+    for (slot, values) in slots.iter().enumerate() {
+        let values = tensor_values(values.clone());
+        let d = values.len() / tokens;
+        for (index, value) in values.iter().enumerate() {
+            sum[index] += weights[slot * tokens + index / d] * value;
+        }
+    }
+    sum
+}
+
+pub fn row_dots_match<B: RoutingBackend>() {
+    let mut rng = Rng::new(2024);
+    for count in SLOT_COUNTS {
+        for (tokens, d) in SHAPES {
+            let slots = random_slot_views::<B>(&mut rng, count, tokens, d);
+            for shared in [true, false] {
+                let rows = random_matrix(&mut rng, [if shared { 1 } else { tokens }, d]);
+                assert_both_right(
+                    B::row_dots(&slots, rows.clone()),
+                    naive::row_dots(&slots, rows.clone()),
+                    host_row_dots(&slots, &rows),
+                    format!("row_dots, S = {count}, {tokens} × {d}, shared row {shared}"),
+                );
+            }
+        }
+    }
+}
+
+pub fn weighted_sums_match<B: RoutingBackend>() {
+    let mut rng = Rng::new(2025);
+    for count in SLOT_COUNTS {
+        for (tokens, d) in SHAPES {
+            let slots = random_slot_views::<B>(&mut rng, count, tokens, d);
+            // The weights as a strided view: the right half of a wider tensor.
+            let weights = random_matrix(&mut rng, [count, 2 * tokens]).narrow(1, tokens, tokens);
+            assert_both_right(
+                B::weighted_sum(&slots, weights.clone()),
+                naive::weighted_sum(&slots, weights.clone()),
+                host_weighted_sum(&slots, &weights),
+                format!("weighted_sum, S = {count}, {tokens} × {d}"),
+            );
+        }
+    }
+}
+
+/// The whole routing operator on the kernels, forward and backward: a fused read on the
+/// autodiff backend `Ad` against the reference read on the same device, in its mixture, its
+/// weights and every gradient (each slot, the query, the key-norm weight, the detail bias),
+/// for one slot, a HAARES bank and the largest bank (97 slots: several kernel launches and
+/// autodiff nodes).
+pub fn operator_matches_the_reference_read<
+    Ad: RoutingBackend + burn::tensor::backend::AutodiffBackend,
+>() {
+    let mut rng = Rng::new(2026);
+    for pairs in [0, 4, 48] {
+        let (batch, seq, d) = (2, 5, 24);
+        let mut router = DepthRouterConfig::new(d)
+            .with_detail_bias(Some(DetailBias::Learned { init: -2.0 }))
+            .init::<Ad>(&Default::default());
+        router.query = Param::from_tensor(random_on(&mut rng, [d], 0.8).require_grad());
+        router.key_norm.weight =
+            Param::from_tensor((random_on::<Ad, 1>(&mut rng, [d], 0.3) + 1.0).require_grad());
+        let values: Vec<Tensor<Ad, 3>> = (0..=2 * pairs)
+            .map(|_| {
+                let std = 0.05 + 3.0 * rng.uniform();
+                random_on(&mut rng, [batch, seq, d], std).require_grad()
+            })
+            .collect();
+        let mut bank = SourceBank::new(values[0].clone());
+        for pair in values[1..].chunks(2) {
+            bank.push_pair(pair[0].clone(), Some(pair[1].clone()));
+        }
+        let seed = rng.next_u64();
+        let everything = |fused: bool| {
+            let read = if fused {
+                router.forward_fused(&bank)
+            } else {
+                router.forward(&bank)
+            };
+            let mut loss_rng = Rng::new(seed);
+            let mixture_weights = random_on::<Ad, 3>(&mut loss_rng, read.mixture.dims(), 1.0);
+            let weight_weights = random_on::<Ad, 3>(&mut loss_rng, read.weights.dims(), 1.0);
+            let grads = ((read.mixture.clone() * mixture_weights).sum()
+                + (read.weights.clone() * weight_weights).sum())
+            .backward();
+            let mut all = vec![tensor_values(read.mixture), tensor_values(read.weights)];
+            all.extend(
+                values
+                    .iter()
+                    .map(|v| tensor_values(v.grad(&grads).unwrap())),
+            );
+            all.push(tensor_values(router.query.val().grad(&grads).unwrap()));
+            all.push(tensor_values(
+                router.key_norm.weight.val().grad(&grads).unwrap(),
+            ));
+            if pairs > 0 {
+                let bias = router.detail_bias.as_ref().unwrap().val();
+                all.push(tensor_values(bias.grad(&grads).unwrap()));
+            }
+            all
+        };
+        let (reference, fused) = (everything(false), everything(true));
+        if pairs == 0 {
+            // One slot: weight 1 everywhere, and the mixture is the slot itself.
+            let slot = tensor_values(values[0].clone());
+            for (path, read) in [("reference", &reference), ("fused", &fused)] {
+                let mixture_error = max_abs_diff(&read[0], &slot);
+                let weight_error = read[1].iter().fold(0.0f64, |m, w| m.max((w - 1.0).abs()));
+                assert!(
+                    mixture_error < 1e-5 && weight_error < 1e-6,
+                    "S = 1, {path} read: mixture off by {mixture_error:e}, weights off 1 by \
+                     {weight_error:e}"
+                );
+            }
+        }
+        for (index, (expected, actual)) in reference.iter().zip(&fused).enumerate() {
+            let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            let diff = max_abs_diff(expected, actual);
+            assert!(
+                diff < 1e-4 * scale,
+                "S = {}: entry {index} (mixture, weights, slots…, query, key norm, bias) \
+                 differs by {diff:e} (scale {scale:.2})",
+                2 * pairs + 1
+            );
+        }
+    }
+}
