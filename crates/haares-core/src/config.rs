@@ -181,7 +181,8 @@ pub fn layer_scale_init(n_layers: usize) -> f64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RoutingPath {
-    /// The fastest path measured for the backend (see [`RoutingPath::resolve`]).
+    /// The backend's own choice (see [`RoutingPath::resolve`]): the fused path where it was
+    /// measured faster and passes its checks, the reference path elsewhere.
     #[default]
     Auto,
     /// The literal equation: every slot normalised into a key at every read site.

@@ -3,7 +3,7 @@
 //! Each kernel reads every source of a chunk in one pass: the sources arrive as a CubeCL
 //! `Sequence` of tensors (one binding each, never stacked), so a chunk's size is bounded by the
 //! device's storage bindings per kernel. [`naive`](super::naive) is the reference they are
-//! tested against (`tests/portability.rs` on wgpu).
+//! tested against (`tests/cube/kernels.rs`, part of `tests/portability.rs`, on wgpu and CUDA).
 
 use burn::tensor::{Shape, Tensor};
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
@@ -27,7 +27,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
     for CubeBackend<R, F, I, BT>
 {
     /// The reference path: on an H100 (CUDA) the weighted-sum kernel returned wrong sums for
-    /// one-slot reads in tests/portability.rs, for a cause not yet found, and no hardware GPU has
+    /// one-slot reads in tests/cube/kernels.rs, for a cause not yet found, and no hardware GPU has
     /// passed the kernel checks yet (lavapipe, a CPU Vulkan, has). `RoutingPath::Fused` still
     /// selects the kernels (docs/benchmarks.md).
     fn auto_routing() -> RoutingPath {

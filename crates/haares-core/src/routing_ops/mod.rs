@@ -53,7 +53,8 @@ pub struct SlotRows<B: Backend> {
 }
 
 /// A backend that computes the routing operator. Every Burn backend can implement it with the
-/// default methods; the cube backends override the primitives with kernels and the autodiff
+/// default methods; NdArray overrides the primitives with host-array loops, the cube backends
+/// override two of them with kernels (and send `Auto` to the reference path), and the autodiff
 /// backend overrides the operations with their own backward passes.
 pub trait RoutingBackend: Backend {
     /// The path [`RoutingPath::Auto`] takes on this backend: fused unless the backend says
