@@ -175,7 +175,8 @@ macro_rules! cube_backend_tests {
                 super::every_check::<Autodiff<Cube>>(&device, $tolerance);
             }
 
-            /// Until a hardware GPU passes the kernel checks, `Auto` must not select them.
+            /// Until the kernels pass their checks on a GPU and are timed there, `Auto` must not
+            /// select them.
             #[test]
             fn auto_takes_the_reference_path() {
                 use haares_core::RoutingPath;
@@ -187,12 +188,12 @@ macro_rules! cube_backend_tests {
             }
 
             #[test]
-            fn row_dot_kernels_match_the_plain_primitive() {
+            fn row_dot_kernels_and_plain_primitive_match_f64_sums() {
                 super::kernels::row_dots_match::<Cube>();
             }
 
             #[test]
-            fn weighted_sum_kernels_match_the_plain_primitive() {
+            fn weighted_sum_kernels_and_plain_primitive_match_f64_sums() {
                 super::kernels::weighted_sums_match::<Cube>();
             }
 

@@ -8,7 +8,7 @@
 use burn::tensor::{Shape, Tensor};
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
 use burn_cubecl::cubecl::prelude::{CubeDim, LaunchArg, SequenceArg, TensorArg};
-use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::kernel::into_contiguous_aligned;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
@@ -26,10 +26,11 @@ const OTHER_BINDINGS: usize = 4;
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBackend
     for CubeBackend<R, F, I, BT>
 {
-    /// The reference path: on an H100 (CUDA) the weighted-sum kernel returned wrong sums for
-    /// one-slot reads in tests/cube/kernels.rs, for a cause not yet found, and no hardware GPU has
-    /// passed the kernel checks yet (lavapipe, a CPU Vulkan, has). `RoutingPath::Fused` still
-    /// selects the kernels (docs/benchmarks.md).
+    /// The reference path, until the kernels pass their checks on a GPU and are timed there: on an
+    /// H100 (CUDA) the weighted-sum kernel wrote CUDA's row-pitched outputs as if contiguous (fixed
+    /// since, and tested with a pitched output on wgpu, but not re-run on a GPU); lavapipe, a CPU
+    /// Vulkan, passes every check. `RoutingPath::Fused` still selects the kernels
+    /// (docs/benchmarks.md).
     fn auto_routing() -> RoutingPath {
         RoutingPath::Reference
     }
@@ -109,7 +110,8 @@ mod kernels {
     }
 
     /// `out[n, k] = Σ_s weights[s, n] · slots[s][n, k]`: one thread per output element, reading each
-    /// source once.
+    /// source once. The output is written through its strides like every input is read: CUDA
+    /// pads its rows to an aligned pitch.
     #[cube(launch)]
     pub(super) fn weighted_sum_kernel<F: Float>(
         slots: &Sequence<Tensor<F>>,
@@ -118,10 +120,10 @@ mod kernels {
         #[define(F)] _dtype: StorageType,
     ) {
         let count = comptime![slots.len()];
-        if ABSOLUTE_POS >= output.len() {
+        let d_model = output.shape(1);
+        if ABSOLUTE_POS >= output.shape(0) * d_model {
             terminate!();
         }
-        let d_model = output.shape(1);
         let token = ABSOLUTE_POS / d_model;
         let k = ABSOLUTE_POS % d_model;
         let mut sum = F::new(0.0);
@@ -131,22 +133,32 @@ mod kernels {
             sum += weights[slot * weights.stride(0) + token * weights.stride(1)]
                 * source[token * source.stride(0) + k * source.stride(1)];
         }
-        output[ABSOLUTE_POS] = sum;
+        output[token * output.stride(0) + k * output.stride(1)] = sum;
     }
 }
 
 fn row_dots<R: CubeRuntime>(slots: &[CubeTensor<R>], rows: CubeTensor<R>) -> CubeTensor<R> {
     let tokens = slots[0].meta.shape()[0];
-    let row_stride = match rows.meta.shape()[0] {
-        1 => 0,
-        _ => rows.meta.strides()[0] as u32,
-    };
     let output = empty_device_dtype::<R>(
         rows.client.clone(),
         rows.device.clone(),
         Shape::new([slots.len(), tokens]),
         rows.dtype,
     );
+    row_dots_into(slots, rows, output)
+}
+
+/// [`row_dots`] into a given `[S, tokens]` output of any strides.
+fn row_dots_into<R: CubeRuntime>(
+    slots: &[CubeTensor<R>],
+    rows: CubeTensor<R>,
+    output: CubeTensor<R>,
+) -> CubeTensor<R> {
+    let tokens = slots[0].meta.shape()[0];
+    let row_stride = match rows.meta.shape()[0] {
+        1 => 0,
+        _ => rows.meta.strides()[0] as u32,
+    };
     let cube_dim = CubeDim::new_1d(ROW_THREADS as u32);
     let cube_count = calculate_cube_count_elemwise(&rows.client, tokens * ROW_THREADS, cube_dim);
     let dtype = rows.dtype;
@@ -165,14 +177,22 @@ fn row_dots<R: CubeRuntime>(slots: &[CubeTensor<R>], rows: CubeTensor<R>) -> Cub
 }
 
 fn weighted_sum<R: CubeRuntime>(slots: &[CubeTensor<R>], weights: CubeTensor<R>) -> CubeTensor<R> {
-    let shape = slots[0].meta.shape().clone();
-    let elements = shape.num_elements();
     let output = empty_device_dtype::<R>(
         weights.client.clone(),
         weights.device.clone(),
-        shape,
+        slots[0].meta.shape().clone(),
         weights.dtype,
     );
+    weighted_sum_into(slots, weights, output)
+}
+
+/// [`weighted_sum`] into a given `[tokens, d]` output of any strides.
+fn weighted_sum_into<R: CubeRuntime>(
+    slots: &[CubeTensor<R>],
+    weights: CubeTensor<R>,
+    output: CubeTensor<R>,
+) -> CubeTensor<R> {
+    let elements = output.meta.shape().num_elements();
     let cube_dim = CubeDim::new(&weights.client, elements);
     let cube_count = calculate_cube_count_elemwise(&weights.client, elements, cube_dim);
     let dtype = weights.dtype;
@@ -210,6 +230,8 @@ fn slots_per_launch<R: CubeRuntime>(like: &CubeTensor<R>) -> usize {
         .clamp(1, MAX_SLOTS_PER_LAUNCH)
 }
 
+/// A Burn tensor as the kernels' argument. Transposed views are copied, so that neighbouring
+/// threads read neighbouring addresses; row-pitched tensors (CUDA's layout) are read in place.
 fn cube_tensor<R, F, I, BT>(tensor: Tensor<CubeBackend<R, F, I, BT>, 2>) -> CubeTensor<R>
 where
     R: CubeRuntime,
@@ -217,5 +239,102 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    into_contiguous(tensor.into_primitive().tensor())
+    into_contiguous_aligned(tensor.into_primitive().tensor())
+}
+
+/// The kernels writing into a row-pitched output, the layout CUDA's allocator gives a
+/// `[rows, width]` tensor whose row is not a power-of-two number of bytes (cubecl's
+/// `PitchedMemoryLayoutPolicy`). wgpu allocates contiguously, so these tests build the pitched
+/// view by hand: its values must be the f64 sums, and its padding must stay untouched.
+#[cfg(all(test, feature = "wgpu"))]
+mod tests {
+    use burn::backend::wgpu::{CubeBackend, WgpuRuntime};
+    use burn::tensor::{Shape, Tensor, TensorData};
+    use burn_cubecl::tensor::CubeTensor;
+
+    type Wgpu = CubeBackend<WgpuRuntime, f32, i32, u32>;
+    const PADDING: f32 = -7.5;
+
+    /// Deterministic values in [-1, 1) that differ from slot to slot and element to element.
+    fn values(seed: usize, count: usize) -> Vec<f32> {
+        (0..count)
+            .map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32) / 1001.5 - 1.0)
+            .collect()
+    }
+
+    fn matrix(seed: usize, rows: usize, width: usize) -> CubeTensor<WgpuRuntime> {
+        let data = TensorData::new(values(seed, rows * width), [rows, width]);
+        super::cube_tensor(Tensor::<Wgpu, 2>::from_data(data, &Default::default()))
+    }
+
+    /// A `[rows, width]` view with row stride `width + pad` over a buffer filled with
+    /// [`PADDING`], and the whole buffer.
+    fn pitched(
+        rows: usize,
+        width: usize,
+        pad: usize,
+    ) -> (CubeTensor<WgpuRuntime>, Tensor<Wgpu, 2>) {
+        let buffer = Tensor::<Wgpu, 2>::full([rows, width + pad], PADDING, &Default::default());
+        let mut view = buffer.clone().into_primitive().tensor();
+        view.meta.shape = Shape::new([rows, width]);
+        (view, buffer)
+    }
+
+    /// Checks the buffer: the view's entries against `expected` (`[rows, width]` row-major),
+    /// the padding against [`PADDING`].
+    fn check(buffer: Tensor<Wgpu, 2>, width: usize, expected: &[f64], what: &str) {
+        let [_, pitch] = buffer.dims();
+        let actual = buffer.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+        for (index, value) in actual.iter().enumerate() {
+            let (row, column) = (index / pitch, index % pitch);
+            let want = match column < width {
+                true => expected[row * width + column],
+                false => f64::from(PADDING),
+            };
+            assert!(
+                (f64::from(*value) - want).abs() < 1e-4,
+                "{what}: element ({row}, {column}) of a pitch-{pitch} output is {value}, want {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn weighted_sum_writes_a_pitched_output() {
+        let (tokens, d, count) = (37, 70, 3);
+        let slots: Vec<_> = (0..count).map(|s| matrix(s, tokens, d)).collect();
+        let weights = matrix(10, count, tokens);
+        let (output, buffer) = pitched(tokens, d, 58);
+        super::weighted_sum_into(&slots, weights, output);
+        let weight = values(10, count * tokens);
+        let expected: Vec<f64> = (0..tokens * d)
+            .map(|i| {
+                (0..count)
+                    .map(|s| {
+                        f64::from(weight[s * tokens + i / d]) * f64::from(values(s, tokens * d)[i])
+                    })
+                    .sum()
+            })
+            .collect();
+        check(buffer, d, &expected, "weighted_sum");
+    }
+
+    #[test]
+    fn row_dots_write_a_pitched_output() {
+        let (tokens, d, count) = (37, 70, 3);
+        let slots: Vec<_> = (0..count).map(|s| matrix(s, tokens, d)).collect();
+        let rows = matrix(10, tokens, d);
+        let (output, buffer) = pitched(count, tokens, 27);
+        super::row_dots_into(&slots, rows, output);
+        let row = values(10, tokens * d);
+        let expected: Vec<f64> = (0..count * tokens)
+            .map(|i| {
+                let (s, n) = (i / tokens, i % tokens);
+                let slot = values(s, tokens * d);
+                (0..d)
+                    .map(|k| f64::from(slot[n * d + k]) * f64::from(row[n * d + k]))
+                    .sum()
+            })
+            .collect();
+        check(buffer, tokens, &expected, "row_dots");
+    }
 }
