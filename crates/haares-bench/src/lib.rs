@@ -2,9 +2,11 @@
 //!
 //! Cost measurement and comparisons: the analytic commands `sources` (tab:sourcecounts),
 //! `params` (tab:modelconfig) and `flops` (tab:cost's FLOP increments), and the measured cost
-//! protocol `cost` (sec:costprotocol).
+//! protocol `cost` (sec:costprotocol), with [`heap`]'s allocated-bytes counter for the CPU
+//! backends.
 #![warn(missing_docs)]
 
 pub mod analytic;
 pub mod cost;
 pub mod flops;
+pub mod heap;

@@ -14,6 +14,10 @@ use haares_train::backend::{BackendKind, dispatch};
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// Counts allocated heap bytes: a cost worker's peak memory on the CPU backends.
+#[global_allocator]
+static ALLOCATOR: haares_bench::heap::CountingAllocator = haares_bench::heap::CountingAllocator;
+
 #[derive(Parser)]
 #[command(
     name = "haares-bench",

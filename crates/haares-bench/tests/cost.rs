@@ -71,6 +71,8 @@ fn cost_runs_end_to_end_and_writes_valid_json() {
             "the window covers start-up and steps"
         );
         assert!(sample["peak_rss_bytes"].as_u64().unwrap() > 1 << 20);
+        // The worker counts its heap (the paper's allocated memory, on a CPU).
+        assert!(sample["peak_allocated_bytes"].as_u64().unwrap() > 1 << 20);
         // Random ids: the first loss is near ln 256 = 5.55.
         assert!((sample["first_loss"].as_f64().unwrap() - 256f64.ln()).abs() < 0.5);
     }
@@ -84,6 +86,8 @@ fn cost_runs_end_to_end_and_writes_valid_json() {
     let table = std::fs::read_to_string(out.with_extension("md")).unwrap();
     for needle in [
         "| Small | 128 | HAARES |",
+        "(allocated) |",
+        "HAARES / Block AttnRes peak RSS",
         "step / Block",
         "HAARES / Block AttnRes step time",
     ] {

@@ -63,18 +63,33 @@ pub fn detail_signs(source: DetailSource, blocks: usize, events_per_block: usize
 /// The active block's raw pair `(C^{(r−1)}, D^{(r−1)})` of eq:partial, maintained by the writes of
 /// eq:update. Before the first write both are zero (stored as `None`, so no zero tensor is
 /// allocated and the first write is exact).
+///
+/// While every sign so far is `+1` (the early half of a half-split block), `D` equals `C`
+/// element for element (the same additions in the same order), so it is not stored twice: the
+/// detail *is* the cumulative tensor until the first `−1`.
 #[derive(Debug, Clone)]
 pub struct BlockAccumulator<B: Backend, const D: usize> {
     cumulative: Option<Tensor<B, D>>,
-    detail: Option<Tensor<B, D>>,
+    detail: Detail<B, D>,
     writes: usize,
+}
+
+/// What the detail `D` is, relative to the cumulative `C`.
+#[derive(Debug, Clone)]
+enum Detail<B: Backend, const D: usize> {
+    /// Zero: no signed write yet.
+    Zero,
+    /// Equal to `C`: every write so far was signed `+1`.
+    Cumulative,
+    /// A tensor of its own.
+    Own(Tensor<B, D>),
 }
 
 impl<B: Backend, const D: usize> Default for BlockAccumulator<B, D> {
     fn default() -> Self {
         Self {
             cumulative: None,
-            detail: None,
+            detail: Detail::Zero,
             writes: 0,
         }
     }
@@ -88,18 +103,26 @@ impl<B: Backend, const D: usize> BlockAccumulator<B, D> {
 
     /// eq:update: `C ← C + u`, `D ← D + s·u`.
     pub fn write(&mut self, output: Tensor<B, D>, sign: f64) {
-        let signed = if sign == 1.0 {
-            output.clone()
-        } else {
-            output.clone().mul_scalar(sign)
+        let signed = || match sign == 1.0 {
+            true => output.clone(),
+            false => output.clone().mul_scalar(sign),
         };
-        self.cumulative = Some(match self.cumulative.take() {
+        let previous = self.cumulative.take();
+        self.detail = match (
+            std::mem::replace(&mut self.detail, Detail::Zero),
+            sign == 1.0,
+        ) {
+            (Detail::Zero, true) if self.writes == 0 => Detail::Cumulative,
+            (Detail::Cumulative, true) => Detail::Cumulative,
+            (Detail::Zero, _) => Detail::Own(signed()),
+            (Detail::Cumulative, false) => {
+                Detail::Own(previous.clone().expect("a shared detail follows a write") + signed())
+            }
+            (Detail::Own(detail), _) => Detail::Own(detail + signed()),
+        };
+        self.cumulative = Some(match previous {
             Some(cumulative) => cumulative + output,
             None => output,
-        });
-        self.detail = Some(match self.detail.take() {
-            Some(detail) => detail + signed,
-            None => signed,
         });
         self.writes += 1;
     }
@@ -123,16 +146,27 @@ impl<B: Backend, const D: usize> BlockAccumulator<B, D> {
         self.cumulative.as_ref()
     }
 
-    /// The running raw detail `D^{(r−1)}`, or `None` before the first write (value zero).
+    /// The running raw detail `D^{(r−1)}`, or `None` before the first signed write (value zero).
     pub fn detail(&self) -> Option<&Tensor<B, D>> {
-        self.detail.as_ref()
+        match &self.detail {
+            Detail::Zero => None,
+            Detail::Cumulative => self.cumulative.as_ref(),
+            Detail::Own(detail) => Some(detail),
+        }
+    }
+
+    /// Whether [`detail`](Self::detail) is the cumulative tensor itself (every write so far was
+    /// signed `+1`), so that a reader can share what it derived from `C`.
+    pub fn detail_is_cumulative(&self) -> bool {
+        matches!(self.detail, Detail::Cumulative)
     }
 
     /// Hands over the completed raw pair `(C, D)` and resets to zero (a block boundary), or
     /// `None` when nothing was written. `D` is `None` when only [`write_cumulative`](Self::write_cumulative) was used.
     pub fn take(&mut self) -> Option<(Tensor<B, D>, Option<Tensor<B, D>>)> {
+        let detail = self.detail().cloned();
         self.writes = 0;
-        let detail = self.detail.take();
+        self.detail = Detail::Zero;
         Some((self.cumulative.take()?, detail))
     }
 }

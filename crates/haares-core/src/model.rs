@@ -286,11 +286,17 @@ impl<B: RoutingBackend> HaaresModel<B> {
         else {
             return Some((cumulative.clone(), Some(cumulative)));
         };
+        // An early-half detail is the cumulative tensor itself: its source (rows, mean square)
+        // is shared rather than derived again.
+        let detail_source = || match active.detail_is_cumulative() {
+            true => cumulative.clone(),
+            false => self.source(raw.clone()),
+        };
         let detail = if !options.rms_match {
-            self.source(raw.clone())
+            detail_source()
         } else if self.fused() {
             rms_match_source(
-                self.source(raw.clone()),
+                detail_source(),
                 cumulative.mean_square(),
                 options.rms_gamma,
                 options.rms_epsilon,

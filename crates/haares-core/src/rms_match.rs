@@ -44,7 +44,7 @@ pub fn rms_match_multiplier<B: Backend, const D: usize>(
 /// eq:rmsmatch from the mean squares the fused router already holds: the multiplier
 /// `a = sg[clip(√mean(C²) / (√mean(D²) + ε), 1/γ, γ)]` needs no further pass over `C` or `D`, the
 /// matched detail's own mean square is `a² · mean(D²)`, and `D̂ = a·D` is handed over as `D`
-/// with the per-token scale `a` ([`Source::scaled`]), so it is never formed: the fused router
+/// with the per-token scale `a` ([`Source::rescaled`]), so it is never formed: the fused router
 /// applies `a` to its per-token scalars.
 ///
 /// # Shapes
@@ -61,5 +61,5 @@ pub fn rms_match_source<B: Backend>(
         / (detail_mean_square.clone().detach().sqrt() + epsilon);
     let multiplier = ratio.clamp(1.0 / gamma, gamma).detach();
     let matched_mean_square = detail_mean_square * multiplier.clone().square();
-    Source::scaled(detail.value(), multiplier, matched_mean_square)
+    detail.rescaled(multiplier, matched_mean_square)
 }

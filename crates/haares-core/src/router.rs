@@ -191,7 +191,7 @@ fn slot_rows<B: Backend>(bank: &SourceBank<B>) -> Vec<SlotRows<B>> {
     bank.sources()
         .iter()
         .map(|source| SlotRows {
-            raw: rows(source.raw().clone()),
+            raw: source.rows(),
             scale: source.scale().map(|scale| rows(scale.clone())),
             mean_square: rows(source.mean_square()),
         })

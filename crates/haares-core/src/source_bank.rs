@@ -16,14 +16,17 @@ pub enum SlotKind {
 }
 
 /// A source slot's value, optionally with its per-token mean square `mean(s²)` over the hidden
-/// dimension and a constant per-token scale. The fused router builds every key norm from the mean
-/// square; computing it once per source lets every later read site (and RMS matching,
-/// eq:rmsmatch) share it instead of reducing the source again. The scale lets RMS matching hand
-/// over `D̂ = a·D` without forming it: the fused router applies `a` to its per-token scalars
-/// instead.
+/// dimension, its token rows, and a constant per-token scale. The fused router builds every key
+/// norm from the mean square; computing it once per source lets every later read site (and RMS
+/// matching, eq:rmsmatch) share it instead of reducing the source again. The token rows are the
+/// layout the routing operator reads; keeping them lets every read site share one `[tokens, d]`
+/// tensor (on Burn's NdArray, reshaping a tensor that is referenced elsewhere copies it, and the
+/// operator's backward pass keeps what it reads). The scale lets RMS matching hand over `D̂ = a·D`
+/// without forming it: the fused router applies `a` to its per-token scalars instead.
 #[derive(Debug, Clone)]
 pub struct Source<B: Backend> {
     raw: Tensor<B, 3>,
+    rows: Option<Tensor<B, 2>>,
     scale: Option<Tensor<B, 3>>,
     mean_square: Option<Tensor<B, 3>>,
 }
@@ -33,17 +36,25 @@ impl<B: Backend> Source<B> {
     pub fn plain(value: Tensor<B, 3>) -> Self {
         Self {
             raw: value,
+            rows: None,
             scale: None,
             mean_square: None,
         }
     }
 
-    /// A source with its mean square computed now (kept in the autodiff graph, so gradients flow
-    /// through it into the value).
+    /// A source with its token rows and mean square computed now (kept in the autodiff graph, so
+    /// gradients flow through them into the value).
     pub fn with_mean_square(value: Tensor<B, 3>) -> Self {
-        let mean_square = mean_square(value.clone());
+        let [batch, seq, _] = value.dims();
+        let token_rows = rows(value.clone());
+        let mean_square = token_rows
+            .clone()
+            .square()
+            .mean_dim(1)
+            .reshape([batch, seq, 1]);
         Self {
             raw: value,
+            rows: Some(token_rows),
             scale: None,
             mean_square: Some(mean_square),
         }
@@ -55,16 +66,35 @@ impl<B: Backend> Source<B> {
     /// # Shapes
     /// - raw: `[batch, seq, d]`; scale, mean_square: `[batch, seq, 1]`
     pub fn scaled(raw: Tensor<B, 3>, scale: Tensor<B, 3>, mean_square: Tensor<B, 3>) -> Self {
+        Self::plain(raw).rescaled(scale, mean_square)
+    }
+
+    /// This slot times a further per-token `scale` that receives no gradient, given the new
+    /// slot's mean square; the stored tensor and its token rows are shared, not copied.
+    ///
+    /// # Shapes
+    /// - scale, mean_square: `[batch, seq, 1]`
+    pub fn rescaled(self, scale: Tensor<B, 3>, mean_square: Tensor<B, 3>) -> Self {
+        let scale = match self.scale {
+            Some(own) => own * scale.detach(),
+            None => scale.detach(),
+        };
         Self {
-            raw,
-            scale: Some(scale.detach()),
+            scale: Some(scale),
             mean_square: Some(mean_square),
+            ..self
         }
     }
 
     /// The tensor the slot is stored as, before its scale, `[batch, seq, d]`.
     pub fn raw(&self) -> &Tensor<B, 3> {
         &self.raw
+    }
+
+    /// The stored tensor as `[batch·seq, d]` token rows (see [`rows`]): the ones kept since the
+    /// source was made, or a fresh reshape.
+    pub fn rows(&self) -> Tensor<B, 2> {
+        self.rows.clone().unwrap_or_else(|| rows(self.raw.clone()))
     }
 
     /// The slot's constant per-token scale, `[batch, seq, 1]`, if it has one.

@@ -7,6 +7,7 @@ use haares_train::config::method_label;
 use serde::{Deserialize, Serialize};
 
 use super::CostRun;
+use super::worker::TrainSample;
 
 /// One method's summary within a family.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -19,10 +20,15 @@ pub struct MethodCost {
     pub tokens_per_s_from_start: f64,
     /// Median step seconds after the warm-up, over every repeat.
     pub steady_step_s: f64,
-    /// Peak memory in bytes: device bytes in use on GPU backends, process peak RSS on CPU.
+    /// Peak memory in bytes, the paper's allocated (not reserved) memory: device bytes in use
+    /// on GPU backends, peak allocated heap bytes on CPU (peak RSS for runs recorded without
+    /// the counting allocator).
     pub peak_memory_bytes: Option<u64>,
     /// Which memory `peak_memory_bytes` is.
     pub memory_kind: String,
+    /// Peak resident set size of the worker process, allocator retention included.
+    #[serde(default)]
+    pub peak_rss_bytes: Option<u64>,
     /// Training FLOPs per token (analytic).
     pub training_flops_per_token: f64,
     /// Model FLOP utilisation: training FLOP/s at the steady step time / the GEMM peak.
@@ -62,14 +68,18 @@ pub fn summarise(run: &CostRun) -> Vec<(ModelFamily, Vec<MethodCost>)> {
                         .iter()
                         .map(|s| tokens * s.step_s.len() as f64 / s.total_s)
                         .collect();
-                    let device = mine.iter().filter_map(|s| s.device_in_use_bytes).max();
-                    let (peak_memory_bytes, memory_kind) = match device {
-                        Some(bytes) => (Some(bytes), "device in use"),
-                        None => (
-                            mine.iter().filter_map(|s| s.peak_rss_bytes).max(),
-                            "peak RSS",
-                        ),
+                    let largest = |of: fn(&TrainSample) -> Option<u64>| {
+                        mine.iter().filter_map(|s| of(s)).max()
                     };
+                    let peak_rss_bytes = largest(|s| s.peak_rss_bytes);
+                    let (peak_memory_bytes, memory_kind) = [
+                        (largest(|s| s.device_in_use_bytes), "device in use"),
+                        (largest(|s| s.peak_allocated_bytes), "allocated"),
+                        (peak_rss_bytes, "peak RSS"),
+                    ]
+                    .into_iter()
+                    .find(|(bytes, _)| bytes.is_some())
+                    .unwrap_or((None, "none"));
                     let training_flops_per_token = run
                         .training_flops
                         .iter()
@@ -82,6 +92,7 @@ pub fn summarise(run: &CostRun) -> Vec<(ModelFamily, Vec<MethodCost>)> {
                         steady_step_s,
                         peak_memory_bytes,
                         memory_kind: memory_kind.to_string(),
+                        peak_rss_bytes,
                         training_flops_per_token,
                         mfu: training_flops_per_token * tokens / steady_step_s / peak,
                     }
@@ -106,6 +117,14 @@ fn memory(c: &MethodCost) -> f64 {
     c.peak_memory_bytes.map_or(f64::NAN, |b| b as f64)
 }
 
+fn rss(c: &MethodCost) -> f64 {
+    c.peak_rss_bytes.map_or(f64::NAN, |b| b as f64)
+}
+
+fn megabytes(bytes: Option<u64>) -> String {
+    bytes.map_or("–".into(), |b| format!("{:.0}", b as f64 / 1e6))
+}
+
 fn cell(value: Option<f64>) -> String {
     value.map_or("–".into(), |v| format!("{v:.3}×"))
 }
@@ -118,8 +137,10 @@ pub fn cost_table(run: &CostRun) -> String {
         "Cost protocol on `{}`: {} layers, N = {}, batch {} × {}, K = {} steps from step zero \
          (start-up included), steady state after {} warm-up steps, {} interleaved repeat(s), fp32. \
          GEMM peak {:.1} GFLOP/s ({n}×{n}, best of before/after: {}).\n\n\
-         | family | d | method | start-up (s) | tokens/s from step 0 | steady step (s) | peak memory (MB) | step / Block | memory / Block | step / Standard | MFU |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|\n",
+         Peak memory is allocated memory, as in the paper (device bytes in use on a GPU, heap \
+         bytes on a CPU); peak RSS adds what the allocator keeps.\n\n\
+         | family | d | method | start-up (s) | tokens/s from step 0 | steady step (s) | peak memory (MB) | peak RSS (MB) | step / Block | memory / Block | RSS / Block | step / Standard | MFU |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         spec.backend,
         spec.layers,
         spec.blocks,
@@ -142,19 +163,17 @@ pub fn cost_table(run: &CostRun) -> String {
             let step = |c: &MethodCost| c.steady_step_s;
             let _ = writeln!(
                 out,
-                "| {family:?} | {} | {} | {:.2} | {:.0} | {:.4} | {} | {} | {} | {} | {:.1}% |",
+                "| {family:?} | {} | {} | {:.2} | {:.0} | {:.4} | {} | {} | {} | {} | {} | {} | {:.1}% |",
                 family.widths().0,
                 method_label(&c.method),
                 c.startup_s,
                 c.tokens_per_s_from_start,
                 c.steady_step_s,
-                c.peak_memory_bytes.map_or("–".into(), |b| format!(
-                    "{:.0} ({})",
-                    b as f64 / 1e6,
-                    c.memory_kind
-                )),
+                format!("{} ({})", megabytes(c.peak_memory_bytes), c.memory_kind),
+                megabytes(c.peak_rss_bytes),
                 cell(ratio(costs, &c.method, "block-attnres", step)),
                 cell(ratio(costs, &c.method, "block-attnres", memory)),
+                cell(ratio(costs, &c.method, "block-attnres", rss)),
                 cell(ratio(costs, &c.method, "standard", step)),
                 100.0 * c.mfu,
             );
@@ -188,6 +207,16 @@ pub fn cost_table(run: &CostRun) -> String {
                     "- {family:?}: {what} {value:.3}× (target ≤ {target:.2}×): {verdict}"
                 );
             }
+        }
+        let memory_kind = costs.first().map_or("", |c| c.memory_kind.as_str());
+        if let Some(value) = ratio(costs, "haares", "block-attnres", rss).filter(|v| v.is_finite())
+            && memory_kind != "peak RSS"
+        {
+            let _ = writeln!(
+                out,
+                "- {family:?}: HAARES / Block AttnRes peak RSS {value:.3}× (for comparison: the \
+                 targets use {memory_kind} memory, the paper's measure)"
+            );
         }
         if let Some(standard) = costs.iter().find(|c| c.method == "standard") {
             let verdict = if standard.mfu >= 0.6 {

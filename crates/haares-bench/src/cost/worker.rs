@@ -67,6 +67,10 @@ pub struct TrainSample {
     pub step_s: Vec<f64>,
     /// Peak resident set size of the worker (Linux VmHWM).
     pub peak_rss_bytes: Option<u64>,
+    /// Most heap bytes allocated at once in the worker ([`crate::heap`]); `None` where the
+    /// counting allocator is not installed (runs recorded before it existed).
+    #[serde(default)]
+    pub peak_allocated_bytes: Option<u64>,
     /// Largest device bytes in use seen at the sampling points (after the forward, after the
     /// update); GPU backends only.
     pub device_in_use_bytes: Option<u64>,
@@ -131,6 +135,7 @@ impl BackendJob for Worker {
                     total_s: self.started.elapsed().as_secs_f64(),
                     step_s,
                     peak_rss_bytes: peak_memory_bytes(),
+                    peak_allocated_bytes: crate::heap::peak_allocated_bytes(),
                     device_in_use_bytes: memory.in_use,
                     device_reserved_bytes: memory.reserved,
                     first_loss: losses.first().copied().unwrap_or(f64::NAN),

@@ -99,6 +99,52 @@ fn accumulator_equals_the_closed_forms_at_every_event() {
     }
 }
 
+/// The early-half detail is stored as the cumulative tensor itself, and only there: any other
+/// sign history keeps a detail of its own with the value of eq:partial.
+#[test]
+fn the_detail_shares_the_cumulative_tensor_exactly_while_every_sign_is_plus_one() {
+    let mut rng = Rng::new(14);
+    let signs_cases: [&[f64]; 4] = [
+        &[1.0, 1.0, 1.0, -1.0, -1.0, -1.0],
+        &[-1.0, 1.0, 1.0],
+        &[1.0, -1.0, 1.0, -1.0],
+        &[1.0],
+    ];
+    for signs in signs_cases {
+        let us = outputs(&mut rng, signs.len());
+        let mut acc = BlockAccumulator::<B64, 2>::new();
+        let mut all_plus = true;
+        for (r, (u, &sign)) in us.iter().zip(signs).enumerate() {
+            acc.write(tensor(u), sign);
+            all_plus &= sign == 1.0;
+            assert_eq!(
+                acc.detail_is_cumulative(),
+                all_plus,
+                "signs {signs:?} after {} writes",
+                r + 1
+            );
+            let d = sum(&us[..=r], |t| signs[t - 1]);
+            assert!(
+                max_abs_diff(&tensor_values(acc.detail().unwrap().clone()), &d) < 1e-12,
+                "D, signs {signs:?}, r = {}",
+                r + 1
+            );
+        }
+        let (c, d) = acc.take().unwrap();
+        let d_expected = sum(&us, |t| signs[t - 1]);
+        assert!(max_abs_diff(&tensor_values(d.unwrap()), &d_expected) < 1e-12);
+        assert!(max_abs_diff(&tensor_values(c), &sum(&us, |_| 1.0)) < 1e-12);
+        assert!(!acc.detail_is_cumulative(), "take() resets the detail");
+    }
+    // A signed write after cumulative-only writes starts the detail from zero, not from C.
+    let us = outputs(&mut rng, 2);
+    let mut acc = BlockAccumulator::<B64, 2>::new();
+    acc.write_cumulative(tensor(&us[0]));
+    acc.write(tensor(&us[1]), 1.0);
+    assert!(!acc.detail_is_cumulative());
+    assert!(max_abs_diff(&tensor_values(acc.detail().unwrap().clone()), &us[1]) < 1e-12);
+}
+
 #[test]
 fn read_timing_follows_tab_timing() {
     let m = 6;

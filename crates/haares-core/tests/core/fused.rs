@@ -65,7 +65,7 @@ enum Handover {
     /// The value with its mean square computed beforehand.
     Cached,
     /// Every detail slot as `a ⊙ raw` with a fixed per-token `a` and `raw = value / a`, as RMS
-    /// matching hands `D̂` over.
+    /// matching hands `D̂` over (built as `√a ⊙ (√a ⊙ raw)`).
     ScaledDetails,
 }
 
@@ -88,8 +88,11 @@ fn bank(values: &[Tensor<Ad64, 3>], kinds: &[SlotKind], handover: Handover) -> S
         (Handover::ScaledDetails, SlotKind::Detail) => {
             let scale = detail_scale(value);
             let raw = value.clone() / scale.clone();
+            // In two steps, `√a` twice: a scaled source rescaled again must compose the factors.
+            let half = scale.sqrt();
+            let halfway = haares_core::source_bank::mean_square(raw.clone() * half.clone());
             let mean_square = haares_core::source_bank::mean_square(value.clone());
-            Source::scaled(raw, scale, mean_square)
+            Source::scaled(raw, half.clone(), halfway).rescaled(half, mean_square)
         }
         (Handover::Cached | Handover::ScaledDetails, _) => Source::with_mean_square(value.clone()),
     };

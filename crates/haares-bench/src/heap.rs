@@ -1,0 +1,86 @@
+//! Peak allocated heap bytes: the CPU counterpart of the paper's peak memory
+//! (sec:costprotocol: `torch.cuda.max_memory_allocated()`, "rather than reserved memory").
+//!
+//! A process's peak resident set size also counts what the C allocator keeps after a free and
+//! the pages a fragmented heap cannot return, which depend on the order of allocations as much
+//! as on what a method keeps alive. [`CountingAllocator`] wraps the system allocator and keeps
+//! the bytes in use and their high-water mark; the `haares-bench` binary installs it, so a cost
+//! worker reports both numbers.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+static IN_USE: AtomicU64 = AtomicU64::new(0);
+static PEAK: AtomicU64 = AtomicU64::new(0);
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// The system allocator, counting the bytes in use and their peak. Install it with
+/// `#[global_allocator] static A: CountingAllocator = CountingAllocator;`.
+pub struct CountingAllocator;
+
+impl CountingAllocator {
+    fn grew(by: usize) {
+        let now = IN_USE.fetch_add(by as u64, Ordering::Relaxed) + by as u64;
+        PEAK.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn shrank(by: usize) {
+        IN_USE.fetch_sub(by as u64, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call is forwarded to `System` unchanged; the counters do not touch the memory.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is `System`'s.
+        let pointer = unsafe { System.alloc(layout) };
+        if !pointer.is_null() {
+            INSTALLED.store(true, Ordering::Relaxed);
+            Self::grew(layout.size());
+        }
+        pointer
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as `alloc`.
+        let pointer = unsafe { System.alloc_zeroed(layout) };
+        if !pointer.is_null() {
+            INSTALLED.store(true, Ordering::Relaxed);
+            Self::grew(layout.size());
+        }
+        pointer
+    }
+
+    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
+        // SAFETY: as `alloc`.
+        unsafe { System.dealloc(pointer, layout) };
+        Self::shrank(layout.size());
+    }
+
+    unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as `alloc`.
+        let moved = unsafe { System.realloc(pointer, layout, new_size) };
+        if !moved.is_null() {
+            match new_size >= layout.size() {
+                true => Self::grew(new_size - layout.size()),
+                false => Self::shrank(layout.size() - new_size),
+            }
+        }
+        moved
+    }
+}
+
+/// The most heap bytes this process has had allocated at once, or `None` when
+/// [`CountingAllocator`] is not the global allocator.
+pub fn peak_allocated_bytes() -> Option<u64> {
+    INSTALLED
+        .load(Ordering::Relaxed)
+        .then(|| PEAK.load(Ordering::Relaxed))
+}
+
+/// Heap bytes allocated now, or `None` when [`CountingAllocator`] is not the global allocator.
+pub fn allocated_bytes() -> Option<u64> {
+    INSTALLED
+        .load(Ordering::Relaxed)
+        .then(|| IN_USE.load(Ordering::Relaxed))
+}
