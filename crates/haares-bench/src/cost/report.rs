@@ -163,13 +163,14 @@ pub fn cost_table(run: &CostRun) -> String {
             let step = |c: &MethodCost| c.steady_step_s;
             let _ = writeln!(
                 out,
-                "| {family:?} | {} | {} | {:.2} | {:.0} | {:.4} | {} | {} | {} | {} | {} | {} | {:.1}% |",
+                "| {family:?} | {} | {} | {:.2} | {:.0} | {:.4} | {} ({}) | {} | {} | {} | {} | {} | {:.1}% |",
                 family.widths().0,
                 method_label(&c.method),
                 c.startup_s,
                 c.tokens_per_s_from_start,
                 c.steady_step_s,
-                format!("{} ({})", megabytes(c.peak_memory_bytes), c.memory_kind),
+                megabytes(c.peak_memory_bytes),
+                c.memory_kind,
                 megabytes(c.peak_rss_bytes),
                 cell(ratio(costs, &c.method, "block-attnres", step)),
                 cell(ratio(costs, &c.method, "block-attnres", memory)),
