@@ -19,6 +19,15 @@ static INSTALLED: AtomicBool = AtomicBool::new(false);
 pub struct CountingAllocator;
 
 impl CountingAllocator {
+    /// Counts a successful allocation of `size` bytes.
+    fn allocated(pointer: *mut u8, size: usize) -> *mut u8 {
+        if !pointer.is_null() {
+            INSTALLED.store(true, Ordering::Relaxed);
+            Self::grew(size);
+        }
+        pointer
+    }
+
     fn grew(by: usize) {
         let now = IN_USE.fetch_add(by as u64, Ordering::Relaxed) + by as u64;
         PEAK.fetch_max(now, Ordering::Relaxed);
@@ -33,22 +42,12 @@ impl CountingAllocator {
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller's contract is `System`'s.
-        let pointer = unsafe { System.alloc(layout) };
-        if !pointer.is_null() {
-            INSTALLED.store(true, Ordering::Relaxed);
-            Self::grew(layout.size());
-        }
-        pointer
+        Self::allocated(unsafe { System.alloc(layout) }, layout.size())
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as `alloc`.
-        let pointer = unsafe { System.alloc_zeroed(layout) };
-        if !pointer.is_null() {
-            INSTALLED.store(true, Ordering::Relaxed);
-            Self::grew(layout.size());
-        }
-        pointer
+        Self::allocated(unsafe { System.alloc_zeroed(layout) }, layout.size())
     }
 
     unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {

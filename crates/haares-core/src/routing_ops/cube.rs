@@ -298,10 +298,19 @@ mod tests {
         }
     }
 
+    /// Tokens, width and slots of both tests: rows of 280 bytes, which CUDA pads to 512.
+    const TOKENS: usize = 37;
+    const D: usize = 70;
+    const COUNT: usize = 3;
+
+    fn slots() -> Vec<CubeTensor<WgpuRuntime>> {
+        (0..COUNT).map(|s| matrix(s, TOKENS, D)).collect()
+    }
+
     #[test]
     fn weighted_sum_writes_a_pitched_output() {
-        let (tokens, d, count) = (37, 70, 3);
-        let slots: Vec<_> = (0..count).map(|s| matrix(s, tokens, d)).collect();
+        let (tokens, d, count) = (TOKENS, D, COUNT);
+        let slots = slots();
         let weights = matrix(10, count, tokens);
         let (output, buffer) = pitched(tokens, d, 58);
         super::weighted_sum_into(&slots, weights, output);
@@ -320,8 +329,8 @@ mod tests {
 
     #[test]
     fn row_dots_write_a_pitched_output() {
-        let (tokens, d, count) = (37, 70, 3);
-        let slots: Vec<_> = (0..count).map(|s| matrix(s, tokens, d)).collect();
+        let (tokens, d, count) = (TOKENS, D, COUNT);
+        let slots = slots();
         let rows = matrix(10, tokens, d);
         let (output, buffer) = pitched(count, tokens, 27);
         super::row_dots_into(&slots, rows, output);
