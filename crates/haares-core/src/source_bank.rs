@@ -47,11 +47,7 @@ impl<B: Backend> Source<B> {
     pub fn with_mean_square(value: Tensor<B, 3>) -> Self {
         let [batch, seq, _] = value.dims();
         let token_rows = rows(value.clone());
-        let mean_square = token_rows
-            .clone()
-            .square()
-            .mean_dim(1)
-            .reshape([batch, seq, 1]);
+        let mean_square = row_mean_square(token_rows.clone(), batch, seq);
         Self {
             raw: value,
             rows: Some(token_rows),
@@ -135,11 +131,17 @@ pub fn scale_rows<B: Backend>(x: Tensor<B, 3>, scale: Tensor<B, 3>) -> Tensor<B,
 /// - output: `[batch, seq, 1]`
 pub fn mean_square<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
     let [batch, seq, _] = x.dims();
-    rows(x).square().mean_dim(1).reshape([batch, seq, 1])
+    row_mean_square(rows(x), batch, seq)
 }
 
-/// A `[batch, seq, d]` activation as the `[batch·seq, d]` matrix of its token rows (a view, no
-/// copy). The fused routing path works on rows: on Flex, a weight column narrowed out of
+/// [`mean_square`] of token rows, `[batch·seq, d]` → `[batch, seq, 1]`.
+fn row_mean_square<B: Backend>(rows: Tensor<B, 2>, batch: usize, seq: usize) -> Tensor<B, 3> {
+    rows.square().mean_dim(1).reshape([batch, seq, 1])
+}
+
+/// A `[batch, seq, d]` activation as the `[batch·seq, d]` matrix of its token rows: a view on
+/// most backends, but a copy on Burn's NdArray when the tensor is also referenced elsewhere (so
+/// [`Source`] keeps the rows it makes). The fused routing path works on rows: on Flex, a weight column narrowed out of
 /// `[batch, seq, S]` times a `[batch, seq, d]` activation is ≈ 50× slower than the same product
 /// as `[tokens, d]` rows times a contiguous `[tokens, 1]` column (haares-bench's `layout`
 /// benchmark).
