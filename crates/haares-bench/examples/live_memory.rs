@@ -1,7 +1,8 @@
 //! What a training step holds at its peak, per method, on NdArray: the heap bytes allocated
 //! when the forward pass ends (the autodiff graph's saved tensors, which the backward pass then
-//! frees) and the peak over forward and backward. Seconds per method, against minutes for the
-//! cost protocol, and deterministic: the tool for finding where a method's memory goes.
+//! frees) and the peak over the step — the cost protocol's first step (`cost::worker::Trainer`),
+//! with its memory alone. Seconds per method, against minutes for the cost protocol, and
+//! deterministic: the tool for finding where a method's memory goes.
 //!
 //! `cargo run -p haares-bench --example live_memory -- [method …]` (default: standard,
 //! block-attnres, haares; `name/reference` pins the routing path), at the `cpu` preset's model
@@ -10,12 +11,10 @@
 use std::process::Command;
 
 use burn::backend::{Autodiff, NdArray};
-use burn::tensor::{Int, Tensor, TensorData};
 use haares_bench::cost::CostSpec;
+use haares_bench::cost::worker::Trainer;
 use haares_bench::heap::{CountingAllocator, allocated_bytes, peak_allocated_bytes};
 use haares_core::ModelFamily;
-use haares_train::learner::init_model;
-use haares_train::loss::{DeviceBatch, mean_cross_entropy};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -52,26 +51,13 @@ fn main() -> Result<(), String> {
 fn measure(method: &str) -> Result<(), String> {
     let spec = CostSpec::cpu("ndarray");
     let config = spec.model(ModelFamily::Small, method)?;
-    let device = Default::default();
-    let model = init_model::<Ad>(&config, 42, &device).map_err(|e| e.to_string())?;
-    let (batch, seq) = (spec.batch, spec.seq);
-    let ids = |offset: usize| -> Tensor<Ad, 2, Int> {
-        let ids: Vec<i64> = (0..batch * seq)
-            .map(|i| ((i * 7919 + offset) % config.vocab_size) as i64)
-            .collect();
-        Tensor::from_data(TensorData::new(ids, [batch, seq]), &device)
-    };
-    let data = DeviceBatch {
-        inputs: ids(0),
-        targets: ids(1),
-        mask: Tensor::ones([batch, seq], &device),
-        real_targets: batch * seq,
-    };
+    let mut trainer = Trainer::<Ad>::new(&config, spec.batch, spec.seq, &Default::default())
+        .map_err(|e| e.to_string())?;
+    let mut after_forward = None;
+    trainer
+        .step(|| after_forward = allocated_bytes())
+        .map_err(|e| e.to_string())?;
     let megabytes = |bytes: Option<u64>| bytes.unwrap_or(0) as f64 / 1e6;
-    let loss = mean_cross_entropy(&model, &data);
-    let _ = loss.clone().into_scalar();
-    let after_forward = allocated_bytes();
-    drop(loss.backward());
     println!(
         "| {method} | {:.1} | {:.1} |",
         megabytes(after_forward),
