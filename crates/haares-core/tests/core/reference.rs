@@ -11,9 +11,46 @@ use haares_core::{DetailBias, DetailSource, ModelConfig, ResidualMethod};
 
 type Rows = Vec<Vec<f64>>;
 
+/// How the reference rounds the operands of the products a backend runs as matrix products
+/// (linear layers, attention scores and context, the tied head).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Products {
+    /// Exact f64 products.
+    Exact,
+    /// Operands rounded to TF32 (an f32 with a 10-bit mantissa), as tensor cores read f32.
+    Tf32 { truncate: bool },
+}
+
+impl Products {
+    fn operand(self, x: f64) -> f64 {
+        match self {
+            Products::Exact => x,
+            Products::Tf32 { truncate } => {
+                let bits = (x as f32).to_bits();
+                let dropped = 0x1FFF;
+                let bits = if truncate {
+                    bits & !dropped
+                } else {
+                    // Round to nearest, ties to even, at the 13 dropped mantissa bits.
+                    (bits + 0x0FFF + ((bits >> 13) & 1)) & !dropped
+                };
+                f32::from_bits(bits) as f64
+            }
+        }
+    }
+
+    pub fn dot(self, a: &[f64], b: &[f64]) -> f64 {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| self.operand(*x) * self.operand(*y))
+            .sum()
+    }
+}
+
 struct Reference<'a> {
     config: &'a ModelConfig,
     params: HashMap<&'a str, Vec<f64>>,
+    products: Products,
 }
 
 fn rms(x: &[f64]) -> f64 {
@@ -30,7 +67,11 @@ impl<'a> Reference<'a> {
             .iter()
             .map(|(name, data)| (name.as_str(), data.to_vec::<f64>().unwrap()))
             .collect();
-        Self { config, params }
+        Self {
+            config,
+            params,
+            products: Products::Exact,
+        }
     }
 
     fn p(&self, name: &str) -> &[f64] {
@@ -53,7 +94,7 @@ impl<'a> Reference<'a> {
     fn linear(&self, x: &[f64], weight: &str) -> Vec<f64> {
         let w = self.p(weight);
         w.chunks(x.len())
-            .map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum())
+            .map(|row| self.products.dot(row, x))
             .collect()
     }
 
@@ -96,11 +137,8 @@ impl<'a> Reference<'a> {
                 let range = h * dh..(h + 1) * dh;
                 let scores: Vec<f64> = (0..=t)
                     .map(|s| {
-                        query[range.clone()]
-                            .iter()
-                            .zip(&k[s][range.clone()])
-                            .map(|(a, b)| a * b)
-                            .sum::<f64>()
+                        self.products
+                            .dot(&query[range.clone()], &k[s][range.clone()])
                             / (dh as f64).sqrt()
                     })
                     .collect();
@@ -108,8 +146,9 @@ impl<'a> Reference<'a> {
                 let exps: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
                 let total: f64 = exps.iter().sum();
                 for (s, e) in exps.iter().enumerate() {
+                    let weight = self.products.operand(e / total);
                     for j in range.clone() {
-                        context[j] += e / total * v[s][j];
+                        context[j] += weight * self.products.operand(v[s][j]);
                     }
                 }
             }
@@ -194,7 +233,7 @@ impl<'a> Reference<'a> {
                 let h = self.rms_norm(h, "final_norm.weight");
                 embed
                     .chunks(d)
-                    .map(move |row| row.iter().zip(&h).map(|(a, b)| a * b).sum::<f64>())
+                    .map(move |row| self.products.dot(row, &h))
                     .collect::<Vec<_>>()
             })
             .collect()
@@ -307,7 +346,20 @@ pub fn reference_logits(
     params: &HashMap<String, TensorData>,
     tokens: &[Vec<usize>],
 ) -> Vec<f64> {
-    let reference = Reference::new(config, params);
+    reference_logits_with(config, params, tokens, Products::Exact)
+}
+
+/// [`reference_logits`] with the matrix products' operands rounded as `products` says.
+pub fn reference_logits_with(
+    config: &ModelConfig,
+    params: &HashMap<String, TensorData>,
+    tokens: &[Vec<usize>],
+    products: Products,
+) -> Vec<f64> {
+    let reference = Reference {
+        products,
+        ..Reference::new(config, params)
+    };
     tokens
         .iter()
         .flat_map(|row| reference.logits(row))

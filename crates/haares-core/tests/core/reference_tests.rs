@@ -66,3 +66,28 @@ fn reference_distinguishes_the_methods() {
         "HAARES and Block AttnRes coincide (diff {diff:e})"
     );
 }
+
+/// TF32 keeps an f32's sign, its 8 exponent bits and the top 10 of its 23 mantissa bits: one unit
+/// in the last place of 1.0 is 2⁻¹⁰. The emulated products feed the CUDA tolerance's calibration
+/// (`tests/portability.rs`), so the rounding itself is checked against the format.
+#[test]
+fn tf32_operands_keep_ten_mantissa_bits() {
+    use crate::reference::Products;
+    let ulp = 2f64.powi(-10);
+    let nearest = Products::Tf32 { truncate: false };
+    let truncated = Products::Tf32 { truncate: true };
+    let cases = [
+        // (x, rounded to nearest with ties to even, truncated)
+        (1.0 + ulp, 1.0 + ulp, 1.0 + ulp),
+        (1.0 + ulp / 2.0, 1.0, 1.0), // a tie, down to the even 1.0
+        (1.0 + 1.5 * ulp, 1.0 + 2.0 * ulp, 1.0 + ulp), // a tie, up to the even 1 + 2 ulp
+        (1.0 + 0.75 * ulp, 1.0 + ulp, 1.0),
+        (-(3.0 + 0.75 * 2.0 * ulp), -(3.0 + 2.0 * ulp), -3.0), // ulp 2⁻⁹ in [2, 4)
+        (0.1, 0.0999755859375, 0.0999755859375), // 0.1 = 1.6 · 2⁻⁴: mantissa 0.6 · 2¹⁰ = 614.4
+    ];
+    for (x, want_nearest, want_truncated) in cases {
+        assert_eq!(nearest.dot(&[x], &[1.0]), want_nearest, "{x} to nearest");
+        assert_eq!(truncated.dot(&[x], &[1.0]), want_truncated, "{x} truncated");
+    }
+    assert_eq!(Products::Exact.dot(&[0.1], &[3.0]), 0.1 * 3.0);
+}
