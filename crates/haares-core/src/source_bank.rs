@@ -139,12 +139,12 @@ fn row_mean_square<B: Backend>(rows: Tensor<B, 2>, batch: usize, seq: usize) -> 
     rows.square().mean_dim(1).reshape([batch, seq, 1])
 }
 
-/// A `[batch, seq, d]` activation as the `[batch·seq, d]` matrix of its token rows: a view on
-/// most backends, but a copy on Burn's NdArray when the tensor is also referenced elsewhere (so
-/// [`Source`] keeps the rows it makes). The fused routing path works on rows: on Flex, a weight column narrowed out of
-/// `[batch, seq, S]` times a `[batch, seq, d]` activation is ≈ 50× slower than the same product
-/// as `[tokens, d]` rows times a contiguous `[tokens, 1]` column (haares-bench's `layout`
-/// benchmark).
+/// A `[batch, seq, d]` activation as the `[batch·seq, d]` matrix of its token rows: a view on most
+/// backends, but a copy on Burn's NdArray when the tensor is also referenced elsewhere (so
+/// [`Source`] keeps the rows it makes). The fused routing path works on rows: on Flex, a weight
+/// column narrowed out of `[batch, seq, S]` times a `[batch, seq, d]` activation is ≈ 50–60× slower
+/// than the same product as `[tokens, d]` rows times a contiguous `[tokens, 1]` column
+/// (haares-bench's `layout` benchmark).
 pub fn rows<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 2> {
     let [batch, seq, d] = x.dims();
     x.reshape([batch * seq, d])
