@@ -24,7 +24,9 @@ pub enum Products {
 impl Products {
     fn operand(self, x: f64) -> f64 {
         match self {
+            // A NaN or infinity passes through, to show in the logits, not to overflow the bits.
             Products::Exact => x,
+            Products::Tf32 { .. } if !x.is_finite() => x,
             Products::Tf32 { truncate } => {
                 let bits = (x as f32).to_bits();
                 let dropped = 0x1FFF;

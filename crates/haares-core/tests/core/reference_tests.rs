@@ -90,4 +90,6 @@ fn tf32_operands_keep_ten_mantissa_bits() {
         assert_eq!(truncated.dot(&[x], &[1.0]), want_truncated, "{x} truncated");
     }
     assert_eq!(Products::Exact.dot(&[0.1], &[3.0]), 0.1 * 3.0);
+    assert!(nearest.dot(&[f64::NAN], &[1.0]).is_nan());
+    assert_eq!(nearest.dot(&[f64::NEG_INFINITY], &[1.0]), f64::NEG_INFINITY);
 }
