@@ -57,11 +57,14 @@ fn measure(method: &str) -> Result<(), String> {
     trainer
         .step(|| after_forward = allocated_bytes())
         .map_err(|e| e.to_string())?;
-    let megabytes = |bytes: Option<u64>| bytes.unwrap_or(0) as f64 / 1e6;
+    // `None` only if the counting allocator never ran: a 0 in the table would read as a result.
+    let uncounted = || "the counting allocator saw no allocation: is it installed?".to_string();
+    let after_forward = after_forward.ok_or_else(uncounted)?;
+    let peak = peak_allocated_bytes().ok_or_else(uncounted)?;
     println!(
         "| {method} | {:.1} | {:.1} |",
-        megabytes(after_forward),
-        megabytes(peak_allocated_bytes())
+        after_forward as f64 / 1e6,
+        peak as f64 / 1e6
     );
     Ok(())
 }
