@@ -150,7 +150,7 @@ fn training_step(c: &mut Criterion) {
             _ => format!("{method}/{routing:?}").to_lowercase(),
         };
         group.bench_function(label, |b| {
-            b.iter(|| trainer.step(|| ()).expect("a finite step"))
+            b.iter(|| trainer.step(|_| ()).expect("a finite step"))
         });
     }
     group.finish();

@@ -12,6 +12,7 @@ use std::process::Command;
 
 use burn::backend::{Autodiff, NdArray};
 use haares_bench::cost::CostSpec;
+use haares_bench::cost::anatomy::Phase;
 use haares_bench::cost::worker::Trainer;
 use haares_bench::heap::{CountingAllocator, allocated_bytes, peak_allocated_bytes};
 use haares_core::ModelFamily;
@@ -55,7 +56,11 @@ fn measure(method: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let mut after_forward = None;
     trainer
-        .step(|| after_forward = allocated_bytes())
+        .step(|phase| {
+            if phase == Phase::Forward {
+                after_forward = allocated_bytes();
+            }
+        })
         .map_err(|e| e.to_string())?;
     // `None` only if the counting allocator never ran: a 0 in the table would read as a result.
     let uncounted = || "the counting allocator saw no allocation: is it installed?".to_string();

@@ -8,5 +8,8 @@
 
 pub mod analytic;
 pub mod cost;
+pub mod first_step;
 pub mod flops;
+pub mod gpu_check;
 pub mod heap;
+pub mod kernel_events;

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use haares_bench::analytic::{params_table, sources_table};
-use haares_bench::cost::worker::{RESULT_PREFIX, Worker, WorkerTask};
+use haares_bench::cost::worker::{RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
+use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
+use haares_bench::gpu_check::{CheckSpec, Profile, STAGES, run_check};
 use haares_bench::cost::{CostSpec, run_cost, write_cost_run};
 use haares_bench::flops::flops_table;
 use haares_core::ModelFamily;
@@ -60,6 +62,22 @@ enum Command {
     /// The cost protocol (sec:costprotocol): step time, throughput, peak memory, ratios between
     /// methods and model FLOP utilisation; writes `<out>.md` and `<out>.json`.
     Cost(CostArgs),
+    /// First-step anatomy: backend start, model init, forward, backward and update of one fresh
+    /// worker per depth × method, with the kernels CubeCL compiled and autotuned; writes
+    /// `<out>.md` and `<out>.json` after every worker.
+    FirstStep(FirstStepArgs),
+    /// The GEMM peak: the best of 3 square f32 products (after one warm-up), in GFLOP/s.
+    Gemm {
+        /// Backend.
+        #[arg(long, default_value = "flex")]
+        backend: String,
+        /// Matrix size n.
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+    },
+    /// Everything a lent GPU machine should measure, in budgeted stages with a summary after
+    /// each (docs/benchmarks.md, "The GPU check"; scripts/gpu/run.sh calls it).
+    GpuCheck(GpuCheckArgs),
     /// One measurement of `cost`, in its own process (used by `cost`).
     #[command(hide = true)]
     CostWorker {
@@ -150,6 +168,135 @@ struct CostArgs {
     out: Option<PathBuf>,
 }
 
+#[derive(clap::Args)]
+struct FirstStepArgs {
+    /// Backend: flex, ndarray, wgpu, cuda.
+    #[arg(long, default_value = "flex")]
+    backend: String,
+    /// Family (width).
+    #[arg(long, value_enum, default_value = "small")]
+    family: Family,
+    /// Depths L, measured in this order.
+    #[arg(long, value_delimiter = ',', default_value = "2,12,48")]
+    layers: Vec<usize>,
+    /// Blocks N (must divide 2L).
+    #[arg(long, default_value_t = 4)]
+    blocks: usize,
+    /// Rows per batch.
+    #[arg(long, default_value_t = 16)]
+    batch: usize,
+    /// Context length.
+    #[arg(long, default_value_t = 512)]
+    seq: usize,
+    /// Steps per worker (the first and later ones to compare it with).
+    #[arg(long, default_value_t = 3)]
+    steps: usize,
+    /// Methods (names as in `cost`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "standard,block-attnres,haares"
+    )]
+    methods: Vec<String>,
+    /// Output path without extension [default: runs/bench/first-step-<backend>].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct GpuCheckArgs {
+    /// Backend the stages run on.
+    #[arg(long, default_value = "cuda")]
+    backend: String,
+    /// Output folder (summary.md, summary.json, one log and result files per stage).
+    #[arg(long)]
+    out: PathBuf,
+    /// `gpu`: the paper's sizes; `tiny`: the same stages in about a minute on a CPU.
+    #[arg(long, default_value = "gpu", value_parser = ["gpu", "tiny"])]
+    profile: String,
+    /// Stages to run [default: all: facts, portability, first-step, first-step-deep, cost,
+    /// real-run].
+    #[arg(long, value_delimiter = ',')]
+    stages: Option<Vec<String>>,
+    /// A stage's budget in seconds, replacing the profile's, e.g. `cost=400` (repeatable).
+    #[arg(long = "budget", value_name = "STAGE=SECONDS")]
+    budgets: Vec<String>,
+    /// The haares-train binary [default: beside this one].
+    #[arg(long)]
+    train_bin: Option<PathBuf>,
+    /// The core's portability test binary, built with the backend's feature [default:
+    /// `portability` beside this one].
+    #[arg(long)]
+    portability_bin: Option<PathBuf>,
+    /// The bundle's manifest.json (scripts/gpu/build.sh), copied into the summary.
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+}
+
+impl GpuCheckArgs {
+    fn spec(self) -> Result<CheckSpec, String> {
+        let bench_bin =
+            std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+        let beside = |name: &str| bench_bin.with_file_name(name);
+        let budgets = self
+            .budgets
+            .iter()
+            .map(|b| {
+                let (stage, seconds) = b.split_once('=').ok_or_else(|| {
+                    format!("--budget `{b}` is not STAGE=SECONDS, e.g. --budget cost=400")
+                })?;
+                let seconds = seconds.parse::<u64>().map_err(|_| {
+                    format!("--budget `{b}`: `{seconds}` is not a whole number of seconds")
+                })?;
+                Ok((stage.to_string(), seconds))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(CheckSpec {
+            profile: if self.profile == "tiny" { Profile::tiny() } else { Profile::gpu() },
+            stages: self
+                .stages
+                .unwrap_or_else(|| STAGES.iter().map(|s| s.to_string()).collect()),
+            budgets,
+            out: self.out,
+            train_bin: self.train_bin.unwrap_or_else(|| beside("haares-train")),
+            portability_bin: self.portability_bin.unwrap_or_else(|| beside("portability")),
+            manifest: self.manifest,
+            bench_bin,
+            backend: self.backend,
+        })
+    }
+}
+
+fn first_step(args: FirstStepArgs) -> Result<String, String> {
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from(format!("runs/bench/first-step-{}", args.backend)));
+    let spec = FirstStepSpec {
+        backend: args.backend,
+        family: Family::of(vec![args.family])[0],
+        layers: args.layers,
+        blocks: args.blocks,
+        batch: args.batch,
+        seq: args.seq,
+        steps: args.steps,
+        methods: args.methods,
+    };
+    let run = run_first_step(&spec, &out, |line| eprintln!("{line}"))?;
+    eprintln!("wrote {0}.md and {0}.json", out.display());
+    Ok(first_step_table(&run))
+}
+
+fn gpu_check(args: GpuCheckArgs) -> Result<String, String> {
+    let spec = args.spec()?;
+    let report = run_check(&spec)?;
+    let summary = spec.out.join("summary.md");
+    if report.passed() {
+        Ok(format!("every stage passed; {}\n", summary.display()))
+    } else {
+        Err(format!("a stage did not pass; {} says which", summary.display()))
+    }
+}
+
 impl CostArgs {
     fn spec(self) -> (CostSpec, PathBuf) {
         let (mut spec, preset) = match self.preset {
@@ -193,11 +340,41 @@ fn cost(args: CostArgs) -> Result<String, String> {
 fn cost_worker(backend: &str, task: &str) -> Result<String, String> {
     let started = Instant::now();
     let kind: BackendKind = backend.parse().map_err(|e: TrainError| e.to_string())?;
+    count_kernel_events(kind)?;
     let task: WorkerTask =
         serde_json::from_str(task).map_err(|e| format!("invalid worker task: {e}"))?;
     let result = dispatch(kind, Worker { task, started }).map_err(|e| e.to_string())?;
     let json = serde_json::to_string(&result).map_err(|e| e.to_string())?;
     Ok(format!("{RESULT_PREFIX}{json}\n"))
+}
+
+/// On the cube backends, CubeCL's compilations and autotune runs are counted (the first-step
+/// anatomy); set up before the first kernel.
+fn count_kernel_events(kind: BackendKind) -> Result<(), String> {
+    if matches!(kind, BackendKind::Cuda | BackendKind::Wgpu) {
+        #[cfg(any(feature = "cuda", feature = "wgpu"))]
+        {
+            use haares_train::kernel_cache::{KernelEvents, configure_cube_runtime};
+            configure_cube_runtime(KernelEvents::ToLogCrate).map_err(|e| e.to_string())?;
+            if !haares_bench::kernel_events::install() {
+                return Err("another logger was installed first: kernels cannot be counted".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn gemm(backend: &str, size: usize) -> Result<String, String> {
+    let kind: BackendKind = backend.parse().map_err(|e: TrainError| e.to_string())?;
+    let task = WorkerTask::Gemm { n: size, reps: 3 };
+    let worker = Worker {
+        task,
+        started: Instant::now(),
+    };
+    match dispatch(kind, worker).map_err(|e| e.to_string())? {
+        WorkerResult::Gemm { flops_per_s } => Ok(format!("GFLOP/s {:.1}\n", flops_per_s / 1e9)),
+        WorkerResult::Train(_) => Err("the GEMM answered with a training sample".into()),
+    }
 }
 
 impl Family {
@@ -232,6 +409,9 @@ fn main() -> ExitCode {
             &grid.methods,
         ),
         Command::Cost(args) => cost(args),
+        Command::FirstStep(args) => first_step(args),
+        Command::Gemm { backend, size } => gemm(&backend, size),
+        Command::GpuCheck(args) => gpu_check(args),
         Command::CostWorker { backend, task } => cost_worker(&backend, &task),
     };
     match result {

@@ -98,6 +98,8 @@ pub trait BackendJob {
 }
 
 /// Runs `job` on the backend `kind` (which [`BackendKind::from_str`] has checked is compiled in).
+/// On the cube backends CubeCL's kernel caches are first set to the machine's shared directory
+/// ([`crate::kernel_cache`]), unless the process configured CubeCL already.
 pub fn dispatch<J: BackendJob>(kind: BackendKind, job: J) -> Result<J::Output> {
     use burn::backend::Autodiff;
     match kind {
@@ -108,12 +110,28 @@ pub fn dispatch<J: BackendJob>(kind: BackendKind, job: J) -> Result<J::Output> {
             job.run::<Autodiff<burn::backend::NdArray>>(Default::default(), kind)
         }
         #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => job.run::<Autodiff<WgpuUnfused>>(Default::default(), kind),
+        BackendKind::Wgpu => {
+            share_kernel_caches();
+            job.run::<Autodiff<WgpuUnfused>>(Default::default(), kind)
+        }
         #[cfg(feature = "cuda")]
-        BackendKind::Cuda => job.run::<Autodiff<CudaUnfused>>(Default::default(), kind),
+        BackendKind::Cuda => {
+            share_kernel_caches();
+            job.run::<Autodiff<CudaUnfused>>(Default::default(), kind)
+        }
         #[allow(unreachable_patterns)]
         other => Err(TrainError::Config(format!(
             "backend `{other}` is not compiled into this build"
         ))),
+    }
+}
+
+/// Points CubeCL at the shared kernel caches; without them a run still trains (each process then
+/// compiles its own kernels), so a failure is a warning.
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+fn share_kernel_caches() {
+    use crate::kernel_cache::{KernelEvents, configure_cube_runtime};
+    if let Err(error) = configure_cube_runtime(KernelEvents::Quiet) {
+        eprintln!("warning: {error}; kernels are compiled and tuned anew in this process");
     }
 }

@@ -17,6 +17,7 @@ pub mod data;
 pub mod error;
 pub mod figures;
 pub mod inference;
+pub mod kernel_cache;
 pub mod learner;
 pub mod loss;
 pub mod metrics;

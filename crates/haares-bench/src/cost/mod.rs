@@ -7,6 +7,7 @@
 //! repeats in alternating order (A B C, C B A, A B C, …) so that a drift of the machine's speed
 //! affects every method alike.
 
+pub mod anatomy;
 pub mod report;
 pub mod worker;
 
@@ -219,7 +220,7 @@ fn gemm_of(result: WorkerResult) -> Result<f64, String> {
 }
 
 /// Runs one task in a fresh `haares-bench cost-worker` process and reads its answer.
-fn run_worker(backend: &str, task: &WorkerTask) -> Result<WorkerResult, String> {
+pub(crate) fn run_worker(backend: &str, task: &WorkerTask) -> Result<WorkerResult, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let task_json = serde_json::to_string(task).map_err(|e| e.to_string())?;
     // The worker's stderr goes straight to ours: its progress and, if it fails, its error.
@@ -243,14 +244,25 @@ fn run_worker(backend: &str, task: &WorkerTask) -> Result<WorkerResult, String> 
 /// Writes `run` as `<stem>.json` and its table as `<stem>.md`, atomically.
 pub fn write_cost_run(run: &CostRun, stem: &Path) -> Result<String, String> {
     let table = report::cost_table(run);
-    let json = serde_json::to_string_pretty(run).map_err(|e| e.to_string())?;
+    write_atomically_both(stem, run, &table)?;
+    Ok(table)
+}
+
+/// Writes `value` as `<stem>.json` and `table` as `<stem>.md`, each atomically, creating the
+/// folder.
+pub fn write_atomically_both(
+    stem: &Path,
+    value: &impl Serialize,
+    table: &str,
+) -> Result<(), String> {
+    let json = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
     if let Some(dir) = stem.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
     }
-    for (extension, text) in [("json", &json), ("md", &table)] {
+    for (extension, text) in [("json", json.as_str()), ("md", table)] {
         let path = stem.with_extension(extension);
         haares_data::write_atomically(&path, text.as_bytes()).map_err(|e| e.to_string())?;
     }
-    Ok(table)
+    Ok(())
 }

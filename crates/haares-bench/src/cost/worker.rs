@@ -15,6 +15,8 @@ use haares_train::metrics::peak_memory_bytes;
 use haares_train::optim::{AdamW, AdamWSettings};
 use serde::{Deserialize, Serialize};
 
+use super::anatomy::{Anatomy, AnatomyRecorder, Phase, StepTimes};
+
 /// What a worker process measures.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum WorkerTask {
@@ -76,6 +78,10 @@ pub struct TrainSample {
     pub device_in_use_bytes: Option<u64>,
     /// Largest device bytes reserved by the allocator; GPU backends only.
     pub device_reserved_bytes: Option<u64>,
+    /// Where the time of the worker's start and of every step went ([`super::anatomy`]);
+    /// `None` in runs recorded before it existed.
+    #[serde(default)]
+    pub anatomy: Option<Anatomy>,
     /// Loss of the first and of the last step (a sanity check that training happened).
     pub first_loss: f64,
     /// See `first_loss`.
@@ -111,22 +117,36 @@ impl BackendJob for Worker {
                 seq,
                 steps,
             } => {
+                let mut recorder = AnatomyRecorder::start();
+                start_backend::<B>(&device)?;
+                let backend_start_s = self.started.elapsed().as_secs_f64();
+                recorder.mark_start(backend_start_s);
+                let init_start = Instant::now();
                 let mut trainer = Trainer::<B>::new(&config, batch, seq, &device)?;
+                sync::<B>(&device)?;
+                recorder.mark_init(init_start.elapsed().as_secs_f64());
                 let mut memory = DeviceMemory::new(backend);
                 let startup_s = self.started.elapsed().as_secs_f64();
+                eprintln!(
+                    "  {method}: backend up in {backend_start_s:.1} s, model ready at {startup_s:.1} s"
+                );
                 let (mut step_s, mut losses) = (Vec::with_capacity(steps), Vec::new());
                 for step in 0..steps {
                     let step_start = Instant::now();
-                    losses.push(trainer.step(|| memory.sample())?);
+                    let times = trainer.step(|phase| {
+                        if phase == Phase::Forward {
+                            memory.sample();
+                        }
+                        recorder.mark_phase(step, phase);
+                    })?;
                     memory.sample();
                     step_s.push(step_start.elapsed().as_secs_f64());
+                    losses.push(times.loss);
+                    recorder.record_step(times);
                     if step == 0 {
                         // On a GPU the first step compiles and autotunes the kernels: minutes
                         // where the live log would otherwise be silent.
-                        eprintln!(
-                            "  {method}: started in {startup_s:.1} s, first step {:.1} s",
-                            step_s[0]
-                        );
+                        eprintln!("  {method}: first step {}", recorder.first_step_line());
                     }
                 }
                 WorkerResult::Train(TrainSample {
@@ -138,6 +158,7 @@ impl BackendJob for Worker {
                     peak_allocated_bytes: crate::heap::peak_allocated_bytes(),
                     device_in_use_bytes: memory.in_use,
                     device_reserved_bytes: memory.reserved,
+                    anatomy: Some(recorder.finish()),
                     first_loss: losses.first().copied().unwrap_or(f64::NAN),
                     last_loss: losses.last().copied().unwrap_or(f64::NAN),
                 })
@@ -176,20 +197,45 @@ impl<B: TrainingBackend> Trainer<B> {
         })
     }
 
-    /// One step on a fresh random batch; returns its loss once the update has finished on the
-    /// device. `after_forward` runs once the loss has been read back (a memory sampling point).
-    pub fn step(&mut self, after_forward: impl FnOnce()) -> haares_train::Result<f64> {
+    /// One step on a fresh random batch, its phases timed apart: the forward pass ends with the
+    /// loss read back, the backward pass and the update each with a device sync. `at_end` runs
+    /// after each phase, outside its timing (a memory sampling point, a kernel tally).
+    pub fn step(&mut self, mut at_end: impl FnMut(Phase)) -> haares_train::Result<StepTimes> {
         let vocab = self.model.config.vocab_size;
+        let start = Instant::now();
         let data = random_batch::<B>(&mut self.rng, self.batch, self.seq, vocab, &self.device);
         let loss = mean_cross_entropy(&self.model, &data);
         let value = loss.clone().into_scalar().elem::<f64>();
-        after_forward();
+        let forward_s = start.elapsed().as_secs_f64();
+        at_end(Phase::Forward);
+        let start = Instant::now();
         let grads = loss.backward();
+        sync::<B>(&self.device)?;
+        let backward_s = start.elapsed().as_secs_f64();
+        at_end(Phase::Backward);
+        let start = Instant::now();
         self.optimizer.step(&mut self.model, &grads);
         drop(grads);
-        B::sync(&self.device).map_err(|e| haares_train::TrainError::Device(format!("{e:?}")))?;
-        Ok(value)
+        sync::<B>(&self.device)?;
+        let optimizer_s = start.elapsed().as_secs_f64();
+        at_end(Phase::Optimizer);
+        Ok(StepTimes {
+            loss: value,
+            phase_s: [forward_s, backward_s, optimizer_s],
+        })
     }
+}
+
+/// Waits for the device's queued work; a failure is the backend's error.
+fn sync<B: Backend>(device: &B::Device) -> haares_train::Result<()> {
+    B::sync(device).map_err(|e| haares_train::TrainError::Device(format!("{e:?}")))
+}
+
+/// Brings the backend up: its first tensor, read back (device and context creation, on a GPU the
+/// driver and runtime start).
+fn start_backend<B: Backend>(device: &B::Device) -> haares_train::Result<()> {
+    Tensor::<B, 1>::zeros([1], device).into_data();
+    sync::<B>(device)
 }
 
 /// Uniform random ids, a fresh batch per step (the cost does not depend on the text).

@@ -1,0 +1,211 @@
+//! `haares-bench first-step`: the first-step anatomy ([`crate::cost::anatomy`]) of one fresh
+//! worker per depth × method, and whether the kernels a step compiles grow with depth.
+//!
+//! Every worker is a new process, as in the cost protocol, so each one compiles what its first
+//! step needs (CubeCL's shared autotune and PTX caches, `haares_train::kernel_cache`, may already
+//! hold results from earlier processes: the report says what this process compiled and tuned).
+//! The results are rewritten after every worker, so a run cut short keeps what it measured.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use haares_core::ModelFamily;
+use serde::{Deserialize, Serialize};
+
+use crate::cost::worker::{TrainSample, WorkerResult, WorkerTask};
+use crate::cost::report::method_with_path;
+use crate::cost::{CostSpec, run_worker, write_atomically_both};
+
+/// What `first-step` measures.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FirstStepSpec {
+    /// Backend name.
+    pub backend: String,
+    /// Model family (width).
+    pub family: ModelFamily,
+    /// Depths L, measured in this order.
+    pub layers: Vec<usize>,
+    /// Blocks N.
+    pub blocks: usize,
+    /// Rows per batch.
+    pub batch: usize,
+    /// Context length.
+    pub seq: usize,
+    /// Steps per worker (at least 2: the first and a steady one to compare it with).
+    pub steps: usize,
+    /// Methods, as in the cost protocol (`name`, `name/reference`, `name/fused`).
+    pub methods: Vec<String>,
+}
+
+impl FirstStepSpec {
+    /// The cost-protocol settings of one depth (the model is built and validated the same way).
+    fn at_depth(&self, layers: usize) -> CostSpec {
+        CostSpec {
+            families: vec![self.family],
+            layers,
+            blocks: self.blocks,
+            batch: self.batch,
+            seq: self.seq,
+            steps: self.steps,
+            warmup: 1,
+            methods: self.methods.clone(),
+            ..CostSpec::cpu(&self.backend)
+        }
+    }
+
+    /// Refuses what cannot be measured, before any worker starts.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.layers.is_empty() {
+            return Err("give at least one depth with --layers".into());
+        }
+        if self.steps < 2 {
+            return Err(format!(
+                "--steps {} is too few: the first step is compared with later ones (use 2 or more)",
+                self.steps
+            ));
+        }
+        self.layers
+            .iter()
+            .try_for_each(|&layers| self.at_depth(layers).validate())
+    }
+}
+
+/// Every worker's sample, by depth.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FirstStepRun {
+    /// What was measured.
+    pub spec: FirstStepSpec,
+    /// `(layers, sample)` in measurement order.
+    pub samples: Vec<(usize, TrainSample)>,
+}
+
+/// Runs one worker per depth × method, writing `<stem>.md` and `<stem>.json` after each.
+pub fn run_first_step(
+    spec: &FirstStepSpec,
+    stem: &Path,
+    mut log: impl FnMut(&str),
+) -> Result<FirstStepRun, String> {
+    spec.validate()?;
+    let mut run = FirstStepRun {
+        spec: spec.clone(),
+        samples: Vec::new(),
+    };
+    for &layers in &spec.layers {
+        let depth = spec.at_depth(layers);
+        for method in &spec.methods {
+            log(&format!("{method} at {layers} layers: starting a worker"));
+            let task = WorkerTask::Train {
+                config: depth.model(spec.family, method)?,
+                method: method.clone(),
+                batch: spec.batch,
+                seq: spec.seq,
+                steps: spec.steps,
+            };
+            let WorkerResult::Train(sample) = run_worker(&spec.backend, &task)? else {
+                return Err("a training worker answered with a GEMM result".into());
+            };
+            run.samples.push((layers, sample));
+            write_atomically_both(stem, &run, &first_step_table(&run))?;
+        }
+    }
+    Ok(run)
+}
+
+/// The markdown report: one row per worker, then the kernels compiled by depth.
+pub fn first_step_table(run: &FirstStepRun) -> String {
+    let spec = &run.spec;
+    let mut out = format!(
+        "First-step anatomy on `{}`: {:?} family, N = {}, batch {} × {}, {} steps per fresh worker \
+         process. Seconds; each phase ends with a device sync. \"Excess\" is the first step \
+         minus the median later step: compilation, autotuning and first allocations. Kernels: \
+         compiled / autotune keys benchmarked by this process (a shared-cache hit counts as \
+         neither).\n\n\
+         | method | L | backend start | model init | forward | backward | update | first step | \
+         later step | excess | kernels at init | kernels in step 1 (fwd + bwd + upd) | autotuned in step 1 | kernels after step 1 |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        spec.backend, spec.family, spec.blocks, spec.batch, spec.seq, spec.steps
+    );
+    for (layers, sample) in &run.samples {
+        let Some(a) = &sample.anatomy else { continue };
+        let first = a.phase_s.first().copied().unwrap_or([f64::NAN; 3]);
+        let (first_s, steady_s) = (
+            a.first_step_s().unwrap_or(f64::NAN),
+            a.steady_step_s().unwrap_or(f64::NAN),
+        );
+        let kernels = a.kernels.as_ref().map_or(["–".to_string(), "–".into(), "–".into(), "–".into()], |k| {
+            let parts: Vec<String> = k.first_step.iter().map(|t| t.compiled.to_string()).collect();
+            [
+                k.model_init.compiled.to_string(),
+                format!("{} ({})", k.first_step_total().compiled, parts.join(" + ")),
+                k.first_step_total().autotuned.to_string(),
+                k.later_steps.compiled.to_string(),
+            ]
+        });
+        let _ = writeln!(
+            out,
+            "| {} | {layers} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {first_s:.2} | {steady_s:.3} | {:.2} | {} |",
+            method_with_path(&sample.method),
+            a.backend_start_s,
+            a.model_init_s,
+            first[0],
+            first[1],
+            first[2],
+            first_s - steady_s,
+            kernels.join(" | "),
+        );
+    }
+    out + &depth_growth(run)
+}
+
+/// Per method: the kernels its first step compiled at each depth, and whether that grows.
+fn depth_growth(run: &FirstStepRun) -> String {
+    let mut out = String::from("\nKernels compiled by the first step, by depth:\n\n");
+    let mut any = false;
+    for method in &run.spec.methods {
+        let by_depth: Vec<(usize, crate::kernel_events::KernelTally)> = run
+            .samples
+            .iter()
+            .filter(|(_, s)| &s.method == method)
+            .filter_map(|(l, s)| {
+                let k = s.anatomy.as_ref()?.kernels.as_ref()?;
+                Some((*l, k.first_step_total()))
+            })
+            .collect();
+        let (Some(shallow), Some(deep)) = (
+            by_depth.iter().min_by_key(|(l, _)| *l),
+            by_depth.iter().max_by_key(|(l, _)| *l),
+        ) else {
+            continue;
+        };
+        any = true;
+        let counts: Vec<String> = by_depth
+            .iter()
+            .map(|(l, t)| format!("{} at L = {l}", t.compiled))
+            .collect();
+        let verdict = if deep.1.compiled > shallow.1.compiled {
+            let grown: Vec<String> = deep
+                .1
+                .compiled_by_name
+                .iter()
+                .filter(|(name, n)| **n > shallow.1.compiled_by_name.get(*name).copied().unwrap_or(0))
+                .map(|(name, n)| {
+                    let before = shallow.1.compiled_by_name.get(name).copied().unwrap_or(0);
+                    format!("{name} {before} → {n}")
+                })
+                .collect();
+            format!("**grows with depth** ({})", grown.join(", "))
+        } else {
+            "does not grow with depth".into()
+        };
+        let _ = writeln!(
+            out,
+            "- {}: {}: {verdict}",
+            method_with_path(method),
+            counts.join(", ")
+        );
+    }
+    if !any {
+        out.push_str("- no kernel counts: this backend runs no CubeCL kernels (CPU)\n");
+    }
+    out
+}

@@ -1,0 +1,334 @@
+//! The GPU check's stages and the two profiles' sizes and budgets.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use super::process::{Exit, Finished, run_logged};
+use super::{CheckSpec, StageStatus};
+
+/// Every stage, in the order they run.
+pub const STAGES: &[&str] = &[
+    "facts",
+    "portability",
+    "first-step",
+    "first-step-deep",
+    "cost",
+    "real-run",
+];
+
+/// Sizes and budgets of a check.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    /// `gpu` or `tiny`.
+    pub name: &'static str,
+    gemm_size: usize,
+    /// Test-name filter of the portability stage; `None`: the backend's own module (`cuda::`).
+    portability_filter: Option<&'static str>,
+    first_step: FirstStepSizes,
+    cost_args: &'static [&'static str],
+    pub(super) real_run: RealRunSizes,
+    /// Seconds per stage, in [`STAGES`] order.
+    budgets_s: [u64; 6],
+}
+
+#[derive(Debug, Clone)]
+struct FirstStepSizes {
+    layers: [usize; 2],
+    batch: usize,
+    seq: usize,
+    methods: &'static str,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct RealRunSizes {
+    pub(super) layers: usize,
+    pub(super) steps: usize,
+    pub(super) checkpoint_every: usize,
+    pub(super) sets: &'static [&'static str],
+}
+
+impl Profile {
+    /// The paper's small family at 12 and 48 layers, batch 16 × 512; about 16 minutes of budget
+    /// in all, so run it in two calls (docs/benchmarks.md).
+    pub fn gpu() -> Self {
+        Self {
+            name: "gpu",
+            gemm_size: 8192,
+            portability_filter: None,
+            first_step: FirstStepSizes {
+                layers: [12, 48],
+                batch: 16,
+                seq: 512,
+                methods: "haares",
+            },
+            cost_args: &[
+                "--preset", "paper", "--family", "small", "--steps", "60", "--warmup", "20",
+                "--repeats", "1", "--methods",
+                "standard,block-attnres/reference,block-attnres/fused,haares/reference,haares/fused",
+            ],
+            real_run: RealRunSizes {
+                layers: 12,
+                steps: 300,
+                checkpoint_every: 100,
+                sets: &["d_model=256", "d_ff=1024", "seq_len=256", "batch_size=16", "val_chunks=32"],
+            },
+            budgets_s: [45, 150, 120, 180, 300, 180],
+        }
+    }
+
+    /// The same stages at toy sizes: about a minute on a 2-core CPU (CI runs it on NdArray).
+    pub fn tiny() -> Self {
+        Self {
+            name: "tiny",
+            gemm_size: 64,
+            portability_filter: Some("ndarray_f32"),
+            first_step: FirstStepSizes {
+                layers: [2, 4],
+                batch: 2,
+                seq: 16,
+                methods: "standard,haares",
+            },
+            cost_args: &[
+                "--preset", "cpu", "--layers", "2", "--batch", "2", "--seq", "16", "--steps", "3",
+                "--warmup", "1", "--repeats", "1", "--gemm-size", "64", "--methods",
+                "standard,haares/reference,haares/fused",
+            ],
+            real_run: RealRunSizes {
+                layers: 2,
+                steps: 20,
+                checkpoint_every: 10,
+                sets: &["d_model=32", "d_ff=64", "seq_len=32", "batch_size=4", "val_chunks=4"],
+            },
+            budgets_s: [60, 300, 120, 120, 180, 240],
+        }
+    }
+
+    /// The profile's budget of `stage` in seconds.
+    pub fn budget_s(&self, stage: &str) -> u64 {
+        STAGES
+            .iter()
+            .position(|s| *s == stage)
+            .map_or(60, |i| self.budgets_s[i])
+    }
+}
+
+/// What a stage reports.
+pub struct Outcome {
+    pub(super) status: StageStatus,
+    pub(super) results: Value,
+    pub(super) markdown: String,
+}
+
+impl Outcome {
+    /// A stage that failed before it measured anything.
+    pub(super) fn failed(why: impl Into<String>) -> Self {
+        let why = why.into();
+        Self {
+            markdown: format!("Failed: {why}.\n"),
+            status: StageStatus::Failed(why),
+            results: Value::Null,
+        }
+    }
+}
+
+/// Runs stage `name`; every command it starts shares `deadline` and appends to `log`.
+pub fn run_stage(name: &str, spec: &CheckSpec, deadline: Instant, log: &Path) -> Outcome {
+    let stage = Stage {
+        spec,
+        deadline,
+        log,
+        name,
+    };
+    let result = match name {
+        "facts" => stage.facts(),
+        "portability" => stage.portability(),
+        "first-step" => stage.first_step(spec.profile.first_step.layers[0]),
+        "first-step-deep" => stage.first_step(spec.profile.first_step.layers[1]),
+        "cost" => stage.cost(),
+        "real-run" => super::real_run::real_run(&stage),
+        other => Err(format!("unknown stage `{other}`")),
+    };
+    result.unwrap_or_else(Outcome::failed)
+}
+
+/// A running stage: the check, the stage's deadline and log.
+pub(super) struct Stage<'a> {
+    pub(super) spec: &'a CheckSpec,
+    deadline: Instant,
+    log: &'a Path,
+    name: &'a str,
+}
+
+/// A finished command's status: passed, failed with its exit, or timed out.
+pub(super) fn status_of(finished: &Finished) -> StageStatus {
+    match &finished.exit {
+        Exit::Success => StageStatus::Passed,
+        Exit::TimedOut => StageStatus::TimedOut,
+        Exit::Failed(status) => StageStatus::Failed(format!("exited with {status}; see the log")),
+        Exit::Stopped => StageStatus::Failed("stopped".into()),
+    }
+}
+
+impl Stage<'_> {
+    /// Runs `program` under the stage's deadline, logged.
+    pub(super) fn run(&self, program: &Path, args: &[String]) -> Result<Finished, String> {
+        self.run_until(program, args, &|| false)
+    }
+
+    /// [`Self::run`], killed early once `stop_when` holds.
+    pub(super) fn run_until(
+        &self,
+        program: &Path,
+        args: &[String],
+        stop_when: &dyn Fn() -> bool,
+    ) -> Result<Finished, String> {
+        let mut command = Command::new(program);
+        command.args(args);
+        run_logged(command, self.deadline, self.log, self.name, stop_when)
+    }
+
+    fn bench(&self, args: &[&str]) -> Result<Finished, String> {
+        let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        all.extend(["--backend".into(), self.spec.backend.clone()]);
+        self.run(&self.spec.bench_bin, &all)
+    }
+
+    /// The device (`nvidia-smi`, where there is one) and the GEMM peak.
+    fn facts(&self) -> Result<Outcome, String> {
+        let query = Command::new("nvidia-smi")
+            .args([
+                "--query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm",
+                "--format=csv",
+            ])
+            .output();
+        let device = match query {
+            Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).to_string(),
+            Ok(out) => format!("nvidia-smi failed: {}", String::from_utf8_lossy(&out.stderr)),
+            Err(_) => "nvidia-smi not found (no NVIDIA driver on this machine)".into(),
+        };
+        let size = self.spec.profile.gemm_size.to_string();
+        let gemm = self.bench(&["gemm", "--size", &size])?;
+        let rate = gemm
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("GFLOP/s "))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        let cache = haares_train::kernel_cache::kernel_cache_dir();
+        let markdown = format!(
+            "```\n{}\n```\n\nGEMM {size}×{size}: {} GFLOP/s. Kernel cache: `{}`.\n",
+            device.trim(),
+            rate.map_or("–".into(), |r| format!("{r:.1}")),
+            cache.display()
+        );
+        Ok(Outcome {
+            status: match (status_of(&gemm), rate) {
+                (StageStatus::Passed, None) => StageStatus::Failed("no GEMM rate printed".into()),
+                (status, _) => status,
+            },
+            results: json!({ "device": device, "gemm_gflops": rate, "gemm_size": size,
+                             "kernel_cache": cache }),
+            markdown,
+        })
+    }
+
+    /// The core's portability tests on the backend, one thread, minimal autotuning.
+    fn portability(&self) -> Result<Outcome, String> {
+        let backend_module = format!("{}::", self.spec.backend);
+        let filter = self.spec.profile.portability_filter.unwrap_or(&backend_module);
+        let mut command = Command::new(&self.spec.portability_bin);
+        command
+            .args(["--test-threads", "1", filter])
+            .env("CUBECL_AUTOTUNE_LEVEL", "minimal");
+        if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+            command.env("XDG_RUNTIME_DIR", "/tmp");
+        }
+        let finished = run_logged(command, self.deadline, self.log, self.name, &|| false)?;
+        let count = |word: &str| -> usize {
+            finished
+                .stdout
+                .lines()
+                .filter_map(|l| l.strip_prefix("test result: "))
+                .filter_map(|l| l.split("; ").find_map(|p| p.trim().strip_suffix(word)))
+                .filter_map(|n| n.split_whitespace().last()?.parse::<usize>().ok())
+                .sum()
+        };
+        let (passed, failed) = (count(" passed"), count(" failed"));
+        let failures: Vec<&str> = finished
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("test ") && l.ends_with("FAILED"))
+            .collect();
+        let mut status = status_of(&finished);
+        if status == StageStatus::Passed && passed == 0 {
+            status = StageStatus::Failed(format!("no test matched `{filter}`"));
+        }
+        let markdown = format!(
+            "`portability --test-threads 1 {filter}`: {passed} passed, {failed} failed.\n{}",
+            failures
+                .iter()
+                .map(|f| format!("- {f}\n"))
+                .collect::<String>()
+        );
+        Ok(Outcome {
+            status,
+            results: json!({ "filter": filter, "passed": passed, "failed": failed,
+                             "failures": failures }),
+            markdown,
+        })
+    }
+
+    /// `haares-bench first-step` at `layers`: its markdown and JSON become the stage's.
+    fn first_step(&self, layers: usize) -> Result<Outcome, String> {
+        let sizes = &self.spec.profile.first_step;
+        let stem = self.spec.out.join(format!("first-step-{layers}"));
+        let args = [
+            "first-step".to_string(),
+            "--family".into(),
+            "small".into(),
+            "--layers".into(),
+            layers.to_string(),
+            "--batch".into(),
+            sizes.batch.to_string(),
+            "--seq".into(),
+            sizes.seq.to_string(),
+            "--methods".into(),
+            sizes.methods.into(),
+            "--out".into(),
+            stem.display().to_string(),
+        ];
+        let finished = self.bench(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+        Ok(self.with_files(status_of(&finished), &stem))
+    }
+
+    /// The cost protocol: its markdown and JSON become the stage's.
+    fn cost(&self) -> Result<Outcome, String> {
+        let stem = self.spec.out.join("cost");
+        let mut args = vec!["cost", "--out"];
+        let stem_text = stem.display().to_string();
+        args.push(&stem_text);
+        args.extend(self.spec.profile.cost_args);
+        let finished = self.bench(&args)?;
+        Ok(self.with_files(status_of(&finished), &stem))
+    }
+
+    /// A stage whose command wrote `<stem>.md` and `<stem>.json` (kept even when cut short).
+    fn with_files(&self, status: StageStatus, stem: &Path) -> Outcome {
+        let markdown = std::fs::read_to_string(stem.with_extension("md"))
+            .unwrap_or_else(|_| "(nothing was written)\n".into());
+        let file = |ext: &str| {
+            stem.with_extension(ext)
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+        };
+        Outcome {
+            status,
+            results: json!({ "markdown": file("md"), "json": file("json") }),
+            markdown,
+        }
+    }
+
+}
+

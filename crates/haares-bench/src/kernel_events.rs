@@ -1,0 +1,115 @@
+//! Counts CubeCL's kernel compilations and autotune results as they happen.
+//!
+//! CubeCL logs `[Compiling kernel] <name>` once for every kernel a process compiles (a cache hit
+//! logs nothing: the PTX cache on CUDA, the pipeline table within a process) and `Fastest result
+//! <kernel>-<key>` once for every autotune key it benchmarks (a key found in the autotune cache
+//! logs nothing). [`haares_train::kernel_cache::KernelEvents::ToLogCrate`] sends both to the `log`
+//! crate; [`install`] puts a logger there that tallies them, and [`tally`] reads the tally.
+//! CubeCL delivers its messages through a channel to a logging thread, so a tally read right after
+//! a device sync can trail by the messages still in flight: [`settled_tally`] waits for them.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// Kernels compiled and autotune keys benchmarked so far in this process.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelTally {
+    /// Kernels compiled (each distinct kernel once per process).
+    pub compiled: usize,
+    /// Autotune keys benchmarked.
+    pub autotuned: usize,
+    /// Compilations per kernel name (the name without its generic arguments).
+    pub compiled_by_name: BTreeMap<String, usize>,
+    /// Every autotune key benchmarked (`<fastest kernel>-<key>`).
+    pub autotune_keys: Vec<String>,
+}
+
+impl KernelTally {
+    /// What was compiled and tuned since `earlier`.
+    pub fn since(&self, earlier: &KernelTally) -> KernelTally {
+        let compiled_by_name = self
+            .compiled_by_name
+            .iter()
+            .filter_map(|(name, &count)| {
+                let before = earlier.compiled_by_name.get(name).copied().unwrap_or(0);
+                (count > before).then(|| (name.clone(), count - before))
+            })
+            .collect();
+        KernelTally {
+            compiled: self.compiled - earlier.compiled,
+            autotuned: self.autotuned - earlier.autotuned,
+            compiled_by_name,
+            autotune_keys: self.autotune_keys[earlier.autotune_keys.len()..].to_vec(),
+        }
+    }
+
+    /// Counts one CubeCL message; other messages are ignored.
+    pub fn record(&mut self, message: &str) {
+        if let Some(rest) = message.strip_prefix("[Compiling kernel]") {
+            let name = rest.trim();
+            let name = if name.is_empty() { "(unnamed)" } else { name };
+            self.compiled += 1;
+            *self.compiled_by_name.entry(name.to_string()).or_default() += 1;
+        } else if let Some(rest) = message.strip_prefix("Fastest result ") {
+            self.autotuned += 1;
+            let key = rest.split(". \n").next().unwrap_or(rest).trim_end_matches('.');
+            self.autotune_keys.push(key.to_string());
+        }
+    }
+}
+
+static TALLY: Mutex<Option<KernelTally>> = Mutex::new(None);
+
+struct TallyLogger;
+
+impl log::Log for TallyLogger {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.target().starts_with("cubecl")
+    }
+
+    fn log(&self, record: &log::Record) {
+        if self.enabled(record.metadata()) {
+            let message = record.args().to_string();
+            if let Some(tally) = TALLY.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                tally.record(&message);
+            }
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// Installs the tallying logger; `false` when another logger was installed first (then nothing
+/// is counted and [`tally`] returns `None`).
+pub fn install() -> bool {
+    static LOGGER: TallyLogger = TallyLogger;
+    if log::set_logger(&LOGGER).is_err() {
+        return false;
+    }
+    log::set_max_level(log::LevelFilter::Info);
+    *TALLY.lock().unwrap_or_else(|e| e.into_inner()) = Some(KernelTally::default());
+    true
+}
+
+/// The tally so far; `None` without [`install`].
+pub fn tally() -> Option<KernelTally> {
+    TALLY.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// The tally once CubeCL's logging thread has caught up: read again until two reads 20 ms apart
+/// agree (at most 1 s).
+pub fn settled_tally() -> Option<KernelTally> {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut last = tally()?;
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = tally()?;
+        if now == last || Instant::now() > deadline {
+            return Some(now);
+        }
+        last = now;
+    }
+}

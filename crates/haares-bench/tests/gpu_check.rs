@@ -1,0 +1,221 @@
+//! The GPU check's stage runner, run for real at the `tiny` profile on NdArray: every stage, the
+//! summary after each, budgets that cut a stage short, bad arguments, and the GPU-side script.
+//!
+//! It needs the `haares-train` binary and the core's `portability` test binary from the same
+//! build; `cargo test --workspace` (the README's test command) builds both before any test runs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::bench;
+use serde_json::Value;
+
+fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_haares-bench"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn train_bin() -> PathBuf {
+    let path = target_dir().join("haares-train");
+    assert!(
+        path.is_file(),
+        "no `{}`: run `cargo test --workspace`, which builds it",
+        path.display()
+    );
+    path
+}
+
+/// The most recently built `portability-<hash>` test executable.
+fn portability_bin() -> PathBuf {
+    let deps = target_dir().join("deps");
+    std::fs::read_dir(&deps)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with("portability-") && p.extension().is_none()
+        })
+        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "no portability test in `{}`: run `cargo test --workspace`, which builds it",
+                deps.display()
+            )
+        })
+}
+
+fn check(out: &Path, extra: &[&str]) -> (bool, String, String) {
+    let (train, portability) = (train_bin(), portability_bin());
+    let mut args = vec![
+        "gpu-check",
+        "--backend",
+        "ndarray",
+        "--profile",
+        "tiny",
+        "--out",
+        out.to_str().unwrap(),
+        "--train-bin",
+        train.to_str().unwrap(),
+        "--portability-bin",
+        portability.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    bench(&args)
+}
+
+fn summary(out: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn the_tiny_check_runs_every_stage_and_reports_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("check");
+    let (ok, stdout, stderr) = check(&out, &[]);
+    assert!(ok, "{stdout}\n{stderr}");
+    // Progress is printed as it goes.
+    assert!(stderr.contains("[gpu-check] stage 6/6 `real-run` started"), "{stderr}");
+
+    let summary = summary(&out);
+    let stages: Vec<(&str, &Value)> = summary["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap(), &s["status"]))
+        .collect();
+    let names: Vec<&str> = stages.iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        names,
+        ["facts", "portability", "first-step", "first-step-deep", "cost", "real-run"]
+    );
+    assert!(stages.iter().all(|(_, s)| *s == "passed"), "{stages:?}");
+    let markdown = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    for name in names {
+        assert!(markdown.contains(&format!("\n## {name}\n")), "{markdown}");
+        assert!(out.join(format!("{name}.log")).is_file());
+    }
+
+    let stage = |name: &str| {
+        summary["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .unwrap()["results"]
+            .clone()
+    };
+    assert!(stage("facts")["gemm_gflops"].as_f64().unwrap() > 0.0);
+    let portability = stage("portability");
+    assert!(portability["passed"].as_u64().unwrap() >= 1 && portability["failed"] == 0);
+
+    // The first-step anatomy of both depths, every phase timed; no kernels on a CPU backend.
+    for layers in [2, 4] {
+        let path = out.join(format!("first-step-{layers}.json"));
+        let run: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let samples = run["samples"].as_array().unwrap();
+        assert_eq!(samples.len(), 2, "standard and haares");
+        for sample in samples {
+            assert_eq!(sample[0], layers);
+            let anatomy = &sample[1]["anatomy"];
+            assert!(anatomy["backend_start_s"].as_f64().unwrap() > 0.0);
+            assert!(anatomy["model_init_s"].as_f64().unwrap() > 0.0);
+            let phases = anatomy["phase_s"].as_array().unwrap();
+            assert_eq!(phases.len(), 3, "three steps");
+            assert!(phases.iter().flat_map(|p| p.as_array().unwrap()).all(|s| s.as_f64().unwrap() > 0.0));
+            assert!(anatomy["kernels"].is_null());
+        }
+    }
+    assert!(markdown.contains("no kernel counts: this backend runs no CubeCL kernels"));
+    assert!(markdown.contains("| Small | 128 | HAARES (fused) |"), "{markdown}");
+
+    // The real run: killed at its first checkpoint, resumed, equal to the uninterrupted run.
+    let real = stage("real-run");
+    assert_eq!(real["killed_at_step"], 10);
+    assert_eq!(real["resume_matches"], true);
+    assert!(real["compared_values"].as_u64().unwrap() >= 4);
+    assert_eq!(real["loss_falls"], true);
+    assert!(real["eval"].as_str().unwrap().starts_with("validation loss"));
+    assert!(!real["sample"].as_str().unwrap().is_empty());
+}
+
+#[test]
+fn a_stage_over_its_budget_is_cut_and_the_next_still_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("check");
+    let (ok, _, stderr) = check(
+        &out,
+        &["--stages", "facts,first-step", "--budget", "first-step=1"],
+    );
+    assert!(!ok, "a timed-out stage fails the check");
+    assert!(stderr.contains("a stage did not pass"), "{stderr}");
+    let summary = summary(&out);
+    let stages = summary["stages"].as_array().unwrap();
+    assert_eq!(stages[0]["status"], "passed");
+    assert_eq!(stages[1]["status"], "timed_out");
+    // Killed at its deadline (with its workers), not left to finish.
+    assert!(stages[1]["seconds"].as_f64().unwrap() < 5.0, "{stages:?}");
+    let markdown = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(markdown.contains("| first-step | TIMED OUT"), "{markdown}");
+}
+
+#[test]
+fn bad_arguments_are_refused_before_any_stage() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("check");
+    for (extra, expected) in [
+        (vec!["--stages", "facts,warp-drive"], "unknown stage `warp-drive`"),
+        (vec!["--budget", "cost"], "is not STAGE=SECONDS"),
+        (vec!["--budget", "cost=soon"], "is not a whole number of seconds"),
+        (vec!["--train-bin", "/nonexistent/haares-train"], "does not exist"),
+    ] {
+        let (ok, _, stderr) = check(&out, &extra);
+        assert!(!ok && stderr.contains(expected), "{extra:?}: {stderr}");
+        assert!(!out.join("summary.json").exists(), "nothing ran");
+    }
+}
+
+/// `scripts/gpu/run.sh` unpacks a bundle laid out as `build.sh` lays it out and runs the check.
+#[test]
+fn the_gpu_side_script_runs_the_check_from_a_bundle() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle");
+    std::fs::create_dir_all(bundle.join("bin")).unwrap();
+    for (name, path) in [
+        ("haares-bench", PathBuf::from(env!("CARGO_BIN_EXE_haares-bench"))),
+        ("haares-train", train_bin()),
+        ("portability", portability_bin()),
+    ] {
+        let packed = std::fs::File::create(bundle.join("bin").join(format!("{name}.gz"))).unwrap();
+        let status = Command::new("gzip")
+            .args(["-1", "-c"])
+            .arg(&path)
+            .stdout(packed)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let manifest = r#"{"commit": "0123456789abcdef", "dirty": false, "built": "today", "rustc": "rustc"}"#;
+    std::fs::write(bundle.join("manifest.json"), manifest).unwrap();
+    let out = dir.path().join("out");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gpu/run.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .arg(&out)
+        .args(["facts", "--profile", "tiny"])
+        .env("HAARES_GPU_BUNDLE", &bundle)
+        .env("HAARES_GPU_BACKEND", "ndarray")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("bundle commit 0123456789abcdef"), "{stderr}");
+    let summary = summary(&out);
+    assert_eq!(summary["stages"][0]["status"], "passed");
+    assert_eq!(summary["manifest"]["commit"], "0123456789abcdef");
+    let markdown = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(markdown.contains("Bundle built from commit `0123456789abcdef`"), "{markdown}");
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Builds the GPU check's bundle here (no GPU needed; CUDA is loaded at run time):
+#   .gpu/bin/haares-bench.gz, .gpu/bin/haares-train.gz, .gpu/bin/portability.gz  (stripped, gzip)
+#   .gpu/manifest.json  (commit, uncommitted changes, build date, toolchain, feature, sizes, sha256)
+# Send `.gpu` with the device tool's `carry` and run scripts/gpu/run.sh there (docs/benchmarks.md,
+# "The GPU check").
+#
+# Usage: bash scripts/gpu/build.sh [cuda|wgpu]     (default cuda; output folder: $HAARES_GPU_BUNDLE or .gpu)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+feature="${1:-cuda}"
+case "$feature" in
+    cuda | wgpu) ;;
+    *) echo "error: the feature must be cuda or wgpu, not \`$feature\`" >&2; exit 2 ;;
+esac
+bundle="${HAARES_GPU_BUNDLE:-.gpu}"
+limit=$((64 * 1024 * 1024)) # what the device tool's carry takes, all paths together
+
+# The executables' paths come from cargo's own messages, wherever the target directory is.
+executables() {
+    grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/'
+}
+echo "building haares-bench and haares-train with --features $feature ..." >&2
+bins="$(cargo build --message-format=json -p haares-bench -p haares-train \
+    --features "haares-bench/$feature,haares-train/$feature" | executables)"
+echo "building the core's portability test with --features $feature ..." >&2
+tests="$(cargo test --no-run --message-format=json -p haares-core --features "$feature" \
+    --test portability | executables)"
+
+staging="$(mktemp -d)"
+trap 'rm -rf "$staging"' EXIT
+mkdir -p "$staging/bin"
+for exe in $bins $tests; do
+    case "$(basename "$exe")" in
+        haares-bench | haares-train) name="$(basename "$exe")" ;;
+        portability-*) name=portability ;;
+        *) continue ;;
+    esac
+    strip -o "$staging/bin/$name" "$exe"
+    gzip -9 -n -c "$staging/bin/$name" > "$staging/bin/$name.gz"
+    rm "$staging/bin/$name"
+done
+for name in haares-bench haares-train portability; do
+    if [ ! -f "$staging/bin/$name.gz" ]; then
+        echo "error: cargo built no \`$name\` executable" >&2
+        exit 1
+    fi
+done
+
+total=0
+files=""
+for f in "$staging"/bin/*.gz; do
+    size=$(stat -c %s "$f")
+    total=$((total + size))
+    sum=$(sha256sum "$f" | cut -d' ' -f1)
+    files="$files${files:+,}
+    {\"file\": \"bin/$(basename "$f")\", \"bytes\": $size, \"sha256\": \"$sum\"}"
+done
+if [ "$total" -gt "$limit" ]; then
+    echo "error: the bundle is $total bytes, over the 64 MiB a device call carries" >&2
+    exit 1
+fi
+commit="$(git rev-parse HEAD)"
+dirty="$(git status --porcelain --untracked-files=no | wc -l | tr -d ' ')"
+cat > "$staging/manifest.json" <<JSON
+{
+  "commit": "$commit",
+  "dirty": $([ "$dirty" = 0 ] && echo false || echo true),
+  "built": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
+  "rustc": "$(rustc --version)",
+  "feature": "$feature",
+  "total_bytes": $total,
+  "files": [$files
+  ]
+}
+JSON
+# Replace the bundle whole: a half-built one must never be carried.
+rm -rf "$bundle.new"
+mv "$staging" "$bundle.new"
+trap - EXIT
+rm -rf "$bundle"
+mv "$bundle.new" "$bundle"
+echo "bundle: $bundle ($total bytes, commit ${commit:0:10}$([ "$dirty" = 0 ] || echo ', with uncommitted changes'))"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs the GPU check on the GPU machine from the bundle that scripts/gpu/build.sh made; needs no
+# Rust toolchain and no network. Every stage has its own time budget; OUT/summary.md and
+# OUT/summary.json are rewritten after each stage (docs/benchmarks.md, "The GPU check").
+#
+# Usage: bash scripts/gpu/run.sh OUT [STAGES] [more haares-bench gpu-check options]
+#   OUT      output folder (on the device tool: "$OUT")
+#   STAGES   comma-separated subset of facts,portability,first-step,first-step-deep,cost,real-run
+#            (default: all; the gpu profile's budgets add up to 975 s, so use two calls:
+#             facts,portability,first-step,first-step-deep  then  cost,real-run)
+# Environment: HAARES_GPU_BUNDLE (default .gpu), HAARES_GPU_BACKEND (default cuda),
+#              HAARES_KERNEL_CACHE (CubeCL's compiled-kernel and autotune caches).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+out="${1:?usage: bash scripts/gpu/run.sh OUT [STAGES] [options]}"
+shift
+stages=()
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+    stages=(--stages "$1")
+    shift
+fi
+bundle="${HAARES_GPU_BUNDLE:-$root/.gpu}"
+if [ ! -f "$bundle/manifest.json" ]; then
+    echo "error: no bundle at $bundle: run scripts/gpu/build.sh on a machine with Rust first" >&2
+    exit 2
+fi
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+bin="$(mktemp -d)"
+trap 'rm -rf "$bin"' EXIT
+for packed in "$bundle"/bin/*.gz; do
+    name="$(basename "$packed" .gz)"
+    gunzip -c "$packed" > "$bin/$name"
+    chmod +x "$bin/$name"
+done
+cp "$bundle/manifest.json" "$out/manifest.json"
+echo "bundle commit $(grep -o '"commit": "[^"]*"' "$bundle/manifest.json" | cut -d'"' -f4)" >&2
+# The portability test finds nothing relative to its working directory; the others write under OUT.
+cd "$root"
+"$bin/haares-bench" gpu-check --backend "${HAARES_GPU_BACKEND:-cuda}" --out "$out" \
+    --train-bin "$bin/haares-train" --portability-bin "$bin/portability" \
+    --manifest "$bundle/manifest.json" "${stages[@]}" "$@"
