@@ -24,6 +24,7 @@ if [ ! -f "$bundle/manifest.json" ]; then
     echo "error: no bundle at $bundle: run scripts/gpu/build.sh on a machine with Rust first" >&2
     exit 2
 fi
+bundle="$(cd "$bundle" && pwd)"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 bin="$(mktemp -d)"

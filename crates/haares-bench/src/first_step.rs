@@ -12,9 +12,9 @@ use std::path::Path;
 use haares_core::ModelFamily;
 use serde::{Deserialize, Serialize};
 
-use crate::cost::worker::{TrainSample, WorkerResult, WorkerTask};
+use crate::cost::worker::TrainSample;
 use crate::cost::report::method_with_path;
-use crate::cost::{CostSpec, run_worker, write_atomically_both};
+use crate::cost::{CostSpec, write_atomically_both};
 
 /// What `first-step` measures.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -94,16 +94,7 @@ pub fn run_first_step(
         let depth = spec.at_depth(layers);
         for method in &spec.methods {
             log(&format!("{method} at {layers} layers: starting a worker"));
-            let task = WorkerTask::Train {
-                config: depth.model(spec.family, method)?,
-                method: method.clone(),
-                batch: spec.batch,
-                seq: spec.seq,
-                steps: spec.steps,
-            };
-            let WorkerResult::Train(sample) = run_worker(&spec.backend, &task)? else {
-                return Err("a training worker answered with a GEMM result".into());
-            };
+            let sample = depth.measure(spec.family, method)?;
             run.samples.push((layers, sample));
             write_atomically_both(stem, &run, &first_step_table(&run))?;
         }
@@ -159,7 +150,11 @@ pub fn first_step_table(run: &FirstStepRun) -> String {
 
 /// Per method: the kernels its first step compiled at each depth, and whether that grows.
 fn depth_growth(run: &FirstStepRun) -> String {
-    let mut out = String::from("\nKernels compiled by the first step, by depth:\n\n");
+    let mut out = String::from(
+        "\nKernels compiled (and autotune keys benchmarked) by the first step, by depth. A key \
+         tuned compiles its candidate kernels too: compare depths at the same autotune-cache \
+         state (a second run on a warm cache tunes nothing that the first did).\n\n",
+    );
     let mut any = false;
     for method in &run.spec.methods {
         let by_depth: Vec<(usize, crate::kernel_events::KernelTally)> = run
@@ -180,9 +175,11 @@ fn depth_growth(run: &FirstStepRun) -> String {
         any = true;
         let counts: Vec<String> = by_depth
             .iter()
-            .map(|(l, t)| format!("{} at L = {l}", t.compiled))
+            .map(|(l, t)| format!("{} ({} autotuned) at L = {l}", t.compiled, t.autotuned))
             .collect();
-        let verdict = if deep.1.compiled > shallow.1.compiled {
+        // Tuning a key compiles its candidate kernels too, so more tuning also counts as growth.
+        let grows = deep.1.compiled > shallow.1.compiled || deep.1.autotuned > shallow.1.autotuned;
+        let verdict = if grows {
             let grown: Vec<String> = deep
                 .1
                 .compiled_by_name

@@ -113,3 +113,39 @@ pub fn settled_tally() -> Option<KernelTally> {
         last = now;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The messages as CubeCL 0.10 writes them (`CompiledKernel::format_basic`,
+    /// `tuner::log_result` at the minimal level); the wgpu run in docs/benchmarks.md counted
+    /// real ones.
+    #[test]
+    fn compilations_and_autotune_results_are_told_apart_and_diffed() {
+        let mut tally = KernelTally::default();
+        tally.record("[Compiling kernel] matmul_entry");
+        let before = tally.clone();
+        for message in [
+            "[Compiling kernel] matmul_entry",
+            "[Compiling kernel] reduce_kernel",
+            "[Compiling kernel]",
+            "Fastest result SimpleUnit-MatmulAutotuneKey { m: 64, n: 64 }. \n Top 3 times: \
+             [(0, 1ms)], context: ",
+            "Using PTX cache",
+            "validate checksum key=k, checksum=c",
+        ] {
+            tally.record(message);
+        }
+        let since = tally.since(&before);
+        assert_eq!((since.compiled, since.autotuned), (3, 1));
+        assert_eq!(since.compiled_by_name["matmul_entry"], 1);
+        assert_eq!(since.compiled_by_name["reduce_kernel"], 1);
+        assert_eq!(since.compiled_by_name["(unnamed)"], 1);
+        assert_eq!(
+            since.autotune_keys,
+            ["SimpleUnit-MatmulAutotuneKey { m: 64, n: 64 }"]
+        );
+        assert_eq!(tally.compiled_by_name["matmul_entry"], 2);
+    }
+}

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use haares_bench::analytic::{params_table, sources_table};
 use haares_bench::cost::worker::{RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
 use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
-use haares_bench::gpu_check::{CheckSpec, Profile, STAGES, run_check};
+use haares_bench::gpu_check::cli::{GpuCheckArgs, gpu_check};
 use haares_bench::cost::{CostSpec, run_cost, write_cost_run};
 use haares_bench::flops::flops_table;
 use haares_core::ModelFamily;
@@ -203,70 +203,6 @@ struct FirstStepArgs {
     out: Option<PathBuf>,
 }
 
-#[derive(clap::Args)]
-struct GpuCheckArgs {
-    /// Backend the stages run on.
-    #[arg(long, default_value = "cuda")]
-    backend: String,
-    /// Output folder (summary.md, summary.json, one log and result files per stage).
-    #[arg(long)]
-    out: PathBuf,
-    /// `gpu`: the paper's sizes; `tiny`: the same stages in about a minute on a CPU.
-    #[arg(long, default_value = "gpu", value_parser = ["gpu", "tiny"])]
-    profile: String,
-    /// Stages to run [default: all: facts, portability, first-step, first-step-deep, cost,
-    /// real-run].
-    #[arg(long, value_delimiter = ',')]
-    stages: Option<Vec<String>>,
-    /// A stage's budget in seconds, replacing the profile's, e.g. `cost=400` (repeatable).
-    #[arg(long = "budget", value_name = "STAGE=SECONDS")]
-    budgets: Vec<String>,
-    /// The haares-train binary [default: beside this one].
-    #[arg(long)]
-    train_bin: Option<PathBuf>,
-    /// The core's portability test binary, built with the backend's feature [default:
-    /// `portability` beside this one].
-    #[arg(long)]
-    portability_bin: Option<PathBuf>,
-    /// The bundle's manifest.json (scripts/gpu/build.sh), copied into the summary.
-    #[arg(long)]
-    manifest: Option<PathBuf>,
-}
-
-impl GpuCheckArgs {
-    fn spec(self) -> Result<CheckSpec, String> {
-        let bench_bin =
-            std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
-        let beside = |name: &str| bench_bin.with_file_name(name);
-        let budgets = self
-            .budgets
-            .iter()
-            .map(|b| {
-                let (stage, seconds) = b.split_once('=').ok_or_else(|| {
-                    format!("--budget `{b}` is not STAGE=SECONDS, e.g. --budget cost=400")
-                })?;
-                let seconds = seconds.parse::<u64>().map_err(|_| {
-                    format!("--budget `{b}`: `{seconds}` is not a whole number of seconds")
-                })?;
-                Ok((stage.to_string(), seconds))
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        Ok(CheckSpec {
-            profile: if self.profile == "tiny" { Profile::tiny() } else { Profile::gpu() },
-            stages: self
-                .stages
-                .unwrap_or_else(|| STAGES.iter().map(|s| s.to_string()).collect()),
-            budgets,
-            out: self.out,
-            train_bin: self.train_bin.unwrap_or_else(|| beside("haares-train")),
-            portability_bin: self.portability_bin.unwrap_or_else(|| beside("portability")),
-            manifest: self.manifest,
-            bench_bin,
-            backend: self.backend,
-        })
-    }
-}
-
 fn first_step(args: FirstStepArgs) -> Result<String, String> {
     let out = args
         .out
@@ -284,17 +220,6 @@ fn first_step(args: FirstStepArgs) -> Result<String, String> {
     let run = run_first_step(&spec, &out, |line| eprintln!("{line}"))?;
     eprintln!("wrote {0}.md and {0}.json", out.display());
     Ok(first_step_table(&run))
-}
-
-fn gpu_check(args: GpuCheckArgs) -> Result<String, String> {
-    let spec = args.spec()?;
-    let report = run_check(&spec)?;
-    let summary = spec.out.join("summary.md");
-    if report.passed() {
-        Ok(format!("every stage passed; {}\n", summary.display()))
-    } else {
-        Err(format!("a stage did not pass; {} says which", summary.display()))
-    }
 }
 
 impl CostArgs {

@@ -113,6 +113,21 @@ impl CostSpec {
         Ok(config)
     }
 
+    /// K training steps of `method` in `family`, measured by a fresh worker process.
+    pub fn measure(&self, family: ModelFamily, method: &str) -> Result<TrainSample, String> {
+        let task = WorkerTask::Train {
+            config: self.model(family, method)?,
+            method: method.to_string(),
+            batch: self.batch,
+            seq: self.seq,
+            steps: self.steps,
+        };
+        match run_worker(&self.backend, &task)? {
+            WorkerResult::Train(sample) => Ok(sample),
+            WorkerResult::Gemm { .. } => Err("a training worker answered with a GEMM result".into()),
+        }
+    }
+
     /// Refuses what cannot be measured, before any worker starts.
     pub fn validate(&self) -> Result<(), String> {
         self.backend
@@ -176,17 +191,7 @@ pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, S
                 order.reverse();
             }
             for method in order {
-                let config = spec.model(family, method)?;
-                let task = WorkerTask::Train {
-                    config,
-                    method: method.clone(),
-                    batch: spec.batch,
-                    seq: spec.seq,
-                    steps: spec.steps,
-                };
-                let WorkerResult::Train(sample) = run_worker(&spec.backend, &task)? else {
-                    return Err("a training worker answered with a GEMM result".into());
-                };
+                let sample = spec.measure(family, method)?;
                 log(&format!(
                     "{family:?} {method} (repeat {}): {:.3} s/step, loss {:.3} → {:.3}",
                     repeat + 1,
@@ -220,7 +225,7 @@ fn gemm_of(result: WorkerResult) -> Result<f64, String> {
 }
 
 /// Runs one task in a fresh `haares-bench cost-worker` process and reads its answer.
-pub(crate) fn run_worker(backend: &str, task: &WorkerTask) -> Result<WorkerResult, String> {
+fn run_worker(backend: &str, task: &WorkerTask) -> Result<WorkerResult, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let task_json = serde_json::to_string(task).map_err(|e| e.to_string())?;
     // The worker's stderr goes straight to ours: its progress and, if it fails, its error.

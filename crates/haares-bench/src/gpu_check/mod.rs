@@ -10,6 +10,7 @@
 //! and a resume compared with an uninterrupted run, then `eval` and `sample`). The `gpu` profile
 //! has the paper's sizes; `tiny` runs the same stages in about a minute on a CPU (CI runs it).
 
+pub mod cli;
 mod process;
 mod real_run;
 mod stages;

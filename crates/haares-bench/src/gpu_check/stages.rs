@@ -98,8 +98,9 @@ impl Profile {
             ],
             real_run: RealRunSizes {
                 layers: 2,
-                steps: 20,
-                checkpoint_every: 10,
+                // Enough steps after the first checkpoint for the kill to land before the end.
+                steps: 240,
+                checkpoint_every: 80,
                 sets: &["d_model=32", "d_ff=64", "seq_len=32", "batch_size=4", "val_chunks=4"],
             },
             budgets_s: [60, 300, 120, 120, 180, 240],
