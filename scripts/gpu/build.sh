@@ -21,10 +21,10 @@ executables() {
     grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/'
 }
 echo "building haares-bench and haares-train with --features $feature ..." >&2
-bins="$(cargo build --message-format=json -p haares-bench -p haares-train \
+bins="$(cargo build --message-format=json-render-diagnostics -p haares-bench -p haares-train \
     --features "haares-bench/$feature,haares-train/$feature" | executables)"
 echo "building the core's portability test with --features $feature ..." >&2
-tests="$(cargo test --no-run --message-format=json -p haares-core --features "$feature" \
+tests="$(cargo test --no-run --message-format=json-render-diagnostics -p haares-core --features "$feature" \
     --test portability | executables)"
 
 staging="$(mktemp -d)"

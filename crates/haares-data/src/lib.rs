@@ -16,6 +16,7 @@ pub mod prepare;
 pub mod prepared;
 pub mod registry;
 pub mod shards;
+pub mod sources;
 
 pub use error::{DataError, Result};
 pub use registry::{DatasetSpec, Split, SplitRule, dataset, embedded_corpus_dir, registry};
@@ -27,7 +28,7 @@ use std::path::Path;
 /// over `path`.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
-    let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
+    let temporary = temporary_beside(path);
     let result = (|| {
         let mut file = std::fs::File::create(&temporary)?;
         file.write_all(bytes)?;
@@ -38,4 +39,15 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
         let _ = std::fs::remove_file(&temporary);
     }
     result.map_err(|e| DataError::io(path, e))
+}
+
+/// A temporary path beside `path`, unique to this process and call: concurrent writers of one
+/// file (processes or threads) each write their own and rename it into place.
+pub fn temporary_beside(path: &Path) -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".tmp-{}-{n}", std::process::id()));
+    path.with_file_name(name)
 }

@@ -1,6 +1,7 @@
 //! Preparation: a split is tokenised once, row by row, into a [`PreparedShard`], cached under a
-//! key of (dataset, revision, split rule, split, tokenizer, chunk length) so a second run starts
-//! at once.
+//! key of (dataset, revision, split rule, split, tokenizer, chunk length, source files) so a
+//! second run starts at once, and a changed, added or removed shard prepares anew
+//! ([`crate::sources`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -14,6 +15,7 @@ use crate::prepared::{PreparedShard, PreparedWriter};
 use crate::registry::{DatasetSpec, Split};
 use crate::shards::ReadStats;
 use crate::shards::RowSource;
+use crate::sources::fingerprint_sources;
 
 /// A tokenizer the pipeline can prepare data with.
 pub trait TextTokenizer {
@@ -76,15 +78,17 @@ pub struct PrepareReport {
     pub seconds: f64,
 }
 
-/// The cache file of a split prepared with a tokenizer.
+/// The cache file of a split prepared with a tokenizer from source files with fingerprint
+/// `sources` ([`crate::sources::fingerprint_sources`]).
 pub fn cache_path(
     spec: &DatasetSpec,
     split: Split,
     tokenizer: &dyn TextTokenizer,
+    sources: u64,
     cache_dir: &Path,
 ) -> PathBuf {
     let key = format!(
-        "{}|{}|{:?}|{:?}|{}|{:016x}|{}|v1",
+        "{}|{}|{:?}|{:?}|{}|{:016x}|{}|{sources:016x}|v2",
         spec.name,
         spec.revision.as_deref().unwrap_or("embedded"),
         spec.rule,
@@ -113,9 +117,10 @@ pub fn prepare_split(
     progress: bool,
 ) -> Result<(PreparedShard, PrepareReport)> {
     let start = Instant::now();
-    let path = cache_path(spec, split, tokenizer, cache_dir);
-    if path.exists() {
-        let shard = PreparedShard::open(&path)?;
+    let reader = spec.split_reader(root, split)?;
+    let sources = fingerprint_sources(root, reader.shards(), cache_dir)?.value;
+    let path = cache_path(spec, split, tokenizer, sources, cache_dir);
+    if let Some(shard) = open_if_from(&path, sources)? {
         let report = PrepareReport {
             path,
             cached: true,
@@ -126,7 +131,6 @@ pub fn prepare_split(
         return Ok((shard, report));
     }
     std::fs::create_dir_all(cache_dir).map_err(|e| DataError::io(cache_dir, e))?;
-    let reader = spec.split_reader(root, split)?;
     let bar = if progress {
         ProgressBar::new_spinner()
     } else {
@@ -142,7 +146,8 @@ pub fn prepare_split(
         split.name(),
         tokenizer.kind()
     ));
-    let mut writer = PreparedWriter::create(&path, tokenizer.vocab_size(), CHUNK_LEN)?;
+    let mut writer =
+        PreparedWriter::create(&path, tokenizer.vocab_size(), CHUNK_LEN)?.with_sources(sources);
     let mut pending: Vec<String> = Vec::with_capacity(ROWS_PER_BATCH);
     let flush = |pending: &mut Vec<String>, writer: &mut PreparedWriter| -> Result<()> {
         for ids in tokenizer.encode_rows(pending)? {
@@ -192,8 +197,9 @@ pub fn prepare_chunk_split(
     progress: bool,
 ) -> Result<(PreparedShard, PreparedShard)> {
     let (all, _) = prepare_split(spec, root, Split::Train, tokenizer, cache_dir, progress)?;
-    let base = cache_path(spec, Split::Train, tokenizer, cache_dir);
-    let stem = base
+    let sources = all.sources();
+    let stem = all
+        .path()
         .file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or("chunks")
@@ -204,11 +210,11 @@ pub fn prepare_chunk_split(
         ))
     };
     let (train_path, validation_path) = (name("train"), name("validation"));
-    if train_path.exists() && validation_path.exists() {
-        return Ok((
-            PreparedShard::open(&train_path)?,
-            PreparedShard::open(&validation_path)?,
-        ));
+    if let (Some(train), Some(validation)) = (
+        open_if_from(&train_path, sources)?,
+        open_if_from(&validation_path, sources)?,
+    ) {
+        return Ok((train, validation));
     }
     let order = crate::batching::epoch_order(all.len(), seed, 0);
     let validation_count = (all.len() as f64 * validation_fraction).round() as usize;
@@ -216,9 +222,11 @@ pub fn prepare_chunk_split(
     for &chunk in &order[..validation_count] {
         is_validation[chunk] = true;
     }
-    let mut train = PreparedWriter::create(&train_path, all.vocab_size(), all.chunk_len())?;
-    let mut validation =
-        PreparedWriter::create(&validation_path, all.vocab_size(), all.chunk_len())?;
+    let writer = |path: &Path| {
+        PreparedWriter::create(path, all.vocab_size(), all.chunk_len())
+            .map(|w| w.with_sources(sources))
+    };
+    let (mut train, mut validation) = (writer(&train_path)?, writer(&validation_path)?);
     let mut tokens = Vec::with_capacity(all.chunk_len());
     for (chunk, to_validation) in is_validation.into_iter().enumerate() {
         all.read_chunk(chunk, &mut tokens);
@@ -233,4 +241,23 @@ pub fn prepare_chunk_split(
         }
     }
     Ok((train.finish()?, validation.finish()?))
+}
+
+/// The cached shard at `path` if it exists and was prepared from the sources `sources`; a cached
+/// file from other sources (its name matched, its header does not) is prepared anew, never used.
+fn open_if_from(path: &Path, sources: u64) -> Result<Option<PreparedShard>> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let shard = PreparedShard::open(path)?;
+    if shard.sources() == sources {
+        return Ok(Some(shard));
+    }
+    eprintln!(
+        "warning: `{}` was prepared from other source files (fingerprint {:016x}, now {sources:016x}); \
+         preparing it again",
+        path.display(),
+        shard.sources()
+    );
+    Ok(None)
 }

@@ -1,9 +1,10 @@
 //! Prepared token shards: a split tokenised once into a binary file that training memory-maps.
 //!
 //! Layout (little-endian):
-//! - header, 64 bytes: magic `HAARESTK`, format version `u32` (1), token width in bytes `u32`
+//! - header, 64 bytes: magic `HAARESTK`, format version `u32` (2), token width in bytes `u32`
 //!   (1 for `u8`, 2 for `u16`), vocabulary size `u32`, chunk length `u32`, chunk count `u64`,
-//!   zero padding;
+//!   the fingerprint of the source files it was prepared from `u64` ([`crate::sources`]; 0 when
+//!   none was given), zero padding;
 //! - index: one `u16` per chunk, its number of real tokens (the rest is `<pad>`); zero padding to
 //!   a multiple of 8 bytes;
 //! - tokens: chunk after chunk, `chunk length` ids each.
@@ -17,7 +18,7 @@ use crate::chunking::Chunk;
 use crate::error::{DataError, Result};
 
 const MAGIC: &[u8; 8] = b"HAARESTK";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const HEADER_LEN: usize = 64;
 
 /// Storage width of token ids.
@@ -59,6 +60,7 @@ pub struct PreparedWriter {
     lengths: Vec<u16>,
     tokens: BufWriter<std::fs::File>,
     tokens_path: PathBuf,
+    sources: u64,
 }
 
 impl PreparedWriter {
@@ -71,8 +73,8 @@ impl PreparedWriter {
                 format!("chunk length {chunk_len} must be between 2 and 65,535"),
             ));
         }
-        let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
-        let tokens_path = path.with_extension(format!("tokens-tmp-{}", std::process::id()));
+        let temporary = crate::temporary_beside(path);
+        let tokens_path = crate::temporary_beside(&path.with_extension("tokens-data"));
         let file =
             std::fs::File::create(&tokens_path).map_err(|e| DataError::io(&tokens_path, e))?;
         Ok(Self {
@@ -84,7 +86,14 @@ impl PreparedWriter {
             lengths: Vec::new(),
             tokens: BufWriter::new(file),
             tokens_path,
+            sources: 0,
         })
+    }
+
+    /// Records the fingerprint of the source files ([`crate::sources`]) in the header.
+    pub fn with_sources(mut self, fingerprint: u64) -> Self {
+        self.sources = fingerprint;
+        self
     }
 
     /// Appends one chunk.
@@ -136,6 +145,7 @@ impl PreparedWriter {
             lengths,
             tokens,
             tokens_path,
+            sources,
         } = self;
         let result = (|| {
             tokens
@@ -152,6 +162,7 @@ impl PreparedWriter {
             header.extend_from_slice(&(vocab_size as u32).to_le_bytes());
             header.extend_from_slice(&(chunk_len as u32).to_le_bytes());
             header.extend_from_slice(&(lengths.len() as u64).to_le_bytes());
+            header.extend_from_slice(&sources.to_le_bytes());
             header.resize(HEADER_LEN, 0);
             out.write_all(&header).map_err(io(&temporary))?;
             for len in &lengths {
@@ -194,6 +205,7 @@ pub struct PreparedShard {
     chunk_len: usize,
     chunks: usize,
     tokens_offset: usize,
+    sources: u64,
 }
 
 impl PreparedShard {
@@ -225,7 +237,8 @@ impl PreparedShard {
             other => return Err(bad(format!("token width {other} bytes is not 1 or 2"))),
         };
         let (vocab_size, chunk_len) = (u32_at(16) as usize, u32_at(20) as usize);
-        let chunks = u64::from_le_bytes(map[24..32].try_into().expect("8 bytes")) as usize;
+        let u64_at = |at: usize| u64::from_le_bytes(map[at..at + 8].try_into().expect("8 bytes"));
+        let (chunks, sources) = (u64_at(24) as usize, u64_at(32));
         let tokens_offset = HEADER_LEN + 2 * chunks + index_padding(chunks);
         let expected = tokens_offset + chunks * chunk_len * width.bytes();
         if map.len() != expected {
@@ -242,7 +255,13 @@ impl PreparedShard {
             chunk_len,
             chunks,
             tokens_offset,
+            sources,
         })
+    }
+
+    /// The fingerprint of the source files it was prepared from (0: not recorded).
+    pub fn sources(&self) -> u64 {
+        self.sources
     }
 
     /// The file.

@@ -8,6 +8,7 @@ use haares_data::char_tokenizer::CharTokenizer;
 use haares_data::hub::{self, HubOptions};
 use haares_data::prepare::{prepare_chunk_split, prepare_split};
 use haares_data::prepared::PreparedShard;
+use haares_data::sources::fingerprint_sources;
 use haares_data::{Split, dataset, embedded_corpus_dir};
 
 use crate::config::{RunConfig, TokenizerKind};
@@ -115,14 +116,18 @@ pub fn prepare(config: &RunConfig, paths: &DataPaths, progress: bool) -> Result<
     let root = dataset_root(&config.dataset, paths)?;
     std::fs::create_dir_all(&paths.cache_dir).map_err(|e| TrainError::io(&paths.cache_dir, e))?;
     let revision = spec.revision.as_deref().unwrap_or("embedded");
+    // The tokenizer is trained on the training split: its identity includes those files.
+    let train_shards = spec.split_reader(&root, Split::Train)?;
+    let sources = fingerprint_sources(&root, train_shards.shards(), &paths.cache_dir)?;
     let cached = paths.cache_dir.join(format!(
-        "{}-{}-{}-tokenizer.json",
+        "{}-{}-{}-{:016x}-tokenizer.json",
         spec.name,
         &revision[..revision.len().min(12)],
         match config.tokenizer {
             TokenizerKind::Char => "char",
             TokenizerKind::Bpe => "bpe",
-        }
+        },
+        sources.value
     ));
     let tokenizer = if cached.exists() {
         Tokenizer::load(config.tokenizer, &cached)?

@@ -32,6 +32,13 @@ pub enum TrainError {
     Report(String),
     /// The backend reported an error while running (lost device, out of memory, …).
     Device(String),
+    /// Another process is training this run ([`crate::run_lock`]).
+    Locked {
+        /// The run directory.
+        run_dir: PathBuf,
+        /// Who holds it, in words.
+        holder: String,
+    },
 }
 
 /// Result with a [`TrainError`].
@@ -70,6 +77,13 @@ impl fmt::Display for TrainError {
                 f,
                 "the backend failed: {message} (check the device with its own tools, or choose \
                  another with --backend)"
+            ),
+            Self::Locked { run_dir, holder } => write!(
+                f,
+                "`{}` is being trained by {holder}; wait for it to finish, train another run \
+                 directory, or delete `{}` if that process is known to be gone",
+                run_dir.display(),
+                run_dir.join(crate::run_lock::LOCK_FILE).display()
             ),
         }
     }

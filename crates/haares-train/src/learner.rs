@@ -107,6 +107,8 @@ pub fn train<B: TrainingBackend>(
 ) -> Result<Outcome> {
     config.validate()?;
     std::fs::create_dir_all(run_dir).map_err(|e| TrainError::io(run_dir, e))?;
+    // One writer per run: held until this function returns, whatever it returns.
+    let _lock = crate::run_lock::RunLock::acquire(run_dir)?;
     let vocab = data.tokenizer.vocab_size();
     let model_config = config.model_config(vocab)?;
     let config_path = run_dir.join("config.json");

@@ -25,6 +25,7 @@ pub mod optim;
 pub mod overrides;
 pub mod report;
 pub mod run_checkpoint;
+pub mod run_lock;
 pub mod study;
 pub mod sweep;
 pub mod tables;

@@ -278,13 +278,12 @@ fn run(cli: Cli) -> Result<()> {
                 jobs: jobs.unwrap_or_else(|| default_jobs(backend)),
             };
             let statuses = dispatch(backend, job)?;
-            let trained = statuses
-                .iter()
-                .filter(|(_, s)| matches!(s, RunStatus::Trained(_)))
-                .count();
+            let count = |wanted: fn(&RunStatus) -> bool| statuses.iter().filter(|(_, s)| wanted(s)).count();
+            let trained = count(|s| matches!(s, RunStatus::Trained(_)));
+            let locked = count(|s| matches!(s, RunStatus::Locked(_)));
             eprintln!(
-                "{trained} runs trained, {} finished earlier",
-                statuses.len() - trained
+                "{trained} runs trained, {} finished earlier, {locked} being trained by other processes",
+                statuses.len() - trained - locked
             );
             let written = report::write_report(&study, &all, &study_dir)?;
             println!("report: {}", written.display());

@@ -22,6 +22,8 @@ pub enum RunStatus {
     Trained(Box<RunSummary>),
     /// Stopped early on request.
     Stopped(usize),
+    /// Another process is training it (its lock's holder, in words); skipped.
+    Locked(String),
 }
 
 /// Runs `runs` into `study_dir/<run name>/` on one backend.
@@ -133,6 +135,21 @@ impl BackendJob for SweepJob {
                             &device,
                             &options,
                         );
+                        let outcome = match outcome {
+                            Ok(Outcome::Finished(summary)) => Ok(RunStatus::Trained(summary)),
+                            Ok(Outcome::Stopped { step }) => Ok(RunStatus::Stopped(step)),
+                            // Another process trains this run (an overlapping shard, a
+                            // resubmitted task): leave it to that process and go on.
+                            Err(TrainError::Locked { holder, .. }) => {
+                                eprintln!(
+                                    "[{}/{total}] {}: being trained by {holder}, skipped",
+                                    index + 1,
+                                    run.name
+                                );
+                                Ok(RunStatus::Locked(holder))
+                            }
+                            Err(error) => Err(error),
+                        };
                         let failed = outcome.is_err();
                         results
                             .lock()
@@ -149,11 +166,7 @@ impl BackendJob for SweepJob {
         let mut results = results.into_inner().expect("results");
         results.sort_by_key(|(index, ..)| *index);
         for (index, name, outcome) in results {
-            let status = match outcome? {
-                Outcome::Finished(summary) => RunStatus::Trained(summary),
-                Outcome::Stopped { step } => RunStatus::Stopped(step),
-            };
-            statuses[index] = Some((name, status));
+            statuses[index] = Some((name, outcome?));
         }
         Ok(statuses.into_iter().flatten().collect())
     }
@@ -197,3 +210,4 @@ impl BackendJob for SingleRunJob {
         )
     }
 }
+

@@ -39,3 +39,17 @@ pub fn write_columns(path: &Path, columns: Vec<(&str, ArrayRef)>) {
     writer.write(&batch).unwrap();
     writer.close().unwrap();
 }
+
+/// A dataset with its own train and validation shards under `data/`.
+pub fn fixture_spec() -> haares_data::registry::DatasetSpec {
+    haares_data::registry::DatasetSpec {
+        name: "fixture".into(),
+        repo_id: None,
+        revision: None,
+        text_column: "text".into(),
+        rule: haares_data::registry::SplitRule::OwnSplits {
+            train: "data/train-*.parquet".into(),
+            validation: "data/validation-*.parquet".into(),
+        },
+    }
+}

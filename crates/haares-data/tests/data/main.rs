@@ -4,4 +4,5 @@
 mod fixtures;
 mod loader;
 mod preparation;
+mod sources;
 mod tokenizers;

@@ -5,10 +5,10 @@ use haares_data::char_tokenizer::{CharCounter, CharTokenizer, PAD};
 use haares_data::chunking::{CHUNK_LEN, chunk_row};
 use haares_data::prepare::{prepare_chunk_split, prepare_split};
 use haares_data::prepared::{PreparedShard, PreparedWriter};
-use haares_data::registry::{DatasetSpec, Split, SplitRule};
+use haares_data::registry::Split;
 use haares_data::{dataset, embedded_corpus_dir};
 
-use crate::fixtures::write_text_shard;
+use crate::fixtures::{fixture_spec, write_text_shard};
 
 #[test]
 fn a_1300_token_row_gives_two_full_chunks_and_a_padded_tail() {
@@ -34,19 +34,6 @@ fn pieces_with_fewer_than_two_tokens_are_dropped() {
         "the 1-token tail of a 514-token row predicts nothing"
     );
     assert_eq!(chunk_row(&vec![5; 515], CHUNK_LEN, PAD).len(), 2);
-}
-
-fn fixture_spec() -> DatasetSpec {
-    DatasetSpec {
-        name: "fixture".into(),
-        repo_id: None,
-        revision: None,
-        text_column: "text".into(),
-        rule: SplitRule::OwnSplits {
-            train: "data/train-*.parquet".into(),
-            validation: "data/validation-*.parquet".into(),
-        },
-    }
 }
 
 #[test]

@@ -7,3 +7,4 @@ mod learner;
 mod optim;
 mod report;
 mod sweep;
+mod writers;
