@@ -45,6 +45,11 @@
 //! ```
 #![warn(missing_docs)]
 
+/// The crate README's examples, compiled and run as doctests so that they cannot drift.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub mod accumulator;
 pub mod analysis;
 pub mod attention;

@@ -6,6 +6,11 @@
 //! makes every pipeline work offline.
 #![warn(missing_docs)]
 
+/// The crate README's examples, compiled and run as doctests so that they cannot drift.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub mod batching;
 pub mod bpe;
 pub mod char_tokenizer;

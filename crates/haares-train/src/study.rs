@@ -16,15 +16,15 @@ pub use crate::overrides::{Overrides, load_run_config, parse_assignment, parse_v
 
 /// The studies shipped in `experiments/`, embedded at build time.
 pub const BUILTIN_STUDIES: &[(&str, &str)] = &[
-    ("depth", include_str!("../../../experiments/depth.toml")),
-    ("seeds", include_str!("../../../experiments/seeds.toml")),
-    ("width", include_str!("../../../experiments/width.toml")),
-    ("bpe", include_str!("../../../experiments/bpe.toml")),
-    ("domains", include_str!("../../../experiments/domains.toml")),
-    ("blocks", include_str!("../../../experiments/blocks.toml")),
+    ("depth", include_str!("../experiments/depth.toml")),
+    ("seeds", include_str!("../experiments/seeds.toml")),
+    ("width", include_str!("../experiments/width.toml")),
+    ("bpe", include_str!("../experiments/bpe.toml")),
+    ("domains", include_str!("../experiments/domains.toml")),
+    ("blocks", include_str!("../experiments/blocks.toml")),
     (
         "ablations",
-        include_str!("../../../experiments/ablations.toml"),
+        include_str!("../experiments/ablations.toml"),
     ),
 ];
 

@@ -9,6 +9,7 @@ mod common;
 mod errors;
 mod fused;
 mod primitives;
+mod readme;
 mod reference;
 mod reference_tests;
 mod rms_match;
