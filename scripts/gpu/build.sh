@@ -20,26 +20,32 @@ limit=$((64 * 1024 * 1024)) # what the device tool's carry takes, all paths toge
 executables() {
     grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/'
 }
-echo "building haares-bench and haares-train with --features $feature ..." >&2
-bins="$(cargo build --message-format=json-render-diagnostics -p haares-bench -p haares-train \
-    --features "haares-bench/$feature,haares-train/$feature" | executables)"
-echo "building the core's portability test with --features $feature ..." >&2
-tests="$(cargo test --no-run --message-format=json-render-diagnostics -p haares-core --features "$feature" \
-    --test portability | executables)"
-
 staging="$(mktemp -d)"
 trap 'rm -rf "$staging"' EXIT
 mkdir -p "$staging/bin"
-for exe in $bins $tests; do
-    case "$(basename "$exe")" in
-        haares-bench | haares-train) name="$(basename "$exe")" ;;
-        portability-*) name=portability ;;
-        *) continue ;;
-    esac
-    strip -o "$staging/bin/$name" "$exe"
-    gzip -9 -n -c "$staging/bin/$name" > "$staging/bin/$name.gz"
-    rm "$staging/bin/$name"
-done
+# Strips and packs what one cargo command built, at once: another build into the same target
+# directory (a `cargo test` without the feature) would overwrite the uplifted binaries later.
+pack() {
+    local exe name
+    for exe in "$@"; do
+        case "$(basename "$exe")" in
+            haares-bench | haares-train) name="$(basename "$exe")" ;;
+            portability-*) name=portability ;;
+            *) continue ;;
+        esac
+        strip -o "$staging/bin/$name" "$exe"
+        gzip -9 -n -c "$staging/bin/$name" > "$staging/bin/$name.gz"
+        rm "$staging/bin/$name"
+    done
+}
+echo "building haares-bench and haares-train with --features $feature ..." >&2
+built="$(cargo build --message-format=json-render-diagnostics -p haares-bench -p haares-train \
+    --features "haares-bench/$feature,haares-train/$feature" | executables)"
+pack $built
+echo "building the core's portability test with --features $feature ..." >&2
+built="$(cargo test --no-run --message-format=json-render-diagnostics -p haares-core \
+    --features "$feature" --test portability | executables)"
+pack $built
 for name in haares-bench haares-train portability; do
     if [ ! -f "$staging/bin/$name.gz" ]; then
         echo "error: cargo built no \`$name\` executable" >&2

@@ -112,11 +112,19 @@ pub fn dispatch<J: BackendJob>(kind: BackendKind, job: J) -> Result<J::Output> {
         #[cfg(feature = "wgpu")]
         BackendKind::Wgpu => {
             share_kernel_caches();
+            probe::<WgpuUnfused>(
+                "wgpu found no usable adapter: install a Vulkan, Metal or DX12 driver (Debian: \
+                 `apt-get install mesa-vulkan-drivers` for the lavapipe software device)",
+            )?;
             job.run::<Autodiff<WgpuUnfused>>(Default::default(), kind)
         }
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => {
             share_kernel_caches();
+            probe::<CudaUnfused>(
+                "CUDA could not start: this needs an NVIDIA GPU and its driver (`libcuda.so`, \
+                 `nvidia-smi` lists the GPU); the message above says what was missing",
+            )?;
             job.run::<Autodiff<CudaUnfused>>(Default::default(), kind)
         }
         #[allow(unreachable_patterns)]
@@ -134,4 +142,17 @@ fn share_kernel_caches() {
     if let Err(error) = configure_cube_runtime(KernelEvents::Quiet) {
         eprintln!("warning: {error}; kernels are compiled and tuned anew in this process");
     }
+}
+
+/// Starts a GPU backend with one tiny tensor: CubeCL panics (in its device thread) when the
+/// driver or the device is missing, which would otherwise end the process with a panic deep in a
+/// job. Here it becomes a [`TrainError::Device`] saying what to install.
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+fn probe<B: burn::tensor::backend::Backend>(missing: &str) -> Result<()> {
+    use burn::tensor::Tensor;
+    let device = B::Device::default();
+    let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Tensor::<B, 1>::zeros([1], &device).into_data();
+    }));
+    started.map_err(|_| TrainError::Device(missing.to_string()))
 }

@@ -21,7 +21,7 @@
 //! (`host.rs`); the cube backends (CUDA, wgpu) replace the first two with CubeCL kernels that read
 //! every source of a chunk in one pass (`cube.rs`).
 //!
-//! On the autodiff backend ([`autodiff`]) the two operations are single graph nodes whose backward
+//! On the autodiff backend (`autodiff.rs`) the two operations are single graph nodes whose backward
 //! recomputes what it needs from the sources: they keep no normalised key, no stacked tensor and
 //! no per-slot `[tokens, d]` intermediate for the backward pass, only the sources themselves
 //! (which the bank holds anyway) and `[S, tokens]` scalars.
