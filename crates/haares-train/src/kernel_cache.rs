@@ -6,8 +6,8 @@
 //! `target/` of whichever Cargo project the process starts in. A sweep or a cost run starts many
 //! processes, so every one of them paid the whole first-step cost again.
 //!
-//! Every process of this workspace that uses a cube backend calls [`configure_cube_runtime`]
-//! before its first kernel: both caches then live in [`kernel_cache_dir`], shared by every run,
+//! Every process of this workspace that uses a cube backend calls `configure_cube_runtime` (a
+//! function of the `cuda` and `wgpu` builds) before its first kernel: both caches then live in [`kernel_cache_dir`], shared by every run,
 //! sweep and cost worker on the machine, so a kernel is compiled and tuned once per machine.
 //! CUDA caches compiled PTX there; wgpu's WGSL pipelines are not cached by CubeCL 0.10 (only its
 //! SPIR-V compiler has a cache), so on wgpu only the autotune results are shared. The caches are
