@@ -49,7 +49,12 @@ fn portability_bin() -> PathBuf {
 }
 
 fn check(out: &Path, extra: &[&str]) -> (bool, String, String) {
-    let (train, portability) = (train_bin(), portability_bin());
+    check_with(out, &portability_bin(), extra)
+}
+
+/// `gpu-check` at the tiny profile on NdArray with `portability` as the portability binary.
+fn check_with(out: &Path, portability: &Path, extra: &[&str]) -> (bool, String, String) {
+    let train = train_bin();
     let mut args = vec![
         "gpu-check",
         "--backend",
@@ -170,23 +175,9 @@ fn a_stage_over_its_budget_is_killed_with_its_processes() {
 fn a_failed_stage_does_not_stop_the_next() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("check");
-    let train = train_bin();
-    let (ok, _, _) = bench(&[
-        "gpu-check",
-        "--backend",
-        "ndarray",
-        "--profile",
-        "tiny",
-        "--out",
-        out.to_str().unwrap(),
-        "--train-bin",
-        train.to_str().unwrap(),
-        // Not a test binary: it rejects the test harness's arguments.
-        "--portability-bin",
-        train.to_str().unwrap(),
-        "--stages",
-        "portability,first-step",
-    ]);
+    // Not a test binary: it rejects the test harness's arguments.
+    let not_a_test = train_bin();
+    let (ok, _, _) = check_with(&out, &not_a_test, &["--stages", "portability,first-step"]);
     assert!(!ok);
     let summary = summary(&out);
     let stages = summary["stages"].as_array().unwrap();
