@@ -1,9 +1,15 @@
 //! # haares-bench
 //!
-//! Cost measurement and comparisons: the analytic commands `sources` (tab:sourcecounts),
-//! `params` (tab:modelconfig) and `flops` (tab:cost's FLOP increments), and the measured cost
-//! protocol `cost` (sec:costprotocol), with [`heap`]'s allocated-bytes counter for the CPU
-//! backends.
+//! Cost measurement and comparisons, in the order a user meets them:
+//! 1. The analytic quantities: [`analytic`] (tab:sourcecounts, tab:modelconfig's parameter
+//!    counts) and [`flops`] (tab:cost's FLOP increments), the `sources`, `params` and `flops`
+//!    commands.
+//! 2. The measured cost protocol (sec:costprotocol): [`cost::CostSpec`] and [`cost::run_cost`],
+//!    one worker process per measurement ([`cost::worker`]), summarised by [`cost::report`];
+//!    [`heap`] counts a CPU worker's allocated bytes.
+//! 3. Where a first step's time goes: [`cost::anatomy`] in every worker, [`first_step`] across
+//!    depths, with CubeCL's compilations counted by [`kernel_events`].
+//! 4. [`gpu_check`]: all of the above, in budgeted stages, for a lent GPU machine.
 #![warn(missing_docs)]
 
 pub mod analytic;

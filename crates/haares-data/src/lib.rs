@@ -4,6 +4,19 @@
 //! hub layout, the dataset registry with pinned revisions, character and BPE tokenisers, prepared
 //! token shards and deterministic, resumable batching. The embedded State of the Union corpus
 //! makes every pipeline work offline.
+//!
+//! In the order a user meets them:
+//! 1. [`dataset`] names a [`DatasetSpec`] of the [`registry()`] (hub repository, pinned revision,
+//!    split rule); its files come from [`hub::download`], from files placed by hand in the hub
+//!    layout, or, for `sotu`, from [`embedded_corpus_dir`].
+//! 2. A tokenizer is trained on the training split:
+//!    [`CharTokenizer::train_on`](char_tokenizer::CharTokenizer::train_on) or
+//!    [`BpeTokenizer::train_on`](bpe::BpeTokenizer::train_on).
+//! 3. [`prepare::prepare_split`] tokenises a split once into a memory-mapped
+//!    [`PreparedShard`](prepared::PreparedShard), cached under the identity of its inputs,
+//!    source files included ([`sources`]).
+//! 4. [`BatchIterator`](batching::BatchIterator) draws seeded, resumable training batches from
+//!    it; [`validation_batches`](batching::validation_batches) is the in-order validation pass.
 #![warn(missing_docs)]
 
 /// The crate README's examples, compiled and run as doctests so that they cannot drift.

@@ -5,10 +5,18 @@
 //! report; every study of the paper is a TOML file under `experiments/` (see
 //! `docs/experiments.md`).
 //!
-//! - [`learner::train`]: AdamW with the paper's decay groups, global clipping, validation grid and
-//!   best-so-far endpoint (eq:endpoint), atomic checkpoints and exact resumption.
-//! - [`study`]: studies, presets, overrides and sharding; [`sweep`] runs them.
-//! - [`report`]: the paper's tables and figures from finished runs.
+//! `haares-train` is first a command line; as a library, in the order a user meets it:
+//! 1. [`RunConfig`]: one run's settings (model, data, optimizer, schedule); a study's
+//!    [`Study::plan`](study::Study::plan) ([`study::load_study`]) expands its grid and presets
+//!    into runs.
+//! 2. [`data::prepare`]: the run's tokenizer and prepared splits (`haares-data`).
+//! 3. [`learner::train`]: AdamW with the paper's decay groups ([`optim`]), global clipping,
+//!    validation grid and best-so-far endpoint (eq:endpoint), atomic checkpoints
+//!    ([`run_checkpoint`]) and exact resumption, one writer per run directory ([`run_lock`]).
+//! 4. [`backend::dispatch`] runs a job (a run, a [`sweep`]) on the backend chosen at run time,
+//!    with CubeCL's kernel caches shared on the GPU backends ([`kernel_cache`]).
+//! 5. [`report::write_report`]: the paper's tables and figures from finished runs;
+//!    [`inference`] evaluates and samples trained models.
 #![warn(missing_docs)]
 
 pub mod backend;
