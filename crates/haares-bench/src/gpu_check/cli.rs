@@ -13,7 +13,7 @@ pub struct GpuCheckArgs {
     /// Output folder (summary.md, summary.json, one log and result files per stage).
     #[arg(long)]
     out: PathBuf,
-    /// `gpu`: the paper's sizes; `tiny`: the same stages in about a minute on a CPU.
+    /// `gpu`: the paper's sizes; `tiny`: the same stages in about 10 s on a CPU.
     #[arg(long, default_value = "gpu", value_parser = ["gpu", "tiny"])]
     profile: String,
     /// Stages to run [default: all: facts, portability, first-step, first-step-deep, cost,

@@ -8,7 +8,7 @@
 //! of one worker at a shallow and at the paper's depth), `cost` (the cost protocol, every method
 //! on both routing paths), `real-run` (training on the embedded corpus with a checkpoint, a kill
 //! and a resume compared with an uninterrupted run, then `eval` and `sample`). The `gpu` profile
-//! has the paper's sizes; `tiny` runs the same stages in about a minute on a CPU (CI runs it).
+//! has the paper's sizes; `tiny` runs the same stages in about 10 s on a CPU (CI runs it).
 
 pub mod cli;
 mod process;

@@ -79,7 +79,7 @@ impl Profile {
         }
     }
 
-    /// The same stages at toy sizes: about a minute on a 2-core CPU (CI runs it on NdArray).
+    /// The same stages at toy sizes: about 10 s on a 2-core CPU (CI runs it on NdArray).
     pub fn tiny() -> Self {
         Self {
             name: "tiny",
