@@ -99,7 +99,8 @@ pub trait BackendJob {
 
 /// Runs `job` on the backend `kind` (which [`BackendKind::from_str`] has checked is compiled in).
 /// On the cube backends CubeCL's kernel caches are first set to the machine's shared directory
-/// ([`crate::kernel_cache`]), unless the process configured CubeCL already.
+/// ([`crate::kernel_cache`]), unless the process configured CubeCL already, and the device is
+/// started once: a missing driver or device is a [`TrainError::Device`] saying what to install.
 pub fn dispatch<J: BackendJob>(kind: BackendKind, job: J) -> Result<J::Output> {
     use burn::backend::Autodiff;
     match kind {
