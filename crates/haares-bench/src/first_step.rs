@@ -125,10 +125,11 @@ pub fn first_step_table(run: &FirstStepRun) -> String {
         );
         let kernels = a.kernels.as_ref().map_or(["–".to_string(), "–".into(), "–".into(), "–".into()], |k| {
             let parts: Vec<String> = k.first_step.iter().map(|t| t.compiled.to_string()).collect();
+            let total = k.first_step_total();
             [
                 k.model_init.compiled.to_string(),
-                format!("{} ({})", k.first_step_total().compiled, parts.join(" + ")),
-                k.first_step_total().autotuned.to_string(),
+                format!("{} ({})", total.compiled, parts.join(" + ")),
+                total.autotuned.to_string(),
                 k.later_steps.compiled.to_string(),
             ]
         });

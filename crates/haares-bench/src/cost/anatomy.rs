@@ -124,27 +124,28 @@ impl AnatomyRecorder {
         }
     }
 
-    /// What CubeCL compiled and tuned since the previous mark (`None` without a tally).
-    fn take(&mut self) -> Option<KernelTally> {
+    /// What CubeCL compiled and tuned since the previous mark, and where to put it (`None`
+    /// without a tally).
+    fn take(&mut self) -> Option<(&mut KernelAnatomy, KernelTally)> {
         let now = settled_tally()?;
         let since = now.since(self.last.as_ref()?);
         self.last = Some(now);
-        Some(since)
+        Some((self.kernels.as_mut()?, since))
     }
 
     /// The backend is up, `seconds` after the process started.
     pub fn mark_start(&mut self, seconds: f64) {
         self.anatomy.backend_start_s = seconds;
-        if let Some(tally) = self.take() {
-            self.kernels.as_mut().expect("tallied").backend_start = tally;
+        if let Some((kernels, tally)) = self.take() {
+            kernels.backend_start = tally;
         }
     }
 
     /// The model and optimizer are ready, after `seconds`.
     pub fn mark_init(&mut self, seconds: f64) {
         self.anatomy.model_init_s = seconds;
-        if let Some(tally) = self.take() {
-            self.kernels.as_mut().expect("tallied").model_init = tally;
+        if let Some((kernels, tally)) = self.take() {
+            kernels.model_init = tally;
         }
     }
 
@@ -152,9 +153,9 @@ impl AnatomyRecorder {
     /// tally waits for CubeCL's logging thread).
     pub fn mark_phase(&mut self, step: usize, phase: Phase) {
         if step == 0
-            && let Some(tally) = self.take()
+            && let Some((kernels, tally)) = self.take()
         {
-            self.kernels.as_mut().expect("tallied").first_step[phase.index()] = tally;
+            kernels.first_step[phase.index()] = tally;
         }
     }
 
@@ -187,8 +188,8 @@ impl AnatomyRecorder {
 
     /// The finished anatomy; the later steps' tally is taken now.
     pub fn finish(mut self) -> Anatomy {
-        if let Some(tally) = self.take() {
-            self.kernels.as_mut().expect("tallied").later_steps = tally;
+        if let Some((kernels, tally)) = self.take() {
+            kernels.later_steps = tally;
         }
         self.anatomy.kernels = self.kernels;
         self.anatomy
