@@ -12,8 +12,8 @@ use std::path::Path;
 use haares_core::ModelFamily;
 use serde::{Deserialize, Serialize};
 
-use crate::cost::worker::TrainSample;
 use crate::cost::report::method_with_path;
+use crate::cost::worker::TrainSample;
 use crate::cost::{CostSpec, write_atomically_both};
 
 /// What `first-step` measures.
@@ -123,16 +123,23 @@ pub fn first_step_table(run: &FirstStepRun) -> String {
             a.first_step_s().unwrap_or(f64::NAN),
             a.steady_step_s().unwrap_or(f64::NAN),
         );
-        let kernels = a.kernels.as_ref().map_or(["–".to_string(), "–".into(), "–".into(), "–".into()], |k| {
-            let parts: Vec<String> = k.first_step.iter().map(|t| t.compiled.to_string()).collect();
-            let total = k.first_step_total();
-            [
-                k.model_init.compiled.to_string(),
-                format!("{} ({})", total.compiled, parts.join(" + ")),
-                total.autotuned.to_string(),
-                k.later_steps.compiled.to_string(),
-            ]
-        });
+        let kernels = a.kernels.as_ref().map_or(
+            ["–".to_string(), "–".into(), "–".into(), "–".into()],
+            |k| {
+                let parts: Vec<String> = k
+                    .first_step
+                    .iter()
+                    .map(|t| t.compiled.to_string())
+                    .collect();
+                let total = k.first_step_total();
+                [
+                    k.model_init.compiled.to_string(),
+                    format!("{} ({})", total.compiled, parts.join(" + ")),
+                    total.autotuned.to_string(),
+                    k.later_steps.compiled.to_string(),
+                ]
+            },
+        );
         let _ = writeln!(
             out,
             "| {} | {layers} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {first_s:.2} | {steady_s:.3} | {:.2} | {} |",
@@ -185,7 +192,9 @@ fn depth_growth(run: &FirstStepRun) -> String {
                 .1
                 .compiled_by_name
                 .iter()
-                .filter(|(name, n)| **n > shallow.1.compiled_by_name.get(*name).copied().unwrap_or(0))
+                .filter(|(name, n)| {
+                    **n > shallow.1.compiled_by_name.get(*name).copied().unwrap_or(0)
+                })
                 .map(|(name, n)| {
                     let before = shallow.1.compiled_by_name.get(name).copied().unwrap_or(0);
                     format!("{name} {before} → {n}")

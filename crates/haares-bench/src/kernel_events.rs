@@ -55,7 +55,11 @@ impl KernelTally {
             *self.compiled_by_name.entry(name.to_string()).or_default() += 1;
         } else if let Some(rest) = message.strip_prefix("Fastest result ") {
             self.autotuned += 1;
-            let key = rest.split(". \n").next().unwrap_or(rest).trim_end_matches('.');
+            let key = rest
+                .split(". \n")
+                .next()
+                .unwrap_or(rest)
+                .trim_end_matches('.');
             self.autotune_keys.push(key.to_string());
         }
     }

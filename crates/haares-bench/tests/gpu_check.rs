@@ -83,7 +83,10 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
     let (ok, stdout, stderr) = check(&out, &[]);
     assert!(ok, "{stdout}\n{stderr}");
     // Progress is printed as it goes.
-    assert!(stderr.contains("[gpu-check] stage 6/6 `real-run` started"), "{stderr}");
+    assert!(
+        stderr.contains("[gpu-check] stage 6/6 `real-run` started"),
+        "{stderr}"
+    );
 
     let summary = summary(&out);
     let stages: Vec<(&str, &Value)> = summary["stages"]
@@ -95,7 +98,14 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
     let names: Vec<&str> = stages.iter().map(|(n, _)| *n).collect();
     assert_eq!(
         names,
-        ["facts", "portability", "first-step", "first-step-deep", "cost", "real-run"]
+        [
+            "facts",
+            "portability",
+            "first-step",
+            "first-step-deep",
+            "cost",
+            "real-run"
+        ]
     );
     assert!(stages.iter().all(|(_, s)| *s == "passed"), "{stages:?}");
     let markdown = std::fs::read_to_string(out.join("summary.md")).unwrap();
@@ -130,20 +140,36 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
             assert!(anatomy["model_init_s"].as_f64().unwrap() > 0.0);
             let phases = anatomy["phase_s"].as_array().unwrap();
             assert_eq!(phases.len(), 3, "three steps");
-            assert!(phases.iter().flat_map(|p| p.as_array().unwrap()).all(|s| s.as_f64().unwrap() > 0.0));
+            assert!(
+                phases
+                    .iter()
+                    .flat_map(|p| p.as_array().unwrap())
+                    .all(|s| s.as_f64().unwrap() > 0.0)
+            );
             assert!(anatomy["kernels"].is_null());
         }
     }
     assert!(markdown.contains("no kernel counts: this backend runs no CubeCL kernels"));
-    assert!(markdown.contains("| Small | 128 | HAARES (fused) |"), "{markdown}");
+    assert!(
+        markdown.contains("| Small | 128 | HAARES (fused) |"),
+        "{markdown}"
+    );
 
     // The real run: killed at its first checkpoint, resumed, equal to the uninterrupted run.
     let real = stage("real-run");
-    assert_eq!(real["killed_at_step"], 80, "the tiny profile checkpoints every 80 steps");
+    assert_eq!(
+        real["killed_at_step"], 80,
+        "the tiny profile checkpoints every 80 steps"
+    );
     assert_eq!(real["resume_matches"], true);
     assert!(real["compared_values"].as_u64().unwrap() >= 4);
     assert_eq!(real["loss_falls"], true);
-    assert!(real["eval"].as_str().unwrap().starts_with("validation loss"));
+    assert!(
+        real["eval"]
+            .as_str()
+            .unwrap()
+            .starts_with("validation loss")
+    );
     assert!(!real["sample"].as_str().unwrap().is_empty());
 }
 
@@ -151,7 +177,10 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
 fn a_stage_over_its_budget_is_killed_with_its_processes() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("check");
-    let (ok, _, stderr) = check(&out, &["--stages", "facts,real-run", "--budget", "real-run=2"]);
+    let (ok, _, stderr) = check(
+        &out,
+        &["--stages", "facts,real-run", "--budget", "real-run=2"],
+    );
     assert!(!ok, "a timed-out stage fails the check");
     assert!(stderr.contains("a stage did not pass"), "{stderr}");
     let summary = summary(&out);
@@ -191,17 +220,33 @@ fn bad_arguments_are_refused_before_any_stage() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("check");
     for (extra, expected) in [
-        (vec!["--stages", "facts,warp-drive"], "unknown stage `warp-drive`"),
+        (
+            vec!["--stages", "facts,warp-drive"],
+            "unknown stage `warp-drive`",
+        ),
         (vec!["--budget", "cost"], "is not STAGE=SECONDS"),
-        (vec!["--budget", "cost=soon"], "is not a whole number of seconds"),
+        (
+            vec!["--budget", "cost=soon"],
+            "is not a whole number of seconds",
+        ),
     ] {
         let (ok, _, stderr) = check(&out, &extra);
         assert!(!ok && stderr.contains(expected), "{extra:?}: {stderr}");
         assert!(!out.join("summary.json").exists(), "nothing ran");
     }
-    let missing = ["gpu-check", "--backend", "ndarray", "--out", out.to_str().unwrap()];
-    let (ok, _, stderr) = bench(&[&missing[..], &["--train-bin", "/nonexistent/haares-train"]].concat());
-    assert!(!ok && stderr.contains("`/nonexistent/haares-train` does not exist"), "{stderr}");
+    let missing = [
+        "gpu-check",
+        "--backend",
+        "ndarray",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let (ok, _, stderr) =
+        bench(&[&missing[..], &["--train-bin", "/nonexistent/haares-train"]].concat());
+    assert!(
+        !ok && stderr.contains("`/nonexistent/haares-train` does not exist"),
+        "{stderr}"
+    );
     assert!(!out.exists(), "nothing ran");
 }
 
@@ -212,7 +257,10 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
     let bundle = dir.path().join("bundle");
     std::fs::create_dir_all(bundle.join("bin")).unwrap();
     for (name, path) in [
-        ("haares-bench", PathBuf::from(env!("CARGO_BIN_EXE_haares-bench"))),
+        (
+            "haares-bench",
+            PathBuf::from(env!("CARGO_BIN_EXE_haares-bench")),
+        ),
         ("haares-train", train_bin()),
         ("portability", portability_bin()),
     ] {
@@ -225,7 +273,8 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
             .unwrap();
         assert!(status.success());
     }
-    let manifest = r#"{"commit": "0123456789abcdef", "dirty": false, "built": "today", "rustc": "rustc"}"#;
+    let manifest =
+        r#"{"commit": "0123456789abcdef", "dirty": false, "built": "today", "rustc": "rustc"}"#;
     std::fs::write(bundle.join("manifest.json"), manifest).unwrap();
     let out = dir.path().join("out");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gpu/run.sh");
@@ -240,13 +289,22 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
-    assert!(stderr.contains("bundle commit 0123456789abcdef"), "{stderr}");
+    assert!(
+        stderr.contains("bundle commit 0123456789abcdef"),
+        "{stderr}"
+    );
     let summary = summary(&out);
     assert_eq!(summary["stages"][0]["status"], "passed");
     assert_eq!(summary["manifest"]["commit"], "0123456789abcdef");
     // The kernel cache the stages use is the one the environment names.
     let cache = dir.path().join("kernels");
-    assert_eq!(summary["stages"][0]["results"]["kernel_cache"], cache.to_str().unwrap());
+    assert_eq!(
+        summary["stages"][0]["results"]["kernel_cache"],
+        cache.to_str().unwrap()
+    );
     let markdown = std::fs::read_to_string(out.join("summary.md")).unwrap();
-    assert!(markdown.contains("Bundle built from commit `0123456789abcdef`"), "{markdown}");
+    assert!(
+        markdown.contains("Bundle built from commit `0123456789abcdef`"),
+        "{markdown}"
+    );
 }

@@ -64,6 +64,7 @@ pub mod rms_match;
 pub mod rope;
 pub mod router;
 pub mod routing_ops;
+pub mod routing_stats;
 pub mod source_bank;
 pub mod telemetry;
 
@@ -73,5 +74,6 @@ pub use config::{
 pub use error::{HaaresError, Result};
 pub use model::HaaresModel;
 pub use routing_ops::{RoutingBackend, SlotRows, TrainingBackend};
+pub use routing_stats::{GroupMass, RoutingStatistics, RoutingTally, SiteStatistics};
 pub use source_bank::{SlotKind, Source, SourceBank};
-pub use telemetry::{ReadSite, RoutingTrace, SiteTrace};
+pub use telemetry::{ReadSite, RoutingTrace, SiteTrace, SlotGroup, SlotId};

@@ -15,7 +15,7 @@ use crate::rope::RotaryTable;
 use crate::router::{DepthRouter, DepthRouterConfig, RouterOutput};
 use crate::routing_ops::RoutingBackend;
 use crate::source_bank::{Source, SourceBank};
-use crate::telemetry::{ReadSite, RoutingTrace, SiteTrace};
+use crate::telemetry::{ReadSite, RoutingTrace, SiteTrace, SlotId};
 
 impl ModelConfig {
     /// Builds a model with the paper's initialisation: Linear and embedding weights N(0, σ²),
@@ -96,6 +96,20 @@ pub struct HaaresModel<B: Backend> {
     pub signs: Vec<Vec<f64>>,
 }
 
+impl<B: Backend> HaaresModel<B> {
+    /// The router of a read site: event `2i` reads through layer i's attention router, `2i + 1`
+    /// through its MLP router; `None` for unrouted methods or an event past the last layer.
+    pub fn router_at(&self, site: ReadSite) -> Option<&DepthRouter<B>> {
+        match site {
+            ReadSite::Event { event } => self
+                .layers
+                .get(event / 2)?
+                .router(Sublayer::of_event(event)),
+            ReadSite::Final => self.final_router.as_ref(),
+        }
+    }
+}
+
 impl<B: RoutingBackend> HaaresModel<B> {
     /// Next-token logits for a batch of token ids, after checking the batch: rank-2 shape,
     /// sequence length at most `max_seq_len`, every id below `vocab_size`.
@@ -124,6 +138,17 @@ impl<B: RoutingBackend> HaaresModel<B> {
     /// already guarantees valid ids (the range check reads the batch back from the device).
     pub fn forward_unchecked(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         self.run(tokens, None)
+    }
+
+    /// [`forward_with_trace`](Self::forward_with_trace) without the input checks (see
+    /// [`forward_unchecked`](Self::forward_unchecked)).
+    pub fn forward_with_trace_unchecked(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+    ) -> (Tensor<B, 3>, RoutingTrace<B>) {
+        let mut trace = RoutingTrace::default();
+        let logits = self.run(tokens, Some(&mut trace));
+        (logits, trace)
     }
 
     /// Validates a token batch: shape, length and id range.
@@ -196,7 +221,7 @@ impl<B: RoutingBackend> HaaresModel<B> {
             if let Some(trace) = trace.as_deref_mut() {
                 trace.sites.push(SiteTrace {
                     site: ReadSite::Event { event },
-                    kinds: bank.kinds().to_vec(),
+                    slots: SlotId::name_bank(bank.kinds(), block, r - 1),
                     weights: read.weights,
                 });
             }
@@ -237,7 +262,7 @@ impl<B: RoutingBackend> HaaresModel<B> {
         if let Some(trace) = trace {
             trace.sites.push(SiteTrace {
                 site: ReadSite::Final,
-                kinds: bank.kinds().to_vec(),
+                slots: SlotId::name_bank(bank.kinds(), self.config.blocks, 0),
                 weights: read.weights,
             });
         }

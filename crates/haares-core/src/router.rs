@@ -12,7 +12,7 @@
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::tensor::activation::softmax;
-use burn::tensor::{Tensor, backend::Backend};
+use burn::tensor::{ElementConversion, Tensor, backend::Backend};
 
 use crate::config::DetailBias;
 use crate::norm::{RmsNorm, RmsNormConfig};
@@ -88,6 +88,15 @@ impl<B: Backend> DepthRouter<B> {
         let weights = softmax(self.scores(bank), 2);
         let mixture = mix(bank.sources(), &weights);
         RouterOutput { mixture, weights }
+    }
+
+    /// The bias `b` this router adds to detail slots, learned or fixed; `None` for a router
+    /// without one (Block AttnRes, the final readout). Reads a learned bias back from the device.
+    pub fn detail_bias_value(&self) -> Option<f64> {
+        match (&self.detail_bias, self.fixed_detail_bias) {
+            (Some(bias), _) => Some(bias.val().into_scalar().elem::<f64>()),
+            (None, fixed) => fixed,
+        }
     }
 
     /// The detail bias of every slot as an `[S, 1]` column (zero on non-detail slots), or `None`

@@ -17,7 +17,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let spec = dataset("sotu")?;
     let mut shards = spec.split_reader(&root, Split::Train)?.shards().to_vec();
     shards.extend_from_slice(spec.split_reader(&root, Split::Validation)?.shards());
-    let bytes: u64 = shards.iter().map(|s| s.metadata().map_or(0, |m| m.len())).sum();
+    let bytes: u64 = shards
+        .iter()
+        .map(|s| s.metadata().map_or(0, |m| m.len()))
+        .sum();
     let memo = tempfile::tempdir()?;
     for label in ["empty memo", "warm memo"] {
         let start = Instant::now();

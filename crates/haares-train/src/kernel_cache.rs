@@ -96,9 +96,11 @@ mod cube {
         // `RuntimeConfig::set` panics once CubeCL has read its configuration; check first.
         let mut slot = CubeClRuntimeConfig::storage().lock();
         if slot.is_some() {
-            return Err("CubeCL read its configuration before haares could set the kernel \
+            return Err(
+                "CubeCL read its configuration before haares could set the kernel \
                         cache: configure_cube_runtime must run before the first kernel"
-                .into());
+                    .into(),
+            );
         }
         *slot = Some(std::sync::Arc::new(config));
         Ok(dir)

@@ -278,7 +278,8 @@ fn run(cli: Cli) -> Result<()> {
                 jobs: jobs.unwrap_or_else(|| default_jobs(backend)),
             };
             let statuses = dispatch(backend, job)?;
-            let count = |wanted: fn(&RunStatus) -> bool| statuses.iter().filter(|(_, s)| wanted(s)).count();
+            let count =
+                |wanted: fn(&RunStatus) -> bool| statuses.iter().filter(|(_, s)| wanted(s)).count();
             let trained = count(|s| matches!(s, RunStatus::Trained(_)));
             let locked = count(|s| matches!(s, RunStatus::Locked(_)));
             eprintln!(

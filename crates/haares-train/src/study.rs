@@ -22,10 +22,7 @@ pub const BUILTIN_STUDIES: &[(&str, &str)] = &[
     ("bpe", include_str!("../experiments/bpe.toml")),
     ("domains", include_str!("../experiments/domains.toml")),
     ("blocks", include_str!("../experiments/blocks.toml")),
-    (
-        "ablations",
-        include_str!("../experiments/ablations.toml"),
-    ),
+    ("ablations", include_str!("../experiments/ablations.toml")),
 ];
 
 /// Axes in expansion order, outermost first: seeds outermost so that a sweep stopped early has

@@ -210,4 +210,3 @@ impl BackendJob for SingleRunJob {
         )
     }
 }
-

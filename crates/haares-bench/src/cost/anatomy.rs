@@ -75,7 +75,12 @@ impl Anatomy {
 
     /// The median step after the first, in seconds.
     pub fn steady_step_s(&self) -> Option<f64> {
-        let later: Vec<f64> = self.phase_s.iter().skip(1).map(|p| p.iter().sum()).collect();
+        let later: Vec<f64> = self
+            .phase_s
+            .iter()
+            .skip(1)
+            .map(|p| p.iter().sum())
+            .collect();
         (!later.is_empty()).then(|| super::report::median(&later))
     }
 }
@@ -90,7 +95,9 @@ impl KernelAnatomy {
             for (name, count) in &part.compiled_by_name {
                 *total.compiled_by_name.entry(name.clone()).or_default() += count;
             }
-            total.autotune_keys.extend(part.autotune_keys.iter().cloned());
+            total
+                .autotune_keys
+                .extend(part.autotune_keys.iter().cloned());
         }
         total
     }

@@ -124,7 +124,9 @@ impl CostSpec {
         };
         match run_worker(&self.backend, &task)? {
             WorkerResult::Train(sample) => Ok(sample),
-            WorkerResult::Gemm { .. } => Err("a training worker answered with a GEMM result".into()),
+            WorkerResult::Gemm { .. } => {
+                Err("a training worker answered with a GEMM result".into())
+            }
         }
     }
 

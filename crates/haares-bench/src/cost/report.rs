@@ -100,7 +100,10 @@ pub fn summarise(run: &CostRun) -> Vec<(ModelFamily, Vec<MethodCost>)> {
                         method: method.clone(),
                         startup_s: median(&mine.iter().map(|s| s.startup_s).collect::<Vec<_>>()),
                         first_step_s: median(
-                            &mine.iter().filter_map(|s| s.step_s.first().copied()).collect::<Vec<_>>(),
+                            &mine
+                                .iter()
+                                .filter_map(|s| s.step_s.first().copied())
+                                .collect::<Vec<_>>(),
                         ),
                         tokens_per_s_from_start: median(&from_start),
                         steady_step_s,
@@ -202,9 +205,21 @@ pub fn cost_table(run: &CostRun) -> String {
         for path in ["", "/fused", "/reference"] {
             let (haares, block) = (format!("haares{path}"), format!("block-attnres{path}"));
             let checks = [
-                ("HAARES / Block AttnRes step time", ratio(costs, &haares, &block, step), 1.05),
-                ("HAARES / Block AttnRes peak memory", ratio(costs, &haares, &block, memory), 1.05),
-                ("Block AttnRes / Standard step time", ratio(costs, &block, "standard", step), 1.15),
+                (
+                    "HAARES / Block AttnRes step time",
+                    ratio(costs, &haares, &block, step),
+                    1.05,
+                ),
+                (
+                    "HAARES / Block AttnRes peak memory",
+                    ratio(costs, &haares, &block, memory),
+                    1.05,
+                ),
+                (
+                    "Block AttnRes / Standard step time",
+                    ratio(costs, &block, "standard", step),
+                    1.15,
+                ),
             ];
             for (what, value, target) in checks {
                 if let Some(value) = value.filter(|v| v.is_finite()) {
@@ -228,8 +243,16 @@ pub fn cost_table(run: &CostRun) -> String {
         }
         if let Some(standard) = costs.iter().find(|c| c.method == "standard") {
             // A GPU's peak is its tensor-core GEMM, harder to approach than a CPU's.
-            let target = if matches!(spec.backend.as_str(), "cuda" | "wgpu") { 0.4 } else { 0.6 };
-            let verdict = if standard.mfu >= target { "met" } else { "not met" };
+            let target = if matches!(spec.backend.as_str(), "cuda" | "wgpu") {
+                0.4
+            } else {
+                0.6
+            };
+            let verdict = if standard.mfu >= target {
+                "met"
+            } else {
+                "not met"
+            };
             let _ = writeln!(
                 out,
                 "- {family:?}: Standard Residual MFU {:.1}% (target ≥ {:.0}%): {verdict}",

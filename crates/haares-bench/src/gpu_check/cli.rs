@@ -55,14 +55,20 @@ impl GpuCheckArgs {
             })
             .collect::<Result<Vec<_>, String>>()?;
         Ok(CheckSpec {
-            profile: if self.profile == "tiny" { Profile::tiny() } else { Profile::gpu() },
+            profile: if self.profile == "tiny" {
+                Profile::tiny()
+            } else {
+                Profile::gpu()
+            },
             stages: self
                 .stages
                 .unwrap_or_else(|| STAGES.iter().map(|s| s.to_string()).collect()),
             budgets,
             out: self.out,
             train_bin: self.train_bin.unwrap_or_else(|| beside("haares-train")),
-            portability_bin: self.portability_bin.unwrap_or_else(|| beside("portability")),
+            portability_bin: self
+                .portability_bin
+                .unwrap_or_else(|| beside("portability")),
             manifest: self.manifest,
             bench_bin,
             backend: self.backend,
@@ -78,7 +84,9 @@ pub fn gpu_check(args: GpuCheckArgs) -> Result<String, String> {
     if report.passed() {
         Ok(format!("every stage passed; {}\n", summary.display()))
     } else {
-        Err(format!("a stage did not pass; {} says which", summary.display()))
+        Err(format!(
+            "a stage did not pass; {} says which",
+            summary.display()
+        ))
     }
 }
-

@@ -103,7 +103,11 @@ impl CheckReport {
 impl CheckSpec {
     /// Refuses unknown stages and budgets, and missing binaries, before anything runs.
     pub fn validate(&self) -> Result<(), String> {
-        for name in self.stages.iter().chain(self.budgets.iter().map(|(n, _)| n)) {
+        for name in self
+            .stages
+            .iter()
+            .chain(self.budgets.iter().map(|(n, _)| n))
+        {
             if !STAGES.contains(&name.as_str()) {
                 return Err(format!(
                     "unknown stage `{name}`; the stages are {}",
@@ -190,7 +194,11 @@ pub fn run_check(spec: &CheckSpec) -> Result<CheckReport, String> {
             record.seconds
         );
         report.stages.push(record);
-        write_atomically_both(&spec.out.join("summary"), &report, &summary_markdown(&report))?;
+        write_atomically_both(
+            &spec.out.join("summary"),
+            &report,
+            &summary_markdown(&report),
+        )?;
     }
     Ok(report)
 }
@@ -233,7 +241,12 @@ pub fn summary_markdown(report: &CheckReport) -> String {
         );
     }
     for stage in &report.stages {
-        let _ = write!(out, "\n## {}\n\n{}\n", stage.name, stage.markdown.trim_end());
+        let _ = write!(
+            out,
+            "\n## {}\n\n{}\n",
+            stage.name,
+            stage.markdown.trim_end()
+        );
     }
     out
 }

@@ -57,7 +57,12 @@ pub fn run_logged(
         .map_err(|e| format!("cannot start `{:?}`: {e}", command.get_program()))?;
     let stdout_text = Arc::new(Mutex::new(String::new()));
     let readers = [
-        echo(child.stdout.take(), &log_file, label, Some(stdout_text.clone())),
+        echo(
+            child.stdout.take(),
+            &log_file,
+            label,
+            Some(stdout_text.clone()),
+        ),
         echo(child.stderr.take(), &log_file, label, None),
     ];
     let exit = loop {
@@ -85,7 +90,10 @@ pub fn run_logged(
     for reader in readers {
         let _ = reader.join();
     }
-    let stdout = stdout_text.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let stdout = stdout_text
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     Ok(Finished { exit, stdout })
 }
 

@@ -48,10 +48,13 @@ pub(super) fn real_run(stage: &Stage) -> Result<Outcome, String> {
             sizes.steps.to_string(),
         ];
         let every = sizes.checkpoint_every;
-        for set in [format!("checkpoint_every={every}"), format!("eval_every={every}")]
-            .iter()
-            .map(String::as_str)
-            .chain(sizes.sets.iter().copied())
+        for set in [
+            format!("checkpoint_every={every}"),
+            format!("eval_every={every}"),
+        ]
+        .iter()
+        .map(String::as_str)
+        .chain(sizes.sets.iter().copied())
         {
             args.extend(["--set".into(), set.into()]);
         }
@@ -101,22 +104,21 @@ pub(super) fn real_run(stage: &Stage) -> Result<Outcome, String> {
     let matches = comparison.compared > 0 && comparison.max_relative <= RESUME_TOLERANCE;
     let eval_line = eval.stdout.trim().to_string();
     let sample_text = sample.stdout.trim().to_string();
-    let status = [
-        (status_of(&eval), "eval"),
-        (status_of(&sample), "sample"),
-    ]
-    .into_iter()
-    .find(|(s, _)| *s != StageStatus::Passed)
-    .map(|(s, what)| match s {
-        StageStatus::Failed(why) => StageStatus::Failed(format!("{what}: {why}")),
-        other => other,
-    })
-    .unwrap_or_else(|| match (falls, matches, sample_text.is_empty()) {
-        (false, _, _) => StageStatus::Failed("the training loss did not fall".into()),
-        (_, false, _) => StageStatus::Failed("the resumed run differs from the uninterrupted one".into()),
-        (_, _, true) => StageStatus::Failed("sample printed no text".into()),
-        _ => StageStatus::Passed,
-    });
+    let status = [(status_of(&eval), "eval"), (status_of(&sample), "sample")]
+        .into_iter()
+        .find(|(s, _)| *s != StageStatus::Passed)
+        .map(|(s, what)| match s {
+            StageStatus::Failed(why) => StageStatus::Failed(format!("{what}: {why}")),
+            other => other,
+        })
+        .unwrap_or_else(|| match (falls, matches, sample_text.is_empty()) {
+            (false, _, _) => StageStatus::Failed("the training loss did not fall".into()),
+            (_, false, _) => {
+                StageStatus::Failed("the resumed run differs from the uninterrupted one".into())
+            }
+            (_, _, true) => StageStatus::Failed("sample printed no text".into()),
+            _ => StageStatus::Passed,
+        });
     let markdown = format!(
         "HAARES, {} layers, {} steps ({}), checkpoint every {} steps, on the embedded corpus.\n\n\
          - training loss {} → {} ({})\n\

@@ -65,15 +65,30 @@ impl Profile {
                 methods: "haares",
             },
             cost_args: &[
-                "--preset", "paper", "--family", "small", "--steps", "60", "--warmup", "20",
-                "--repeats", "1", "--methods",
+                "--preset",
+                "paper",
+                "--family",
+                "small",
+                "--steps",
+                "60",
+                "--warmup",
+                "20",
+                "--repeats",
+                "1",
+                "--methods",
                 "standard,block-attnres/reference,block-attnres/fused,haares/reference,haares/fused",
             ],
             real_run: RealRunSizes {
                 layers: 12,
                 steps: 300,
                 checkpoint_every: 100,
-                sets: &["d_model=256", "d_ff=1024", "seq_len=256", "batch_size=16", "val_chunks=32"],
+                sets: &[
+                    "d_model=256",
+                    "d_ff=1024",
+                    "seq_len=256",
+                    "batch_size=16",
+                    "val_chunks=32",
+                ],
             },
             budgets_s: [45, 150, 120, 180, 300, 180],
         }
@@ -92,8 +107,23 @@ impl Profile {
                 methods: "standard,haares",
             },
             cost_args: &[
-                "--preset", "cpu", "--layers", "2", "--batch", "2", "--seq", "16", "--steps", "3",
-                "--warmup", "1", "--repeats", "1", "--gemm-size", "64", "--methods",
+                "--preset",
+                "cpu",
+                "--layers",
+                "2",
+                "--batch",
+                "2",
+                "--seq",
+                "16",
+                "--steps",
+                "3",
+                "--warmup",
+                "1",
+                "--repeats",
+                "1",
+                "--gemm-size",
+                "64",
+                "--methods",
                 "standard,haares/reference,haares/fused",
             ],
             real_run: RealRunSizes {
@@ -101,7 +131,13 @@ impl Profile {
                 // Enough steps after the first checkpoint for the kill to land before the end.
                 steps: 240,
                 checkpoint_every: 80,
-                sets: &["d_model=32", "d_ff=64", "seq_len=32", "batch_size=4", "val_chunks=4"],
+                sets: &[
+                    "d_model=32",
+                    "d_ff=64",
+                    "seq_len=32",
+                    "batch_size=4",
+                    "val_chunks=4",
+                ],
             },
             budgets_s: [60, 300, 120, 120, 180, 240],
         }
@@ -207,7 +243,10 @@ impl Stage<'_> {
             .output();
         let device = match query {
             Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).to_string(),
-            Ok(out) => format!("nvidia-smi failed: {}", String::from_utf8_lossy(&out.stderr)),
+            Ok(out) => format!(
+                "nvidia-smi failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
             Err(_) => "nvidia-smi not found (no NVIDIA driver on this machine)".into(),
         };
         let size = self.spec.profile.gemm_size.to_string();
@@ -238,7 +277,11 @@ impl Stage<'_> {
     /// The core's portability tests on the backend, one thread, minimal autotuning.
     fn portability(&self) -> Result<Outcome, String> {
         let backend_module = format!("{}::", self.spec.backend);
-        let filter = self.spec.profile.portability_filter.unwrap_or(&backend_module);
+        let filter = self
+            .spec
+            .profile
+            .portability_filter
+            .unwrap_or(&backend_module);
         let mut command = Command::new(&self.spec.portability_bin);
         command
             .args(["--test-threads", "1", filter])
@@ -331,6 +374,4 @@ impl Stage<'_> {
             markdown,
         }
     }
-
 }
-

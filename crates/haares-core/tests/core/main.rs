@@ -14,3 +14,4 @@ mod reference;
 mod reference_tests;
 mod rms_match;
 mod routing;
+mod routing_stats;

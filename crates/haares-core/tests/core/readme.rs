@@ -20,5 +20,8 @@ fn the_workspace_readme_shows_the_crate_readmes_tested_example() {
     let shown = rust_block(root, "## Using haares-core as a library");
     let tested = rust_block(crate_readme, "# haares-core");
     assert!(shown.contains("forward_with_trace"), "{shown}");
-    assert_eq!(shown, tested, "copy the crate README's example into the workspace README");
+    assert_eq!(
+        shown, tested,
+        "copy the crate README's example into the workspace README"
+    );
 }

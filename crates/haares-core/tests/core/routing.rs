@@ -124,7 +124,7 @@ fn every_read_sees_the_slots_of_eq_sourceset() {
             assert_eq!(trace.sites.len(), 2 * layers + 1);
             for site in &trace.sites {
                 let slots = site.weights.dims()[2];
-                assert_eq!(slots, site.kinds.len());
+                assert_eq!(slots, site.slots.len());
                 match site.site {
                     ReadSite::Event { event } => {
                         let (n, r) = (event / m + 1, event % m + 1);
@@ -133,9 +133,9 @@ fn every_read_sees_the_slots_of_eq_sourceset() {
                             source_count(with_detail, n, r),
                             "event {event}, L = {layers}, N = {blocks}"
                         );
-                        assert_eq!(site.kinds[0], SlotKind::Embedding);
+                        assert_eq!(site.slots[0].kind, SlotKind::Embedding);
                         let details = site
-                            .kinds
+                            .kinds()
                             .iter()
                             .filter(|k| **k == SlotKind::Detail)
                             .count();
@@ -144,7 +144,7 @@ fn every_read_sees_the_slots_of_eq_sourceset() {
                     ReadSite::Final => {
                         assert_eq!(slots, blocks + 1);
                         assert!(
-                            !site.kinds.contains(&SlotKind::Detail),
+                            !site.kinds().contains(&SlotKind::Detail),
                             "the final readout is cumulative-only"
                         );
                     }

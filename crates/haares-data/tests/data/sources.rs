@@ -21,7 +21,15 @@ fn tokenizer() -> CharTokenizer {
 
 fn prepare(root: &Path) -> (PreparedShard, PrepareReport) {
     let cache = root.join("cache");
-    prepare_split(&fixture_spec(), root, Split::Train, &tokenizer(), &cache, false).unwrap()
+    prepare_split(
+        &fixture_spec(),
+        root,
+        Split::Train,
+        &tokenizer(),
+        &cache,
+        false,
+    )
+    .unwrap()
 }
 
 fn shard(root: &Path, name: &str) -> std::path::PathBuf {

@@ -15,10 +15,28 @@ use haares_train::run_lock::{Holder, LOCK_FILE, host_name};
 
 /// A small model on the depth study's cpu preset, a few steps.
 const SMALL: &[&str] = &[
-    "--study", "depth", "--layers", "2", "--methods", "haares", "--set", "d_model=32", "--set",
-    "d_ff=64", "--set", "val_chunks=2", "--set", "eval_every=2", "--set", "checkpoint_every=2",
-    "--set", "log_every=2",
-    "--offline", "--quiet", "--backend", "ndarray",
+    "--study",
+    "depth",
+    "--layers",
+    "2",
+    "--methods",
+    "haares",
+    "--set",
+    "d_model=32",
+    "--set",
+    "d_ff=64",
+    "--set",
+    "val_chunks=2",
+    "--set",
+    "eval_every=2",
+    "--set",
+    "checkpoint_every=2",
+    "--set",
+    "log_every=2",
+    "--offline",
+    "--quiet",
+    "--backend",
+    "ndarray",
 ];
 
 fn train(run_dir: &Path, extra: &[&str]) -> Command {
@@ -34,7 +52,10 @@ fn train(run_dir: &Path, extra: &[&str]) -> Command {
 
 fn output(mut command: Command) -> (bool, String) {
     let Output { status, stderr, .. } = command.output().unwrap();
-    (status.success(), String::from_utf8_lossy(&stderr).into_owned())
+    (
+        status.success(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
 }
 
 fn write_lock(run_dir: &Path, holder: &Holder) {
@@ -58,8 +79,11 @@ fn tinystories(data: &Path) -> PathBuf {
     std::fs::create_dir_all(&snapshot).unwrap();
     for split in ["train", "validation"] {
         let name = format!("{split}-00000-of-00001.parquet");
-        std::fs::copy(embedded_corpus_dir().join("data").join(&name), snapshot.join(&name))
-            .unwrap();
+        std::fs::copy(
+            embedded_corpus_dir().join("data").join(&name),
+            snapshot.join(&name),
+        )
+        .unwrap();
     }
     snapshot.join("train-00000-of-00001.parquet")
 }
@@ -81,8 +105,16 @@ fn a_replaced_shard_is_read_not_its_stale_cache() {
     let args = |run: &str| -> Vec<String> {
         let run_dir = dir.path().join(run);
         [
-            "--datasets", "tinystories", "--data-dir", data.to_str().unwrap(), "--cache-dir",
-            cache.to_str().unwrap(), "--steps", "2", "--run-dir", run_dir.to_str().unwrap(),
+            "--datasets",
+            "tinystories",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--steps",
+            "2",
+            "--run-dir",
+            run_dir.to_str().unwrap(),
         ]
         .map(String::from)
         .to_vec()
@@ -114,17 +146,30 @@ fn a_second_train_on_a_running_run_is_refused() {
     let lock = run_dir.join(LOCK_FILE);
     let deadline = Instant::now() + Duration::from_secs(120);
     while !lock.exists() {
-        assert!(Instant::now() < deadline, "the first run never took its lock");
+        assert!(
+            Instant::now() < deadline,
+            "the first run never took its lock"
+        );
         assert!(first.try_wait().unwrap().is_none(), "the first run stopped");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let (ok, stderr) = output(train(&run_dir, &[&cache_arg[..], &["--steps", "4"]].concat()));
+    let (ok, stderr) = output(train(
+        &run_dir,
+        &[&cache_arg[..], &["--steps", "4"]].concat(),
+    ));
     let _ = first.kill();
     let _ = first.wait();
     assert!(!ok, "{stderr}");
-    let expected = format!("is being trained by process {} on host `{}`", first.id(), host_name());
+    let expected = format!(
+        "is being trained by process {} on host `{}`",
+        first.id(),
+        host_name()
+    );
     assert!(stderr.contains(&expected), "{stderr}");
-    assert!(stderr.contains(LOCK_FILE), "says which file to delete: {stderr}");
+    assert!(
+        stderr.contains(LOCK_FILE),
+        "says which file to delete: {stderr}"
+    );
 }
 
 #[test]
@@ -135,9 +180,15 @@ fn a_stale_lock_of_a_dead_process_is_taken_over_and_released() {
     gone.wait().unwrap();
     write_lock(&run_dir, &holder(host_name(), gone.id()));
     let cache = dir.path().join("cache");
-    let (ok, stderr) = output(train(&run_dir, &["--steps", "2", "--cache-dir", cache.to_str().unwrap()]));
+    let (ok, stderr) = output(train(
+        &run_dir,
+        &["--steps", "2", "--cache-dir", cache.to_str().unwrap()],
+    ));
     assert!(ok, "{stderr}");
-    assert!(stderr.contains("no longer runs; taking it over"), "{stderr}");
+    assert!(
+        stderr.contains("no longer runs; taking it over"),
+        "{stderr}"
+    );
     assert!(run_dir.join("summary.json").is_file());
     assert!(!run_dir.join(LOCK_FILE).exists(), "released at the end");
 }
@@ -149,7 +200,10 @@ fn a_lock_from_another_host_is_respected() {
     let other = holder("another-host.invalid".into(), 1);
     write_lock(&run_dir, &other);
     let cache = dir.path().join("cache");
-    let (ok, stderr) = output(train(&run_dir, &["--steps", "2", "--cache-dir", cache.to_str().unwrap()]));
+    let (ok, stderr) = output(train(
+        &run_dir,
+        &["--steps", "2", "--cache-dir", cache.to_str().unwrap()],
+    ));
     assert!(!ok);
     assert!(stderr.contains("host `another-host.invalid`"), "{stderr}");
     let kept: Holder =
@@ -164,8 +218,22 @@ fn a_sweep_skips_a_locked_run_and_says_so() {
     let runs = dir.path().join("runs");
     let sweep = |dry_run: bool| {
         let mut command = Command::new(env!("CARGO_BIN_EXE_haares-train"));
-        command.args(["sweep", "depth", "--layers", "2", "--methods", "block-attnres,haares"]);
-        command.args(["--steps", "2", "--runs-dir", runs.to_str().unwrap(), "--jobs", "1"]);
+        command.args([
+            "sweep",
+            "depth",
+            "--layers",
+            "2",
+            "--methods",
+            "block-attnres,haares",
+        ]);
+        command.args([
+            "--steps",
+            "2",
+            "--runs-dir",
+            runs.to_str().unwrap(),
+            "--jobs",
+            "1",
+        ]);
         command.args(&SMALL[6..]);
         if dry_run {
             command.arg("--dry-run");
@@ -187,8 +255,16 @@ fn a_sweep_skips_a_locked_run_and_says_so() {
         stderr.contains(&format!("{}: being trained by {me}, skipped", names[0])),
         "{stderr}"
     );
-    assert!(stderr.contains("1 being trained by other processes"), "{stderr}");
-    assert!(runs.join("depth").join(&names[1]).join("summary.json").is_file());
+    assert!(
+        stderr.contains("1 being trained by other processes"),
+        "{stderr}"
+    );
+    assert!(
+        runs.join("depth")
+            .join(&names[1])
+            .join("summary.json")
+            .is_file()
+    );
     assert!(!locked.join("summary.json").exists());
 }
 
@@ -197,22 +273,32 @@ fn two_processes_preparing_one_split_at_once_leave_one_valid_cache_file() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let start = |name: &str| {
-        train(&dir.path().join(name), &["--steps", "1", "--cache-dir", cache.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        train(
+            &dir.path().join(name),
+            &["--steps", "1", "--cache-dir", cache.to_str().unwrap()],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
     };
     let (a, b) = (start("a"), start("b"));
     for child in [a, b] {
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let files: Vec<String> = std::fs::read_dir(&cache)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert!(!files.iter().any(|f| f.contains(".tmp-")), "left-overs: {files:?}");
+    assert!(
+        !files.iter().any(|f| f.contains(".tmp-")),
+        "left-overs: {files:?}"
+    );
     for split in ["-train-", "-validation-"] {
         let prepared: Vec<&String> = files
             .iter()
