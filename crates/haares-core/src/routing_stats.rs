@@ -163,8 +163,8 @@ fn detail_mass(slots: &[SlotId], weights: &[f64]) -> f64 {
         .iter()
         .zip(weights)
         .filter(|(slot, _)| slot.kind == SlotKind::Detail)
-        .map(|(_, weight)| weight)
-        .sum()
+        // A fold from +0.0: an empty `sum()` of f64 is −0.0.
+        .fold(0.0, |mass, (_, weight)| mass + weight)
 }
 
 /// The mean weight of each slot group at one read site; the five sum to 1.
@@ -266,5 +266,53 @@ impl RoutingStatistics {
     /// The statistics of one read site.
     pub fn site(&self, site: ReadSite) -> Option<&SiteStatistics> {
         self.sites.iter().find(|stats| stats.site == site)
+    }
+
+    /// The site-by-site mean of several statistics of the same model layout (e.g. one per seed):
+    /// every per-site quantity averaged, the token counts summed. `None` for an empty list.
+    ///
+    /// # Errors
+    /// When the statistics come from models with different read sites or slots.
+    pub fn mean_of(all: &[RoutingStatistics]) -> Result<Option<RoutingStatistics>> {
+        let Some(first) = all.first() else {
+            return Ok(None);
+        };
+        let same_layout = |other: &RoutingStatistics| {
+            other.sites.len() == first.sites.len()
+                && other
+                    .sites
+                    .iter()
+                    .zip(&first.sites)
+                    .all(|(a, b)| a.site == b.site && a.slots == b.slots)
+        };
+        if !all.iter().all(same_layout) {
+            return Err(HaaresError::InvalidInput(
+                "routing statistics of models with different read sites cannot be averaged".into(),
+            ));
+        }
+        let n = all.len() as f64;
+        let mean =
+            |value: &dyn Fn(&RoutingStatistics) -> f64| all.iter().map(value).sum::<f64>() / n;
+        let sites = (0..first.sites.len())
+            .map(|i| {
+                let weights: Vec<f64> = (0..first.sites[i].slots.len())
+                    .map(|slot| mean(&|stats| stats.sites[i].weights[slot]))
+                    .collect();
+                let biases: Vec<f64> = all.iter().filter_map(|s| s.sites[i].detail_bias).collect();
+                SiteStatistics {
+                    groups: GroupMass::of(&first.sites[i].slots, &weights),
+                    detail_mass: detail_mass(&first.sites[i].slots, &weights),
+                    weights,
+                    entropy: mean(&|stats| stats.sites[i].entropy),
+                    detail_bias: (!biases.is_empty())
+                        .then(|| biases.iter().sum::<f64>() / biases.len() as f64),
+                    ..first.sites[i].clone()
+                }
+            })
+            .collect();
+        Ok(Some(RoutingStatistics {
+            tokens: all.iter().map(|stats| stats.tokens).sum(),
+            sites,
+        }))
     }
 }

@@ -37,7 +37,9 @@ pub mod shards;
 pub mod sources;
 
 pub use error::{DataError, Result};
-pub use registry::{DatasetSpec, Split, SplitRule, dataset, embedded_corpus_dir, registry};
+pub use registry::{
+    DatasetSpec, Split, SplitRule, dataset, embedded_corpus_dir, registry, write_embedded_corpus,
+};
 pub use shards::{ReadStats, RowSource, TextColumnReader, TextRow, find_shards};
 
 use std::path::Path;

@@ -148,11 +148,55 @@ pub fn dataset(name: &str) -> Result<DatasetSpec> {
         })
 }
 
-/// The directory of the embedded State of the Union corpus (hub layout, committed to the repo).
+/// The shards of the embedded State of the Union corpus, compiled into the binary: a binary
+/// copied to another machine (a GPU bundle, `cargo install`) or built in a target directory shared
+/// by several checkouts still has its corpus.
+const EMBEDDED_SHARDS: [(&str, &[u8]); 2] = [
+    (
+        "train-00000-of-00001.parquet",
+        include_bytes!("../corpus/sotu/data/train-00000-of-00001.parquet"),
+    ),
+    (
+        "validation-00000-of-00001.parquet",
+        include_bytes!("../corpus/sotu/data/validation-00000-of-00001.parquet"),
+    ),
+];
+
+/// The directory of the embedded State of the Union corpus in the hub layout: the crate's
+/// `corpus/sotu` when its shards are there as compiled in, else a copy written once (atomically)
+/// from the bytes compiled into the binary, under the temporary directory and named by their
+/// length.
 pub fn embedded_corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("corpus")
-        .join("sotu")
+        .join("sotu");
+    let holds_shards = |root: &Path| {
+        EMBEDDED_SHARDS.iter().all(|(name, bytes)| {
+            std::fs::metadata(root.join("data").join(name))
+                .is_ok_and(|meta| meta.len() == bytes.len() as u64)
+        })
+    };
+    if holds_shards(&source) {
+        return source;
+    }
+    let total: usize = EMBEDDED_SHARDS.iter().map(|(_, bytes)| bytes.len()).sum();
+    let copy = std::env::temp_dir().join(format!("haares-embedded-sotu-{total}"));
+    if !holds_shards(&copy) && write_embedded_corpus(&copy).is_err() {
+        // Unwritable: the missing source directory then gives the error, with its path.
+        return source;
+    }
+    copy
+}
+
+/// Writes the embedded corpus's shards into `root` in the hub layout (`root/data/*.parquet`),
+/// each atomically.
+pub fn write_embedded_corpus(root: &Path) -> Result<()> {
+    let data = root.join("data");
+    std::fs::create_dir_all(&data).map_err(|e| DataError::io(&data, e))?;
+    for (name, bytes) in EMBEDDED_SHARDS {
+        crate::write_atomically(&data.join(name), bytes)?;
+    }
+    Ok(())
 }
 
 impl DatasetSpec {

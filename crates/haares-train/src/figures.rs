@@ -1,28 +1,16 @@
-//! Report figures drawn with `plotters`, each as SVG and PNG: validation curves per setting, and
-//! the paired-effect figure (fig:pairedevidence). Text uses the embedded DejaVu Sans font, so no
-//! system font library is needed.
+//! Report figures of the losses, each as SVG and PNG ([`crate::plot`]): validation curves per
+//! setting, and the paired-effect figure (fig:pairedevidence). The routing figures are in
+//! [`crate::routing_figures`].
 
 use std::path::Path;
-use std::sync::Once;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::config::method_label;
 use crate::error::{Result, TrainError};
-use crate::report::{Finished, Pair, mean_sd};
-
-const FONT: &str = "sans-serif";
-static REGISTER_FONT: Once = Once::new();
-
-fn register_font() {
-    REGISTER_FONT.call_once(|| {
-        // The embedded font is a valid TrueType file; a failure would leave text undrawn, not crash.
-        let _ = plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular());
-    });
-}
-
-type DrawResult = std::result::Result<(), String>;
+use crate::plot::{DrawResult, FONT, Figure, color, save_both, slug};
+use crate::results::{Finished, Pair, mean_sd};
 
 /// Draws every figure into `study_dir/figures/`; returns `(caption, relative path of the SVG)`.
 pub fn draw(
@@ -31,7 +19,6 @@ pub fn draw(
     finished: &[Finished],
     pairs: &[Pair],
 ) -> Result<Vec<(String, String)>> {
-    register_font();
     let dir = study_dir.join("figures");
     std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
     let mut methods: Vec<&str> = finished.iter().map(|f| f.method.as_str()).collect();
@@ -74,18 +61,6 @@ pub fn draw(
     Ok(written)
 }
 
-fn slug(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect()
-}
-
 /// A figure, drawable on any plotters backend.
 enum Plot<'a> {
     Curves {
@@ -96,7 +71,7 @@ enum Plot<'a> {
     Paired(&'a [Pair]),
 }
 
-impl Plot<'_> {
+impl Figure for Plot<'_> {
     fn render<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult {
         match self {
             Self::Curves {
@@ -107,46 +82,6 @@ impl Plot<'_> {
             Self::Paired(pairs) => paired_effect(area, pairs),
         }
     }
-}
-
-/// Renders `plot` to `<stem>.svg` and `<stem>.png`, each through a temporary file and a rename.
-fn save_both(dir: &Path, stem: &str, size: (u32, u32), plot: &Plot<'_>) -> Result<()> {
-    let fail = |e: String| TrainError::Report(format!("figure `{stem}`: {e}"));
-    let pid = std::process::id();
-    let (svg, svg_tmp) = (
-        dir.join(format!("{stem}.svg")),
-        dir.join(format!(".{stem}.tmp-{pid}.svg")),
-    );
-    {
-        let area = SVGBackend::new(&svg_tmp, size).into_drawing_area();
-        plot.render(&area).map_err(fail)?;
-        area.present().map_err(|e| fail(e.to_string()))?;
-    }
-    std::fs::rename(&svg_tmp, &svg).map_err(|e| TrainError::io(&svg, e))?;
-    let (png, png_tmp) = (
-        dir.join(format!("{stem}.png")),
-        dir.join(format!(".{stem}.tmp-{pid}.png")),
-    );
-    {
-        let area = BitMapBackend::new(&png_tmp, size).into_drawing_area();
-        plot.render(&area).map_err(fail)?;
-        area.present().map_err(|e| fail(e.to_string()))?;
-    }
-    std::fs::rename(&png_tmp, &png).map_err(|e| TrainError::io(&png, e))
-}
-
-fn color(index: usize) -> RGBColor {
-    const COLORS: [RGBColor; 8] = [
-        RGBColor(0, 114, 178),
-        RGBColor(213, 94, 0),
-        RGBColor(0, 158, 115),
-        RGBColor(204, 121, 167),
-        RGBColor(230, 159, 0),
-        RGBColor(86, 180, 233),
-        RGBColor(120, 120, 120),
-        RGBColor(0, 0, 0),
-    ];
-    COLORS[index % COLORS.len()]
 }
 
 fn curves<DB: DrawingBackend>(

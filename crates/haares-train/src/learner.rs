@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::RunConfig;
 use crate::data::RunData;
 use crate::error::{Result, TrainError, write_atomically};
-use crate::loss::{mean_cross_entropy, to_device, validation_loss, validation_pass};
-use crate::metrics::{MetricsLine, MetricsLog, peak_memory_bytes};
+use crate::loss::{Validation, mean_cross_entropy, to_device, validate, validation_pass};
+use crate::metrics::{MetricsLine, MetricsLog, RoutingLine, StepLog, peak_memory_bytes};
 use crate::optim::AdamW;
 use crate::run_checkpoint::{self, LoopState, best_of};
 
@@ -89,6 +89,11 @@ pub enum Outcome {
         /// Last completed step.
         step: usize,
     },
+}
+
+/// The routing log of a run: one line per validation pass (routed methods only).
+pub fn routing_path(run_dir: &Path) -> std::path::PathBuf {
+    run_dir.join("routing.jsonl")
 }
 
 /// The summary file of a finished run.
@@ -173,6 +178,11 @@ pub fn train<B: TrainingBackend>(
     }
     let mut batches = BatchIterator::restore(&data.train, state.data_position)?;
     let mut metrics = MetricsLog::open(&run_dir.join("metrics.jsonl"), state.step)?;
+    let mut routing_log = model_config
+        .method
+        .is_routed()
+        .then(|| StepLog::<RoutingLine>::open(&routing_path(run_dir), state.step))
+        .transpose()?;
     let bar = progress_bar(options, config.steps, state.step);
 
     let (mut interval_loss, mut interval_steps) = (0.0, 0usize);
@@ -199,13 +209,28 @@ pub fn train<B: TrainingBackend>(
 
         let last = state.step == config.steps;
         let evaluate = state.step % config.eval_every == 0 || last;
-        let val_loss = evaluate.then(|| {
+        let validation = evaluate.then(|| {
             let valid = model.valid();
             let pass = validation_pass(&data.validation, config.batch_size, config.val_chunks);
-            validation_loss(&valid, pass, config.seq_len, device)
+            validate(&valid, pass, config.seq_len, device, routing_log.is_some())
         });
+        let val_loss = validation.as_ref().map(|v| v.loss);
         if let Some(loss) = val_loss {
             state.val_curve.push((state.step, loss));
+        }
+        if let (
+            Some(log),
+            Some(Validation {
+                loss,
+                routing: Some(routing),
+            }),
+        ) = (routing_log.as_mut(), validation)
+        {
+            log.write(&RoutingLine {
+                step: state.step,
+                val_loss: loss,
+                routing,
+            })?;
         }
         if state.step % config.log_every == 0 || last || val_loss.is_some() {
             metrics.write(&MetricsLine {

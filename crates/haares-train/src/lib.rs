@@ -15,8 +15,9 @@
 //!    ([`run_checkpoint`]) and exact resumption, one writer per run directory ([`run_lock`]).
 //! 4. [`backend::dispatch`] runs a job (a run, a [`sweep`]) on the backend chosen at run time,
 //!    with CubeCL's kernel caches shared on the GPU backends ([`kernel_cache`]).
-//! 5. [`report::write_report`]: the paper's tables and figures from finished runs;
-//!    [`inference`] evaluates and samples trained models.
+//! 5. [`report::write_report`]: the paper's tables and figures from finished runs, the routing
+//!    figures among them ([`routing_figures`], from each run's `routing.jsonl`);
+//!    [`inference`] evaluates and samples trained models, [`inspect`] shows their routers.
 #![warn(missing_docs)]
 
 pub mod backend;
@@ -25,13 +26,17 @@ pub mod data;
 pub mod error;
 pub mod figures;
 pub mod inference;
+pub mod inspect;
 pub mod kernel_cache;
 pub mod learner;
 pub mod loss;
 pub mod metrics;
 pub mod optim;
 pub mod overrides;
+pub mod plot;
 pub mod report;
+pub mod results;
+pub mod routing_figures;
 pub mod run_checkpoint;
 pub mod run_lock;
 pub mod study;

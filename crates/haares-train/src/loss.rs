@@ -5,7 +5,7 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use haares_core::HaaresModel;
-use haares_core::RoutingBackend;
+use haares_core::{RoutingBackend, RoutingStatistics, RoutingTally};
 use haares_data::batching::{Batch, validation_batches};
 use haares_data::prepared::PreparedShard;
 
@@ -51,7 +51,14 @@ pub fn summed_cross_entropy<B: RoutingBackend>(
     model: &HaaresModel<B>,
     batch: &DeviceBatch<B>,
 ) -> Tensor<B, 1> {
-    let logits = model.forward_unchecked(batch.inputs.clone());
+    summed_cross_entropy_of(model.forward_unchecked(batch.inputs.clone()), batch)
+}
+
+/// Sum of the cross-entropy of `logits` (`[batch, seq, vocab]`) over the batch's real targets.
+fn summed_cross_entropy_of<B: Backend>(
+    logits: Tensor<B, 3>,
+    batch: &DeviceBatch<B>,
+) -> Tensor<B, 1> {
     let [rows, seq, vocab] = logits.dims();
     let log_probs = log_softmax(logits.reshape([rows * seq, vocab]), 1);
     let picked = log_probs.gather(1, batch.targets.clone().reshape([rows * seq, 1]));
@@ -75,21 +82,56 @@ pub fn validation_loss<B: RoutingBackend>(
     seq_len: usize,
     device: &B::Device,
 ) -> f64 {
+    validate(model, batches, seq_len, device, false).loss
+}
+
+/// What a validation pass measures.
+#[derive(Debug, Clone)]
+pub struct Validation {
+    /// Token-weighted loss (NaN without a real target).
+    pub loss: f64,
+    /// The routers' statistics over the real target positions, for routed models when asked for.
+    pub routing: Option<RoutingStatistics>,
+}
+
+/// A validation pass: the token-weighted loss over `batches` and, with `routing` and a routed
+/// model, the routing statistics over the same positions, from the same forward passes.
+pub fn validate<B: RoutingBackend>(
+    model: &HaaresModel<B>,
+    batches: impl Iterator<Item = Batch>,
+    seq_len: usize,
+    device: &B::Device,
+    routing: bool,
+) -> Validation {
+    let routing = routing && model.config.method.is_routed();
     let (mut total, mut tokens) = (0.0f64, 0usize);
+    let mut tally = RoutingTally::new();
     for batch in batches {
         let batch = to_device::<B>(&batch, seq_len, device);
         if batch.real_targets == 0 {
             continue;
         }
-        total += summed_cross_entropy(model, &batch)
+        let logits = if routing {
+            let (logits, trace) = model.forward_with_trace_unchecked(batch.inputs.clone());
+            tally
+                .add(&trace, Some(&batch.mask))
+                .expect("one model's traces share their read sites");
+            logits
+        } else {
+            model.forward_unchecked(batch.inputs.clone())
+        };
+        total += summed_cross_entropy_of(logits, &batch)
             .into_scalar()
             .elem::<f64>();
         tokens += batch.real_targets;
     }
-    if tokens == 0 {
-        f64::NAN
-    } else {
-        total / tokens as f64
+    Validation {
+        loss: if tokens == 0 {
+            f64::NAN
+        } else {
+            total / tokens as f64
+        },
+        routing: (routing && tokens > 0).then(|| tally.finish(model)),
     }
 }
 

@@ -1,4 +1,4 @@
-//! `haares-train`: train, sweep, report, eval and sample. See `docs/experiments.md`.
+//! `haares-train`: train, sweep, report, eval, inspect and sample. See `docs/experiments.md`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,6 +8,7 @@ use haares_train::backend::{BackendKind, dispatch};
 use haares_train::data::DataPaths;
 use haares_train::error::Result;
 use haares_train::inference::{EvalJob, ModelSource, SampleJob};
+use haares_train::inspect::{InspectJob, Inspected};
 use haares_train::learner::Outcome;
 use haares_train::report;
 use haares_train::study::{
@@ -82,6 +83,27 @@ enum Command {
         /// Only the first this many validation chunks.
         #[arg(long)]
         chunks: Option<usize>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Show a model's routers: per read site the slots and their mean weights, the detail mass
+    /// p_D, the entropy and the detail bias; writes routing.json and the heatmap (SVG, PNG).
+    Inspect {
+        /// Run directory, a model file inside one, or a bare .safetensors file.
+        model: PathBuf,
+        /// Route this text instead of the validation split, and show its weights per token.
+        #[arg(long)]
+        prompt: Option<String>,
+        /// The tokeniser (tokenizer.json) of a bare model file, for --prompt.
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
+        /// Validation chunks to route when no prompt is given.
+        #[arg(long, default_value_t = 16)]
+        chunks: usize,
+        /// Where to write routing.json, routing.svg/png and tokens.csv (default: <run>/inspect,
+        /// or <file stem>-inspect beside a bare file).
+        #[arg(long)]
+        out: Option<PathBuf>,
         #[command(flatten)]
         common: Common,
     },
@@ -347,6 +369,33 @@ fn run(cli: Cli) -> Result<()> {
                 "validation loss {loss:.4} (perplexity {:.2}) over {chunks} chunks",
                 loss.exp()
             );
+            Ok(())
+        }
+        Command::Inspect {
+            model,
+            prompt,
+            tokenizer,
+            chunks,
+            out,
+            common,
+        } => {
+            let inspected = Inspected::resolve(&model)?;
+            let job = InspectJob {
+                out: out.unwrap_or_else(|| inspected.default_out()),
+                inspected,
+                prompt,
+                tokenizer,
+                chunks,
+                paths: common.paths(),
+            };
+            let inspection = dispatch(common.backend()?, job)?;
+            println!("{}", inspection.table);
+            if let Some(per_token) = &inspection.per_token {
+                println!("{per_token}");
+            }
+            for file in &inspection.files {
+                println!("wrote {}", file.display());
+            }
             Ok(())
         }
         Command::Sample {

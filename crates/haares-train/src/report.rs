@@ -1,135 +1,17 @@
 //! The study report: the paper's tables from finished runs — endpoints per seed with mean ±
 //! sample SD (eq:endpoint), paired reductions ℓ_Block − ℓ_M, perplexities, time to target
 //! (tab:timetotarget) and the break-even ratio (eq:breakeven) — plus `paired_results.csv` and
-//! the figures of [`crate::figures`]; the paired tables are in [`crate::tables`].
+//! the figures of [`crate::figures`] and [`crate::routing_figures`]; the paired tables are in
+//! [`crate::tables`], the shared types in [`crate::results`].
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::config::{method_label, method_rank};
 use crate::error::{Result, TrainError, write_atomically};
-use crate::learner::RunSummary;
+use crate::results::{BASELINE, Finished, collect, mean_sd, pairs};
 use crate::study::{PlannedRun, Study};
-use crate::sweep::finished_summary;
 use crate::tables::{paired_csv, write_pairs_section, write_time_to_target};
-
-/// The baseline every paired reduction is taken against.
-pub const BASELINE: &str = "block-attnres";
-
-/// A finished run with its place in the study.
-#[derive(Debug, Clone)]
-pub struct Finished {
-    /// The report's setting label (e.g. `12L`).
-    pub setting: String,
-    /// Method name.
-    pub method: String,
-    /// Model seed.
-    pub seed: u64,
-    /// The run's summary.
-    pub summary: RunSummary,
-}
-
-/// Mean and sample standard deviation (`None` below two values).
-pub fn mean_sd(values: &[f64]) -> (f64, Option<f64>) {
-    let n = values.len() as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let sd = (values.len() >= 2)
-        .then(|| (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt());
-    (mean, sd)
-}
-
-/// One paired comparison of a method with the baseline at one setting and seed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Pair {
-    /// Setting label.
-    pub setting: String,
-    /// Model seed.
-    pub seed: u64,
-    /// The compared method.
-    pub method: String,
-    /// ℓ*_Block.
-    pub baseline_loss: f64,
-    /// ℓ*_M.
-    pub method_loss: f64,
-}
-
-impl Pair {
-    /// g = ℓ*_Block − ℓ*_M (eq:endpoint); positive favours the method.
-    pub fn reduction(&self) -> f64 {
-        self.baseline_loss - self.method_loss
-    }
-}
-
-/// Every (setting, seed, method ≠ baseline) with both runs finished, in report order.
-pub fn pairs(finished: &[Finished]) -> Vec<Pair> {
-    let mut out = Vec::new();
-    for base in finished.iter().filter(|f| f.method == BASELINE) {
-        for other in finished
-            .iter()
-            .filter(|f| f.method != BASELINE && f.setting == base.setting && f.seed == base.seed)
-        {
-            out.push(Pair {
-                setting: base.setting.clone(),
-                seed: base.seed,
-                method: other.method.clone(),
-                baseline_loss: base.summary.best_val_loss,
-                method_loss: other.summary.best_val_loss,
-            });
-        }
-    }
-    out
-}
-
-/// tab:timetotarget for one seed: the first grid step at which the method reaches the baseline's
-/// best loss, and the times implied by each run's measured throughput.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TimeToTarget {
-    /// The baseline's best loss (the target).
-    pub target: f64,
-    /// First grid step with loss ≤ target, and that loss.
-    pub first: Option<(usize, f64)>,
-    /// Baseline time for its full budget, seconds: steps × tokens/step / v_B.
-    pub baseline_seconds: f64,
-    /// Method time to the first crossing, seconds: K × tokens/step / v_M.
-    pub method_seconds: Option<f64>,
-    /// Throughput ratio v_M / v_B: the largest K_M / K_B that still saves time (eq:breakeven).
-    pub break_even_ratio: f64,
-}
-
-/// Time to target of `method` against `baseline` (same setting and seed).
-pub fn time_to_target(baseline: &RunSummary, method: &RunSummary) -> TimeToTarget {
-    let target = baseline.best_val_loss;
-    let first = method
-        .val_curve
-        .iter()
-        .copied()
-        .find(|(_, loss)| *loss <= target);
-    let tokens = |s: &RunSummary| s.config.tokens_per_step() as f64;
-    TimeToTarget {
-        target,
-        first,
-        baseline_seconds: baseline.steps as f64 * tokens(baseline) / baseline.tokens_per_s,
-        method_seconds: first.map(|(step, _)| step as f64 * tokens(method) / method.tokens_per_s),
-        break_even_ratio: method.tokens_per_s / baseline.tokens_per_s,
-    }
-}
-
-/// Loads the finished runs among `runs` from `study_dir`.
-pub fn collect(runs: &[PlannedRun], study_dir: &Path) -> Result<(Vec<Finished>, Vec<String>)> {
-    let (mut finished, mut missing) = (Vec::new(), Vec::new());
-    for run in runs {
-        match finished_summary(&study_dir.join(&run.name))? {
-            Some(summary) if summary.config == run.config => finished.push(Finished {
-                setting: run.setting_label(),
-                method: run.config.method.clone(),
-                seed: run.config.model_seed,
-                summary,
-            }),
-            _ => missing.push(run.name.clone()),
-        }
-    }
-    Ok((finished, missing))
-}
 
 /// `loss / perplexity` of one endpoint.
 fn loss_ppl(loss: f64) -> String {
@@ -317,14 +199,20 @@ pub fn write_report(study: &Study, runs: &[PlannedRun], study_dir: &Path) -> Res
         write_time_to_target(&mut md, &finished);
     }
     let figures = crate::figures::draw(study_dir, &settings, &finished, &pairs)?;
+    let routing = crate::routing_figures::draw(study_dir, &settings, &finished)?;
     let _ = writeln!(md, "## Figures\n");
-    for (caption, file) in figures {
+    for (caption, file) in figures.into_iter().chain(routing.written) {
         let _ = writeln!(md, "![{caption}]({file})\n");
+    }
+    for note in &routing.notes {
+        let _ = writeln!(md, "Note: {note}.\n");
     }
     let _ = writeln!(
         md,
         "## Files\n\n- `paired_results.csv`: every paired reduction.\n- `<run>/metrics.jsonl`: \
-         training and validation curves; `<run>/summary.json`: endpoint and throughput.\n"
+         training and validation curves; `<run>/summary.json`: endpoint and throughput.\n- \
+         `<run>/routing.jsonl` (routed methods): per validation pass, every read site's mean slot \
+         weights, group masses, detail mass p_D, entropy and detail bias.\n"
     );
 
     write_atomically(

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::config::method_label;
-use crate::report::{BASELINE, Finished, Pair, mean_sd, time_to_target};
+use crate::results::{BASELINE, Finished, Pair, mean_sd, time_to_target};
 
 /// Appends the paired-reduction tables.
 pub fn write_pairs_section(md: &mut String, pairs: &[Pair]) {

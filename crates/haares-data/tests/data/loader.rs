@@ -236,9 +236,9 @@ fn registry_pins_the_paper_revisions() {
 fn the_embedded_corpus_reads_with_the_same_loader() {
     let spec = dataset("sotu").unwrap();
     let root = embedded_corpus_dir();
-    let count = |split| {
+    let count = |root: &std::path::Path, split| {
         let (mut rows, mut bytes) = (0, 0);
-        spec.split_reader(&root, split)
+        spec.split_reader(root, split)
             .unwrap()
             .for_each_row(|row| {
                 rows += 1;
@@ -248,7 +248,7 @@ fn the_embedded_corpus_reads_with_the_same_loader() {
             .unwrap();
         (rows, bytes)
     };
-    let (train, validation) = (count(Split::Train), count(Split::Validation));
+    let (train, validation) = (count(&root, Split::Train), count(&root, Split::Validation));
     assert!(
         train.0 > 150 && validation.0 > 15,
         "{train:?} {validation:?}"
@@ -257,6 +257,17 @@ fn the_embedded_corpus_reads_with_the_same_loader() {
         train.1 + validation.1 > 10_000_000,
         "the corpus holds about 10.8 MB of text"
     );
+    // The copy compiled into the binary (used where the source tree is not at hand) is the same
+    // corpus, byte for byte.
+    let copy = tempfile::tempdir().unwrap();
+    haares_data::write_embedded_corpus(copy.path()).unwrap();
+    for shard in find_shards(&root, "data/*.parquet").unwrap() {
+        let name = shard.file_name().unwrap();
+        let copied = std::fs::read(copy.path().join("data").join(name)).unwrap();
+        assert_eq!(copied, std::fs::read(&shard).unwrap(), "{name:?}");
+    }
+    assert_eq!(count(copy.path(), Split::Train), train);
+    assert_eq!(count(copy.path(), Split::Validation), validation);
 }
 
 #[test]

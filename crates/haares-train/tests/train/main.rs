@@ -6,5 +6,6 @@ mod inference;
 mod learner;
 mod optim;
 mod report;
+mod routing;
 mod sweep;
 mod writers;
