@@ -163,6 +163,13 @@ struct CostArgs {
     /// Size of the square GEMM that sets the peak.
     #[arg(long = "gemm-size")]
     gemm_size: Option<usize>,
+    /// Steps between validation passes, for the routing telemetry's share of training time
+    /// [default: 20, the depth study's cpu preset].
+    #[arg(long)]
+    validation_every: Option<usize>,
+    /// Batches per validation pass, for the same share [default: 4].
+    #[arg(long)]
+    validation_batches: Option<usize>,
     /// Output path without extension [default: runs/bench/cost-<backend>-<preset>].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -247,6 +254,8 @@ impl CostArgs {
         set(&mut spec.warmup, self.warmup);
         set(&mut spec.repeats, self.repeats);
         set(&mut spec.gemm_n, self.gemm_size);
+        set(&mut spec.validation_every, self.validation_every);
+        set(&mut spec.validation_batches, self.validation_batches);
         if let Some(methods) = self.methods {
             spec.methods = methods;
         }

@@ -75,6 +75,17 @@ fn cost_runs_end_to_end_and_writes_valid_json() {
         assert!(sample["peak_allocated_bytes"].as_u64().unwrap() > 1 << 20);
         // Random ids: the first loss is near ln 256 = 5.55.
         assert!((sample["first_loss"].as_f64().unwrap() - 256f64.ln()).abs() < 0.5);
+        // Routed methods time validation batches without and with routing statistics.
+        let validation = &sample["validation"];
+        if sample["method"] == "standard" {
+            assert!(validation.is_null());
+        } else {
+            for mode in ["plain_s", "with_routing_s"] {
+                let times = validation[mode].as_array().unwrap();
+                assert_eq!(times.len(), 6, "{mode}");
+                assert!(times.iter().all(|t| t.as_f64().unwrap() > 0.0));
+            }
+        }
     }
     assert!(
         json["gemm_flops_per_s"]
@@ -90,6 +101,9 @@ fn cost_runs_end_to_end_and_writes_valid_json() {
         "HAARES / Block AttnRes peak RSS",
         "step / Block",
         "HAARES / Block AttnRes step time",
+        "| Small | HAARES |",
+        "for a validation pass of 4 batches every 20 steps",
+        "HAARES routing telemetry",
     ] {
         assert!(table.contains(needle), "missing `{needle}` in\n{table}");
     }

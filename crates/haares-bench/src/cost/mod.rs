@@ -50,6 +50,22 @@ pub struct CostSpec {
     pub methods: Vec<String>,
     /// Size n of the square GEMM whose rate is the peak.
     pub gemm_n: usize,
+    /// The validation schedule the routing telemetry's share of training time is computed for:
+    /// a validation pass of `validation_batches` batches every `validation_every` steps.
+    /// Default: the depth study's `cpu` preset (32 chunks in batches of 8, every 20 steps).
+    #[serde(default = "default_validation_every")]
+    pub validation_every: usize,
+    /// See `validation_every`.
+    #[serde(default = "default_validation_batches")]
+    pub validation_batches: usize,
+}
+
+fn default_validation_every() -> usize {
+    20
+}
+
+fn default_validation_batches() -> usize {
+    4
 }
 
 impl CostSpec {
@@ -70,6 +86,8 @@ impl CostSpec {
                 .map(String::from)
                 .to_vec(),
             gemm_n: 1024,
+            validation_every: default_validation_every(),
+            validation_batches: default_validation_batches(),
         }
     }
 
@@ -144,8 +162,18 @@ impl CostSpec {
                 self.steps, self.warmup
             ));
         }
-        if self.repeats == 0 || self.batch == 0 || self.seq == 0 || self.gemm_n == 0 {
-            return Err("--repeats, --batch, --seq and --gemm-size must be positive".into());
+        let sizes = [
+            self.repeats,
+            self.batch,
+            self.seq,
+            self.gemm_n,
+            self.validation_every,
+        ];
+        if sizes.contains(&0) {
+            return Err(
+                "--repeats, --batch, --seq, --gemm-size and --validation-every must be positive"
+                    .into(),
+            );
         }
         for family in &self.families {
             for method in &self.methods {

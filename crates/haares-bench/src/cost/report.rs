@@ -36,6 +36,19 @@ pub struct MethodCost {
     pub training_flops_per_token: f64,
     /// Model FLOP utilisation: training FLOP/s at the steady step time / the GEMM peak.
     pub mfu: f64,
+    /// Median seconds of a validation batch without and with routing statistics (routed
+    /// methods measured with them).
+    #[serde(default)]
+    pub validation_s: Option<(f64, f64)>,
+}
+
+impl MethodCost {
+    /// The routing statistics' share of training time at the spec's validation schedule:
+    /// `V·(t_routing − t_plain) / (E·t_step)` for `V` validation batches every `E` steps.
+    pub fn telemetry_share(&self, every: usize, batches: usize) -> Option<f64> {
+        let (plain, routing) = self.validation_s?;
+        Some(batches as f64 * (routing - plain) / (every as f64 * self.steady_step_s))
+    }
 }
 
 /// A method's label with its pinned routing path, e.g. `haares/fused` → `HAARES (fused)`.
@@ -112,12 +125,30 @@ pub fn summarise(run: &CostRun) -> Vec<(ModelFamily, Vec<MethodCost>)> {
                         peak_rss_bytes,
                         training_flops_per_token,
                         mfu: training_flops_per_token * tokens / steady_step_s / peak,
+                        validation_s: validation_medians(&mine),
                     }
                 })
                 .collect();
             (*family, costs)
         })
         .collect()
+}
+
+/// Medians of the validation batch times over every sample that has them.
+fn validation_medians(samples: &[&TrainSample]) -> Option<(f64, f64)> {
+    let timed: Vec<_> = samples
+        .iter()
+        .filter_map(|s| s.validation.as_ref())
+        .collect();
+    let all = |of: fn(&super::worker::ValidationCost) -> &Vec<f64>| {
+        median(
+            &timed
+                .iter()
+                .flat_map(|v| of(v).iter().copied())
+                .collect::<Vec<_>>(),
+        )
+    };
+    (!timed.is_empty()).then(|| (all(|v| &v.plain_s), all(|v| &v.with_routing_s)))
 }
 
 fn ratio(
@@ -260,6 +291,57 @@ pub fn cost_table(run: &CostRun) -> String {
                 100.0 * target
             );
         }
+        for c in costs {
+            if let Some(share) = c.telemetry_share(spec.validation_every, spec.validation_batches) {
+                let verdict = if share <= 0.01 { "met" } else { "not met" };
+                let _ = writeln!(
+                    out,
+                    "- {family:?}: {} routing telemetry {:.2}% of training time (target ≤ 1%): {verdict}",
+                    method_with_path(&c.method),
+                    100.0 * share
+                );
+            }
+        }
     }
+    write_telemetry_section(&mut out, spec, &summaries);
     out
+}
+
+/// The routing-telemetry table: a validation batch without and with the statistics the learner
+/// logs to `routing.jsonl`, and their share of training time at the spec's validation schedule.
+fn write_telemetry_section(
+    out: &mut String,
+    spec: &super::CostSpec,
+    summaries: &[(ModelFamily, Vec<MethodCost>)],
+) {
+    let timed = summaries
+        .iter()
+        .flat_map(|(family, costs)| costs.iter().map(move |c| (family, c)))
+        .filter(|(_, c)| c.validation_s.is_some());
+    let mut rows = String::new();
+    for (family, c) in timed {
+        let (plain, routing) = c.validation_s.unwrap_or_default();
+        let share = c
+            .telemetry_share(spec.validation_every, spec.validation_batches)
+            .unwrap_or(f64::NAN);
+        let _ = writeln!(
+            rows,
+            "| {family:?} | {} | {plain:.4} | {routing:.4} | {:+.1}% | {:.2}% |",
+            method_with_path(&c.method),
+            100.0 * (routing / plain - 1.0),
+            100.0 * share
+        );
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let _ = write!(
+        out,
+        "\nRouting telemetry: a validation batch (median) with loss only and with the routing \
+         statistics of `routing.jsonl`, and their share of training time for a validation pass of \
+         {} batches every {} steps.\n\n\
+         | family | method | validation batch (s) | with routing statistics (s) | overhead | share of training time |\n\
+         |---|---|---|---|---|---|\n{rows}",
+        spec.validation_batches, spec.validation_every
+    );
 }

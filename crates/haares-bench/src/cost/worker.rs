@@ -4,13 +4,15 @@
 use haares_core::TrainingBackend;
 use std::time::Instant;
 
+use burn::module::AutodiffModule;
 use burn::tensor::backend::Backend;
-use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use burn::tensor::{ElementConversion, Tensor, TensorData};
 use haares_core::{HaaresModel, ModelConfig};
+use haares_data::batching::Batch;
 use haares_train::backend::{BackendJob, BackendKind};
 use haares_train::inference::SplitMix64;
 use haares_train::learner::init_model;
-use haares_train::loss::{DeviceBatch, mean_cross_entropy};
+use haares_train::loss::{mean_cross_entropy, to_device, validate};
 use haares_train::metrics::peak_memory_bytes;
 use haares_train::optim::{AdamW, AdamWSettings};
 use serde::{Deserialize, Serialize};
@@ -82,10 +84,24 @@ pub struct TrainSample {
     /// `None` in runs recorded before it existed.
     #[serde(default)]
     pub anatomy: Option<Anatomy>,
+    /// Validation batches timed without and with routing statistics (routed methods only;
+    /// `None` in runs recorded before it existed).
+    #[serde(default)]
+    pub validation: Option<ValidationCost>,
     /// Loss of the first and of the last step (a sanity check that training happened).
     pub first_loss: f64,
     /// See `first_loss`.
     pub last_loss: f64,
+}
+
+/// Seconds of single validation batches of the learner's validation pass ([`validate`]), timed
+/// alternately without and with the routing statistics the learner logs (`routing.jsonl`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ValidationCost {
+    /// Loss only.
+    pub plain_s: Vec<f64>,
+    /// Loss and routing statistics, from the same forward pass.
+    pub with_routing_s: Vec<f64>,
 }
 
 /// The marker in front of a worker's JSON answer on its stdout.
@@ -149,8 +165,13 @@ impl BackendJob for Worker {
                         eprintln!("  {method}: first step {}", recorder.first_step_line());
                     }
                 }
+                let validation = config
+                    .method
+                    .is_routed()
+                    .then(|| trainer.validation_cost(VALIDATION_REPEATS));
                 WorkerResult::Train(TrainSample {
                     method,
+                    validation,
                     startup_s,
                     total_s: self.started.elapsed().as_secs_f64(),
                     step_s,
@@ -166,6 +187,9 @@ impl BackendJob for Worker {
         })
     }
 }
+
+/// Timed validation batches per mode, after one untimed batch of each.
+const VALIDATION_REPEATS: usize = 6;
 
 /// A model, its optimizer and a source of batches: one training step of the learner (forward,
 /// masked cross-entropy, backward, clipped AdamW update), as the cost protocol and the criterion
@@ -203,7 +227,8 @@ impl<B: TrainingBackend> Trainer<B> {
     pub fn step(&mut self, mut at_end: impl FnMut(Phase)) -> haares_train::Result<StepTimes> {
         let vocab = self.model.config.vocab_size;
         let start = Instant::now();
-        let data = random_batch::<B>(&mut self.rng, self.batch, self.seq, vocab, &self.device);
+        let batch = random_batch(&mut self.rng, self.batch, self.seq, vocab);
+        let data = to_device::<B>(&batch, self.seq, &self.device);
         let loss = mean_cross_entropy(&self.model, &data);
         let value = loss.clone().into_scalar().elem::<f64>();
         let forward_s = start.elapsed().as_secs_f64();
@@ -226,6 +251,44 @@ impl<B: TrainingBackend> Trainer<B> {
     }
 }
 
+impl<B: TrainingBackend> Trainer<B> {
+    /// Times `repeats` validation batches each way — the learner's [`validate`] without and
+    /// with routing statistics — alternating which goes first, after one untimed batch of each.
+    pub fn validation_cost(&mut self, repeats: usize) -> ValidationCost {
+        let valid = self.model.valid();
+        let vocab = valid.config.vocab_size;
+        let batch = random_batch(&mut self.rng, self.batch, self.seq, vocab);
+        let time = |routing: bool| {
+            let start = Instant::now();
+            let pass = validate(
+                &valid,
+                std::iter::once(batch.clone()),
+                self.seq,
+                &self.device,
+                routing,
+            );
+            std::hint::black_box(pass);
+            start.elapsed().as_secs_f64()
+        };
+        time(false);
+        time(true);
+        let mut cost = ValidationCost {
+            plain_s: Vec::with_capacity(repeats),
+            with_routing_s: Vec::with_capacity(repeats),
+        };
+        for repeat in 0..repeats {
+            for routing in [repeat % 2 == 1, repeat % 2 == 0] {
+                let seconds = time(routing);
+                match routing {
+                    true => cost.with_routing_s.push(seconds),
+                    false => cost.plain_s.push(seconds),
+                }
+            }
+        }
+        cost
+    }
+}
+
 /// Waits for the device's queued work; a failure is the backend's error.
 fn sync<B: Backend>(device: &B::Device) -> haares_train::Result<()> {
     B::sync(device).map_err(|e| haares_train::TrainError::Device(format!("{e:?}")))
@@ -239,24 +302,19 @@ fn start_backend<B: Backend>(device: &B::Device) -> haares_train::Result<()> {
 }
 
 /// Uniform random ids, a fresh batch per step (the cost does not depend on the text).
-fn random_batch<B: Backend>(
-    rng: &mut SplitMix64,
-    batch: usize,
-    seq: usize,
-    vocab: usize,
-    device: &B::Device,
-) -> DeviceBatch<B> {
-    let mut ids = |n: usize| -> Vec<i64> {
+fn random_batch(rng: &mut SplitMix64, batch: usize, seq: usize, vocab: usize) -> Batch {
+    let mut ids = |n: usize| -> Vec<u32> {
         (0..n)
-            .map(|_| ((rng.next_f64() * vocab as f64) as i64).min(vocab as i64 - 1))
+            .map(|_| ((rng.next_f64() * vocab as f64) as u32).min(vocab as u32 - 1))
             .collect()
     };
     let (inputs, targets) = (ids(batch * seq), ids(batch * seq));
-    DeviceBatch {
-        inputs: Tensor::<B, 2, Int>::from_data(TensorData::new(inputs, [batch, seq]), device),
-        targets: Tensor::<B, 2, Int>::from_data(TensorData::new(targets, [batch, seq]), device),
-        mask: Tensor::ones([batch, seq], device),
-        real_targets: batch * seq,
+    Batch {
+        batch_size: batch,
+        seq_len: seq,
+        inputs,
+        targets,
+        mask: vec![1.0; batch * seq],
     }
 }
 
