@@ -9,7 +9,7 @@ use plotters::prelude::*;
 
 use crate::config::method_label;
 use crate::error::{Result, TrainError};
-use crate::plot::{DrawResult, FONT, Figure, color, save_both, slug};
+use crate::plot::{DrawResult, FONT, Figure, color, draw_legend, legend_mark, save_both, slug};
 use crate::results::{Finished, Pair, mean_sd};
 
 /// Draws every figure into `study_dir/figures/`; returns `(caption, relative path of the SVG)`.
@@ -126,23 +126,16 @@ fn curves<DB: DrawingBackend>(
                 .draw_series(LineSeries::new(line.clone(), style.stroke_width(2)))
                 .map_err(e)?;
             if k == 0 {
-                series.label(method_label(method)).legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], style.stroke_width(2))
-                });
+                series
+                    .label(method_label(method))
+                    .legend(legend_mark(style));
             }
             chart
                 .draw_series(line.iter().map(|p| Circle::new(*p, 3, style.filled())))
                 .map_err(e)?;
         }
     }
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(e)?;
-    Ok(())
+    draw_legend(&mut chart, 14)
 }
 
 fn groups(pairs: &[Pair]) -> Vec<(String, String)> {

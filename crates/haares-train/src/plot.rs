@@ -31,6 +31,25 @@ pub trait Figure {
     fn render<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult;
 }
 
+/// The legend's mark of a line series drawn in `style`.
+pub fn legend_mark(style: RGBColor) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style.stroke_width(2))
+}
+
+/// Draws the legend of `chart`'s labelled series in a framed, lightly opaque box.
+pub fn draw_legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    font_size: u32,
+) -> DrawResult {
+    chart
+        .configure_series_labels()
+        .label_font((FONT, font_size))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())
+}
+
 /// Renders `figure` to `<stem>.svg` and `<stem>.png` in `dir`, each through a temporary file and a
 /// rename.
 pub fn save_both(dir: &Path, stem: &str, size: (u32, u32), figure: &impl Figure) -> Result<()> {

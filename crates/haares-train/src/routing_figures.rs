@@ -15,7 +15,9 @@ use crate::config::{method_label, method_rank, parse_method};
 use crate::error::{Result, TrainError};
 use crate::learner::routing_path;
 use crate::metrics::{RoutingLine, read_routing};
-use crate::plot::{DrawResult, FONT, Figure, color, save_both, slug, viridis};
+use crate::plot::{
+    DrawResult, FONT, Figure, color, draw_legend, legend_mark, save_both, slug, viridis,
+};
 use crate::results::Finished;
 
 /// What [`draw`] produced: `(caption, relative SVG path)` per figure, and notes for the report
@@ -440,19 +442,10 @@ fn line_panel<DB: DrawingBackend>(
             .draw_series(LineSeries::new(line.clone(), style.stroke_width(2)))
             .map_err(e)?
             .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], style.stroke_width(2))
-            });
+            .legend(legend_mark(style));
         chart
             .draw_series(line.iter().map(|p| Circle::new(*p, 3, style.filled())))
             .map_err(e)?;
     }
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 12))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(e)?;
-    Ok(())
+    draw_legend(&mut chart, 12)
 }
