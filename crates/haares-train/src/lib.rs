@@ -25,6 +25,7 @@ pub mod config;
 pub mod data;
 pub mod error;
 pub mod figures;
+pub mod heatmap;
 pub mod inference;
 pub mod inspect;
 pub mod kernel_cache;
