@@ -23,6 +23,11 @@ pub struct GpuCheckArgs {
     /// A stage's budget in seconds, replacing the profile's, e.g. `cost=400` (repeatable).
     #[arg(long = "budget", value_name = "STAGE=SECONDS")]
     budgets: Vec<String>,
+    /// Training steps of the real-run stage, replacing the profile's (it is killed at its first
+    /// checkpoint, so this must exceed the profile's checkpoint interval: 100 for `gpu`, 80 for
+    /// `tiny`).
+    #[arg(long)]
+    real_run_steps: Option<usize>,
     /// The haares-train binary [default: beside this one].
     #[arg(long)]
     train_bin: Option<PathBuf>,
@@ -54,12 +59,23 @@ impl GpuCheckArgs {
                 Ok((stage.to_string(), seconds))
             })
             .collect::<Result<Vec<_>, String>>()?;
+        let mut profile = if self.profile == "tiny" {
+            Profile::tiny()
+        } else {
+            Profile::gpu()
+        };
+        if let Some(steps) = self.real_run_steps {
+            let every = profile.real_run.checkpoint_every;
+            if steps <= every {
+                return Err(format!(
+                    "--real-run-steps {steps} must exceed the real run's checkpoint interval \
+                     {every}: the stage kills the run at its first checkpoint and resumes it"
+                ));
+            }
+            profile.real_run.steps = steps;
+        }
         Ok(CheckSpec {
-            profile: if self.profile == "tiny" {
-                Profile::tiny()
-            } else {
-                Profile::gpu()
-            },
+            profile,
             stages: self
                 .stages
                 .unwrap_or_else(|| STAGES.iter().map(|s| s.to_string()).collect()),
