@@ -8,7 +8,6 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use burn::module::{AutodiffModule, Module};
-use burn::tensor::ElementConversion;
 use burn::tensor::backend::Backend;
 use haares_core::{HaaresModel, ModelConfig};
 use haares_data::batching::BatchIterator;
@@ -18,9 +17,10 @@ use serde::{Deserialize, Serialize};
 use crate::config::RunConfig;
 use crate::data::RunData;
 use crate::error::{Result, TrainError, write_atomically};
-use crate::loss::{Validation, mean_cross_entropy, to_device, validate, validation_pass};
+use crate::loss::{Validation, validate, validation_pass};
 use crate::metrics::{MetricsLine, MetricsLog, RoutingLine, StepLog, peak_memory_bytes};
 use crate::optim::AdamW;
+use crate::parallel::{Collective, Follower, Replica, Stepped};
 use crate::run_checkpoint::{self, LoopState, best_of};
 
 /// Burn backends seed one process-wide generator: seeding and initialising under one lock keeps
@@ -110,7 +110,32 @@ pub fn train<B: TrainingBackend>(
     device: &B::Device,
     options: &TrainOptions,
 ) -> Result<Outcome> {
+    train_on::<B>(
+        config,
+        data,
+        run_dir,
+        backend,
+        std::slice::from_ref(device),
+        options,
+    )
+}
+
+/// [`train`] with one replica per device, data-parallel ([`crate::parallel`]): the same run,
+/// batch and data order as on one device, to float rounding. The first device validates, logs
+/// and checkpoints.
+pub fn train_on<B: TrainingBackend>(
+    config: &RunConfig,
+    data: &RunData,
+    run_dir: &Path,
+    backend: &str,
+    devices: &[B::Device],
+    options: &TrainOptions,
+) -> Result<Outcome> {
     config.validate()?;
+    let Some(device) = devices.first() else {
+        return Err(TrainError::Config("no device to train on".into()));
+    };
+    Replica::check_batch(devices.len(), config.batch_size)?;
     std::fs::create_dir_all(run_dir).map_err(|e| TrainError::io(run_dir, e))?;
     // One writer per run: held until this function returns, whatever it returns.
     let _lock = crate::run_lock::RunLock::acquire(run_dir)?;
@@ -136,7 +161,7 @@ pub fn train<B: TrainingBackend>(
         data.tokenizer.save(&run_dir.join("tokenizer.json"))?;
     }
 
-    let (mut model, mut optimizer, mut state) = match run_checkpoint::latest(run_dir) {
+    let (model, optimizer, state) = match run_checkpoint::latest(run_dir) {
         Some(dir) => {
             let loaded = run_checkpoint::load::<B>(&dir, config, device)?;
             (loaded.model, loaded.optimizer, loaded.state)
@@ -176,121 +201,221 @@ pub fn train<B: TrainingBackend>(
             model_config.d_model,
         )));
     }
-    let mut batches = BatchIterator::restore(&data.train, state.data_position)?;
-    let mut metrics = MetricsLog::open(&run_dir.join("metrics.jsonl"), state.step)?;
-    let mut routing_log = model_config
-        .method
-        .is_routed()
-        .then(|| StepLog::<RoutingLine>::open(&routing_path(run_dir), state.step))
-        .transpose()?;
-    let bar = progress_bar(options, config.steps, state.step);
-
-    let (mut interval_loss, mut interval_steps) = (0.0, 0usize);
-    let mut interval_seconds = 0.0;
-    while state.step < config.steps {
-        let started = Instant::now();
-        let batch = to_device::<B>(&batches.next_batch(), config.seq_len, device);
-        let loss = mean_cross_entropy(&model, &batch);
-        let value = loss.clone().into_scalar().elem::<f64>();
-        if !value.is_finite() {
-            bar.abandon();
-            return Err(TrainError::NonFinite {
-                step: state.step + 1,
-                run_dir: run_dir.to_path_buf(),
-            });
-        }
-        let grads = loss.backward();
-        let stats = optimizer.step(&mut model, &grads);
-        state.step += 1;
-        let seconds = started.elapsed().as_secs_f64();
-        state.train_seconds += seconds;
-        interval_seconds += seconds;
-        (interval_loss, interval_steps) = (interval_loss + value, interval_steps + 1);
-
-        let last = state.step == config.steps;
-        let evaluate = state.step % config.eval_every == 0 || last;
-        let validation = evaluate.then(|| {
-            let valid = model.valid();
-            let pass = validation_pass(&data.validation, config.batch_size, config.val_chunks);
-            validate(&valid, pass, config.seq_len, device, routing_log.is_some())
-        });
-        let val_loss = validation.as_ref().map(|v| v.loss);
-        if let Some(loss) = val_loss {
-            state.val_curve.push((state.step, loss));
-        }
-        if let (
-            Some(log),
-            Some(Validation {
-                loss,
-                routing: Some(routing),
-            }),
-        ) = (routing_log.as_mut(), validation)
-        {
-            log.write(&RoutingLine {
-                step: state.step,
-                val_loss: loss,
-                routing,
-            })?;
-        }
-        if state.step % config.log_every == 0 || last || val_loss.is_some() {
-            metrics.write(&MetricsLine {
-                step: state.step,
-                train_loss: Some(interval_loss / interval_steps.max(1) as f64),
-                grad_norm: Some(stats.grad_norm),
-                val_loss,
-                tokens_per_s: Some(
-                    (interval_steps * config.tokens_per_step()) as f64 / interval_seconds.max(1e-9),
-                ),
-                elapsed_s: state.train_seconds,
-                peak_memory_bytes: peak_memory_bytes(),
-            })?;
-            bar.set_message(format!(
-                "loss {:.4}{} | {:.0} tok/s",
-                interval_loss / interval_steps.max(1) as f64,
-                best_of(&state.val_curve)
-                    .map(|(_, l)| format!(" | best val {l:.4}"))
-                    .unwrap_or_default(),
-                (interval_steps * config.tokens_per_step()) as f64 / interval_seconds.max(1e-9)
-            ));
-            (interval_loss, interval_steps, interval_seconds) = (0.0, 0, 0.0);
-        }
-        bar.set_position(state.step as u64);
-        if let Some((best_step, _)) = best_of(&state.val_curve)
-            && best_step == state.step
-            && val_loss.is_some()
-        {
-            model.save_safetensors(run_dir.join("best-model.safetensors"))?;
-        }
-        if state.step % config.checkpoint_every == 0 || last {
-            state.optimizer_steps = optimizer.steps;
-            state.data_position = batches.position();
-            run_checkpoint::save(run_dir, &model, &optimizer, &state)?;
-        }
-        if options.stop_after == Some(state.step) && !last {
-            bar.abandon();
-            return Ok(Outcome::Stopped { step: state.step });
-        }
-    }
-    bar.finish();
-    let (best_step, best_val_loss) = state.best().unwrap_or((0, f64::NAN));
-    let summary = RunSummary {
-        config: config.clone(),
-        vocab_size: vocab,
-        parameters: model.num_params(),
-        steps: state.step,
-        best_val_loss,
-        best_step,
-        val_curve: state.val_curve.clone(),
-        tokens_per_s: (state.step * config.tokens_per_step()) as f64
-            / state.train_seconds.max(1e-9),
-        train_seconds: state.train_seconds,
-        backend: backend.to_string(),
+    let learner = LearnerLoop {
+        config,
+        data,
+        run_dir,
+        backend,
+        device,
+        options,
+        routed: model_config.method.is_routed(),
+        vocab,
     };
-    write_atomically(
-        &summary_path(run_dir),
-        &serde_json::to_vec_pretty(&summary).expect("summary serialises"),
-    )?;
-    Ok(Outcome::Finished(Box::new(summary)))
+    if devices.len() == 1 {
+        return learner.run(model, optimizer, state, Replica::SOLE);
+    }
+    let count = devices.len();
+    let last = match options.stop_after {
+        Some(stop) if stop > state.step && stop < config.steps => stop,
+        _ => config.steps,
+    };
+    let collective = Collective::<B::InnerBackend>::take(count);
+    std::thread::scope(|scope| {
+        let followers: Vec<_> = devices[1..]
+            .iter()
+            .enumerate()
+            .map(|(k, replica_device)| {
+                let (model, optimizer) = Follower::copy_of(&model, &optimizer, replica_device);
+                let follower = Follower {
+                    replica: Replica {
+                        index: k + 1,
+                        count,
+                    },
+                    model,
+                    optimizer,
+                    device: replica_device.clone(),
+                    train: &data.train,
+                    position: state.data_position,
+                    steps: state.step..last,
+                    seq_len: config.seq_len,
+                };
+                scope.spawn(move || follower.run())
+            })
+            .collect();
+        let outcome = collective
+            .register(device)
+            .and_then(|_| learner.run(model, optimizer, state, Replica { index: 0, count }));
+        let outcome = match outcome {
+            Ok(outcome) => collective.finish().map(|_| outcome),
+            Err(error) => {
+                // Leaving early: followers waiting in an all-reduce now fail instead of waiting.
+                drop(collective);
+                Err(error)
+            }
+        };
+        let mut first_follower_error = None;
+        for follower in followers {
+            let result = follower
+                .join()
+                .unwrap_or_else(|_| Err(TrainError::Device("a replica's thread panicked".into())));
+            if let Err(error) = result {
+                first_follower_error.get_or_insert(error);
+            }
+        }
+        match (outcome, first_follower_error) {
+            // Replica 0's collective error is the echo of a follower's own.
+            (Err(TrainError::Device(_)), Some(error)) => Err(error),
+            (Ok(_), Some(error)) => Err(error),
+            (outcome, _) => outcome,
+        }
+    })
+}
+
+/// The learner loop of replica 0, with what it needs beside the model and the optimizer.
+struct LearnerLoop<'a, B: TrainingBackend> {
+    config: &'a RunConfig,
+    data: &'a RunData,
+    run_dir: &'a Path,
+    backend: &'a str,
+    device: &'a B::Device,
+    options: &'a TrainOptions,
+    routed: bool,
+    vocab: usize,
+}
+
+impl<B: TrainingBackend> LearnerLoop<'_, B> {
+    /// Steps to the end of the budget (or [`TrainOptions::stop_after`]): validation on the grid,
+    /// logs, the best model, checkpoints, and the summary at the end.
+    fn run(
+        &self,
+        mut model: HaaresModel<B>,
+        mut optimizer: AdamW<B::InnerBackend>,
+        mut state: LoopState,
+        replica: Replica,
+    ) -> Result<Outcome> {
+        let Self {
+            config,
+            data,
+            run_dir,
+            backend,
+            device,
+            options,
+            routed,
+            vocab,
+        } = *self;
+        let mut batches = BatchIterator::restore(&data.train, state.data_position)?;
+        let mut metrics = MetricsLog::open(&run_dir.join("metrics.jsonl"), state.step)?;
+        let mut routing_log = routed
+            .then(|| StepLog::<RoutingLine>::open(&routing_path(run_dir), state.step))
+            .transpose()?;
+        let bar = progress_bar(options, config.steps, state.step);
+
+        let (mut interval_loss, mut interval_steps) = (0.0, 0usize);
+        let mut interval_seconds = 0.0;
+        while state.step < config.steps {
+            let started = Instant::now();
+            let batch = batches.next_batch();
+            let stepped =
+                replica.step(&mut model, &mut optimizer, &batch, config.seq_len, device)?;
+            let Stepped::Updated { loss: value, stats } = stepped else {
+                bar.abandon();
+                return Err(TrainError::NonFinite {
+                    step: state.step + 1,
+                    run_dir: run_dir.to_path_buf(),
+                });
+            };
+            state.step += 1;
+            let seconds = started.elapsed().as_secs_f64();
+            state.train_seconds += seconds;
+            interval_seconds += seconds;
+            (interval_loss, interval_steps) = (interval_loss + value, interval_steps + 1);
+
+            let last = state.step == config.steps;
+            let evaluate = state.step % config.eval_every == 0 || last;
+            let validation = evaluate.then(|| {
+                let valid = model.valid();
+                let pass = validation_pass(&data.validation, config.batch_size, config.val_chunks);
+                validate(&valid, pass, config.seq_len, device, routing_log.is_some())
+            });
+            let val_loss = validation.as_ref().map(|v| v.loss);
+            if let Some(loss) = val_loss {
+                state.val_curve.push((state.step, loss));
+            }
+            if let (
+                Some(log),
+                Some(Validation {
+                    loss,
+                    routing: Some(routing),
+                }),
+            ) = (routing_log.as_mut(), validation)
+            {
+                log.write(&RoutingLine {
+                    step: state.step,
+                    val_loss: loss,
+                    routing,
+                })?;
+            }
+            if state.step % config.log_every == 0 || last || val_loss.is_some() {
+                metrics.write(&MetricsLine {
+                    step: state.step,
+                    train_loss: Some(interval_loss / interval_steps.max(1) as f64),
+                    grad_norm: Some(stats.grad_norm),
+                    val_loss,
+                    tokens_per_s: Some(
+                        (interval_steps * config.tokens_per_step()) as f64
+                            / interval_seconds.max(1e-9),
+                    ),
+                    elapsed_s: state.train_seconds,
+                    peak_memory_bytes: peak_memory_bytes(),
+                })?;
+                bar.set_message(format!(
+                    "loss {:.4}{} | {:.0} tok/s",
+                    interval_loss / interval_steps.max(1) as f64,
+                    best_of(&state.val_curve)
+                        .map(|(_, l)| format!(" | best val {l:.4}"))
+                        .unwrap_or_default(),
+                    (interval_steps * config.tokens_per_step()) as f64 / interval_seconds.max(1e-9)
+                ));
+                (interval_loss, interval_steps, interval_seconds) = (0.0, 0, 0.0);
+            }
+            bar.set_position(state.step as u64);
+            if let Some((best_step, _)) = best_of(&state.val_curve)
+                && best_step == state.step
+                && val_loss.is_some()
+            {
+                model.save_safetensors(run_dir.join("best-model.safetensors"))?;
+            }
+            if state.step % config.checkpoint_every == 0 || last {
+                state.optimizer_steps = optimizer.steps;
+                state.data_position = batches.position();
+                run_checkpoint::save(run_dir, &model, &optimizer, &state)?;
+            }
+            if options.stop_after == Some(state.step) && !last {
+                bar.abandon();
+                return Ok(Outcome::Stopped { step: state.step });
+            }
+        }
+        bar.finish();
+        let (best_step, best_val_loss) = state.best().unwrap_or((0, f64::NAN));
+        let summary = RunSummary {
+            config: config.clone(),
+            vocab_size: vocab,
+            parameters: model.num_params(),
+            steps: state.step,
+            best_val_loss,
+            best_step,
+            val_curve: state.val_curve.clone(),
+            tokens_per_s: (state.step * config.tokens_per_step()) as f64
+                / state.train_seconds.max(1e-9),
+            train_seconds: state.train_seconds,
+            backend: backend.to_string(),
+        };
+        write_atomically(
+            &summary_path(run_dir),
+            &serde_json::to_vec_pretty(&summary).expect("summary serialises"),
+        )?;
+        Ok(Outcome::Finished(Box::new(summary)))
+    }
 }
 
 /// The run config stored in a run's `config.json`, if the file exists.

@@ -34,6 +34,7 @@ pub mod loss;
 pub mod metrics;
 pub mod optim;
 pub mod overrides;
+pub mod parallel;
 pub mod plot;
 pub mod report;
 pub mod results;

@@ -47,6 +47,8 @@ enum Command {
         /// Runs trained at the same time (default: the number of CPU cores for CPU backends, 1 on a GPU).
         #[arg(long)]
         jobs: Option<usize>,
+        #[command(flatten)]
+        devices: DeviceArgs,
     },
     /// Write report.md, paired_results.csv and figures from a study's finished runs.
     Report {
@@ -72,6 +74,8 @@ enum Command {
         common: Common,
         #[command(flatten)]
         overrides: OverrideArgs,
+        #[command(flatten)]
+        devices: DeviceArgs,
     },
     /// Validation loss of a model (a run directory or a .safetensors inside one).
     Eval {
@@ -129,6 +133,14 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+}
+
+#[derive(Args)]
+struct DeviceArgs {
+    /// Train each run data-parallel on these devices: GPU indices on cuda and wgpu (e.g. 0,1,2,3),
+    /// or on a CPU backend one number, the count of replicas. Default: the backend's default device.
+    #[arg(long, value_delimiter = ',')]
+    devices: Vec<usize>,
 }
 
 #[derive(Args)]
@@ -273,6 +285,7 @@ fn run(cli: Cli) -> Result<()> {
             shard,
             dry_run,
             jobs,
+            devices,
         } => {
             let backend = common.backend()?;
             let (study, mut runs) = plan(&study, &overrides)?;
@@ -298,6 +311,7 @@ fn run(cli: Cli) -> Result<()> {
                 progress: !common.quiet,
                 stop_after: None,
                 jobs: jobs.unwrap_or_else(|| default_jobs(backend)),
+                devices: devices.devices,
             };
             let statuses = dispatch(backend, job)?;
             let count =
@@ -328,6 +342,7 @@ fn run(cli: Cli) -> Result<()> {
             config,
             common,
             overrides,
+            devices,
         } => {
             let config = match config {
                 Some(path) => load_run_config(&path, &overrides.overrides()?)?,
@@ -342,6 +357,7 @@ fn run(cli: Cli) -> Result<()> {
                 run_dir,
                 paths: common.paths(),
                 progress: !common.quiet,
+                devices: devices.devices,
             };
             match dispatch(common.backend()?, job)? {
                 Outcome::Finished(summary) => println!(

@@ -103,13 +103,21 @@ impl<B: Backend> AdamW<B> {
     where
         AB: AutodiffBackend<InnerBackend = B>,
     {
-        let mut collector = GradientCollector::<AB> {
-            grads,
-            found: Vec::new(),
-        };
-        model.visit_named_params(&mut collector);
-        let squares = collector
-            .found
+        let gradients = named_gradients(model, grads);
+        self.apply(model, gradients)
+    }
+
+    /// [`step`](Self::step) from gradients already collected (and, in data-parallel training,
+    /// all-reduced): clip, then update.
+    pub fn apply<AB>(
+        &mut self,
+        model: &mut HaaresModel<AB>,
+        gradients: NamedGradients<B>,
+    ) -> UpdateStats
+    where
+        AB: AutodiffBackend<InnerBackend = B>,
+    {
+        let squares = gradients
             .iter()
             .map(|(_, g)| g.clone().square().sum())
             .reduce(|a, b| a + b);
@@ -123,9 +131,9 @@ impl<B: Backend> AdamW<B> {
         };
         self.steps += 1;
         let mut updates = BTreeMap::new();
-        for (name, grad) in collector.found {
+        for (name, grad) in gradients {
             let grad = if scale < 1.0 { grad * scale } else { grad };
-            updates.insert(name.clone(), grad);
+            updates.insert(name, grad);
         }
         let mut updater = Updater::<AB> {
             optimizer: self,
@@ -133,6 +141,26 @@ impl<B: Backend> AdamW<B> {
         };
         model.visit_named_params(&mut updater);
         UpdateStats { grad_norm }
+    }
+
+    /// The same optimizer with its moments on `device` (a data-parallel replica's copy).
+    pub fn to_device(&self, device: &B::Device) -> Self {
+        let state = self
+            .state
+            .iter()
+            .map(|(name, m)| {
+                let moments = Moments {
+                    exp_avg: m.exp_avg.clone().to_device(device),
+                    exp_avg_sq: m.exp_avg_sq.clone().to_device(device),
+                };
+                (name.clone(), moments)
+            })
+            .collect();
+        Self {
+            settings: self.settings,
+            steps: self.steps,
+            state,
+        }
     }
 
     /// New value of one parameter (flattened) given its flattened gradient.
@@ -207,6 +235,23 @@ impl<B: Backend> AdamW<B> {
         }
         Ok(optimizer)
     }
+}
+
+/// Every parameter's gradient, flattened, by checkpoint name, in the model's visiting order (the
+/// same on every replica of one model).
+pub type NamedGradients<B> = Vec<(String, Tensor<B, 1>)>;
+
+/// The gradients `grads` holds for `model`'s parameters.
+pub fn named_gradients<AB: AutodiffBackend>(
+    model: &mut HaaresModel<AB>,
+    grads: &AB::Gradients,
+) -> NamedGradients<AB::InnerBackend> {
+    let mut collector = GradientCollector::<AB> {
+        grads,
+        found: Vec::new(),
+    };
+    model.visit_named_params(&mut collector);
+    collector.found
 }
 
 struct GradientCollector<'a, AB: AutodiffBackend> {

@@ -9,7 +9,8 @@ use crate::backend::{BackendJob, BackendKind};
 use crate::config::{RunConfig, TokenizerKind};
 use crate::data::{self, DataPaths, RunData};
 use crate::error::{Result, TrainError};
-use crate::learner::{Outcome, RunSummary, TrainOptions, summary_path, train};
+use crate::learner::{Outcome, RunSummary, TrainOptions, summary_path, train_on};
+use crate::parallel::resolve_devices;
 use crate::run_checkpoint::config_difference;
 use crate::study::PlannedRun;
 
@@ -38,8 +39,11 @@ pub struct SweepJob {
     pub progress: bool,
     /// Passed to every run (see [`TrainOptions::stop_after`]).
     pub stop_after: Option<usize>,
-    /// Runs trained at the same time.
+    /// Runs trained at the same time (1 when a run trains on several devices).
     pub jobs: usize,
+    /// Devices each run trains on, data-parallel (`--devices`, see
+    /// [`crate::parallel::resolve_devices`]); empty: the backend's default device.
+    pub devices: Vec<usize>,
 }
 
 /// The summary of a finished run in `run_dir`, if there is one.
@@ -65,12 +69,15 @@ pub fn check_writable(study_dir: &Path) -> Result<()> {
 impl BackendJob for SweepJob {
     type Output = Vec<(String, RunStatus)>;
 
-    fn run<B: TrainingBackend>(
-        self,
-        device: B::Device,
-        backend: BackendKind,
-    ) -> Result<Self::Output> {
+    fn run<B: TrainingBackend>(self, _: B::Device, backend: BackendKind) -> Result<Self::Output> {
         check_writable(&self.study_dir)?;
+        let devices = resolve_devices::<B>(backend, &self.devices)?;
+        // A data-parallel run already uses every device: runs take turns.
+        let jobs = if devices.len() > 1 {
+            1
+        } else {
+            self.jobs.max(1)
+        };
         let total = self.runs.len();
         let mut pending = Vec::new();
         let mut statuses: Vec<Option<(String, RunStatus)>> = vec![None; total];
@@ -114,7 +121,7 @@ impl BackendJob for SweepJob {
             bars.set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
         std::thread::scope(|scope| {
-            for _ in 0..self.jobs.max(1) {
+            for _ in 0..jobs {
                 scope.spawn(|| {
                     loop {
                         let next = queue.lock().expect("queue").next();
@@ -127,12 +134,12 @@ impl BackendJob for SweepJob {
                             bars: Some(bars.clone()),
                         };
                         let run_dir = self.study_dir.join(&run.name);
-                        let outcome = train::<B>(
+                        let outcome = train_on::<B>(
                             &run.config,
                             &prepared[&key],
                             &run_dir,
                             backend.name(),
-                            &device,
+                            &devices,
                             &options,
                         );
                         let outcome = match outcome {
@@ -182,12 +189,15 @@ pub struct SingleRunJob {
     pub paths: DataPaths,
     /// Progress bar.
     pub progress: bool,
+    /// Devices to train on, data-parallel (see [`SweepJob::devices`]).
+    pub devices: Vec<usize>,
 }
 
 impl BackendJob for SingleRunJob {
     type Output = Outcome;
 
-    fn run<B: TrainingBackend>(self, device: B::Device, backend: BackendKind) -> Result<Outcome> {
+    fn run<B: TrainingBackend>(self, _: B::Device, backend: BackendKind) -> Result<Outcome> {
+        let devices = resolve_devices::<B>(backend, &self.devices)?;
         let data = data::prepare(&self.config, &self.paths, self.progress)?;
         let options = TrainOptions {
             progress: self.progress,
@@ -200,12 +210,12 @@ impl BackendJob for SingleRunJob {
                 .to_string(),
             bars: None,
         };
-        train::<B>(
+        train_on::<B>(
             &self.config,
             &data,
             &self.run_dir,
             backend.name(),
-            &device,
+            &devices,
             &options,
         )
     }

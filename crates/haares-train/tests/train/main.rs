@@ -5,6 +5,7 @@ mod errors;
 mod inference;
 mod learner;
 mod optim;
+mod parallel;
 mod report;
 mod routing;
 mod sweep;

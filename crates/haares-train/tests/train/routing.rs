@@ -94,6 +94,7 @@ fn a_finished_sweep_reports_its_routing_figures() {
         progress: false,
         stop_after: None,
         jobs: 2,
+        devices: Vec::new(),
     }
     .run::<B>(Default::default(), "ndarray".parse().unwrap())
     .unwrap();

@@ -133,6 +133,7 @@ fn a_sweep_resumes_unfinished_runs_and_skips_finished_ones() {
         progress: false,
         stop_after,
         jobs: 2,
+        devices: Vec::new(),
     };
     let first = job(Some(3))
         .run::<B>(Default::default(), "ndarray".parse().unwrap())
