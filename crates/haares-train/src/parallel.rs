@@ -254,8 +254,11 @@ impl<B: TrainingBackend> Follower<'_, B> {
         (model.clone().fork(device), optimizer.to_device(device))
     }
 
-    /// Steps in lockstep with replica 0 until the last step, or until the collective fails.
+    /// Steps in lockstep with replica 0 until the last step, or until the collective fails. A
+    /// follower that fails (or panics) resets the collective on its way out, so that the other
+    /// replicas' pending all-reduce fails at once instead of waiting for it for ever.
     pub fn run(mut self) -> Result<()> {
+        let guard = ResetOnExit::<B::InnerBackend>::armed();
         self.replica.register::<B::InnerBackend>(&self.device)?;
         let mut batches = BatchIterator::restore(self.train, self.position)?;
         for _ in self.steps.clone() {
@@ -269,11 +272,40 @@ impl<B: TrainingBackend> Follower<'_, B> {
             )?;
             if let Stepped::NonFinite(_) = stepped {
                 // Replica 0 reports the non-finite loss; every replica saw the same one.
+                guard.disarm();
                 return Ok(());
             }
         }
+        guard.disarm();
         burn_collective::finish_collective::<B::InnerBackend>(self.replica.peer())
             .map_err(collective_error)
+    }
+}
+
+/// Resets the process's collective when dropped armed: on an early return or a panic.
+struct ResetOnExit<B: Backend> {
+    armed: std::cell::Cell<bool>,
+    backend: std::marker::PhantomData<B>,
+}
+
+impl<B: Backend> ResetOnExit<B> {
+    fn armed() -> Self {
+        Self {
+            armed: std::cell::Cell::new(true),
+            backend: std::marker::PhantomData,
+        }
+    }
+
+    fn disarm(&self) {
+        self.armed.set(false);
+    }
+}
+
+impl<B: Backend> Drop for ResetOnExit<B> {
+    fn drop(&mut self) {
+        if self.armed.get() {
+            burn_collective::reset_collective::<B>();
+        }
     }
 }
 
