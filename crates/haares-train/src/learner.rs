@@ -20,7 +20,8 @@ use crate::error::{Result, TrainError, write_atomically};
 use crate::loss::{Validation, validate, validation_pass};
 use crate::metrics::{MetricsLine, MetricsLog, RoutingLine, StepLog, peak_memory_bytes};
 use crate::optim::AdamW;
-use crate::parallel::{Collective, Follower, Replica, Stepped};
+use crate::parallel::{Replica, Stepped};
+use crate::replicas::{Schedule, run_replicated};
 use crate::run_checkpoint::{self, LoopState, best_of};
 
 /// Burn backends seed one process-wide generator: seeding and initialising under one lock keeps
@@ -214,61 +215,23 @@ pub fn train_on<B: TrainingBackend>(
     if devices.len() == 1 {
         return learner.run(model, optimizer, state, Replica::SOLE);
     }
-    let count = devices.len();
     let last = match options.stop_after {
         Some(stop) if stop > state.step && stop < config.steps => stop,
         _ => config.steps,
     };
-    let collective = Collective::<B::InnerBackend>::take(count);
-    std::thread::scope(|scope| {
-        let followers: Vec<_> = devices[1..]
-            .iter()
-            .enumerate()
-            .map(|(k, replica_device)| {
-                let (model, optimizer) = Follower::copy_of(&model, &optimizer, replica_device);
-                let follower = Follower {
-                    replica: Replica {
-                        index: k + 1,
-                        count,
-                    },
-                    model,
-                    optimizer,
-                    device: replica_device.clone(),
-                    train: &data.train,
-                    position: state.data_position,
-                    steps: state.step..last,
-                    seq_len: config.seq_len,
-                };
-                scope.spawn(move || follower.run())
-            })
-            .collect();
-        let outcome = collective
-            .register(device)
-            .and_then(|_| learner.run(model, optimizer, state, Replica { index: 0, count }));
-        let outcome = match outcome {
-            Ok(outcome) => collective.finish().map(|_| outcome),
-            Err(error) => {
-                // Leaving early: followers waiting in an all-reduce now fail instead of waiting.
-                drop(collective);
-                Err(error)
-            }
-        };
-        let mut first_follower_error = None;
-        for follower in followers {
-            let result = follower
-                .join()
-                .unwrap_or_else(|_| Err(TrainError::Device("a replica's thread panicked".into())));
-            if let Err(error) = result {
-                first_follower_error.get_or_insert(error);
-            }
-        }
-        match (outcome, first_follower_error) {
-            // Replica 0's collective error is the echo of a follower's own.
-            (Err(TrainError::Device(_)), Some(error)) => Err(error),
-            (Ok(_), Some(error)) => Err(error),
-            (outcome, _) => outcome,
-        }
-    })
+    let schedule = Schedule {
+        train: &data.train,
+        position: state.data_position,
+        steps: state.step..last,
+        seq_len: config.seq_len,
+    };
+    run_replicated(
+        devices,
+        schedule,
+        model,
+        optimizer,
+        |model, optimizer, replica| learner.run(model, optimizer, state, replica),
+    )
 }
 
 /// The learner loop of replica 0, with what it needs beside the model and the optimizer.

@@ -36,6 +36,7 @@ pub mod optim;
 pub mod overrides;
 pub mod parallel;
 pub mod plot;
+pub mod replicas;
 pub mod report;
 pub mod results;
 pub mod routing_figures;

@@ -1,19 +1,21 @@
 //! `haares-train`: train, sweep, report, eval, inspect and sample. See `docs/experiments.md`.
 
+mod cli;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use haares_train::backend::{BackendKind, dispatch};
-use haares_train::data::DataPaths;
 use haares_train::error::Result;
 use haares_train::inference::{EvalJob, ModelSource, SampleJob};
 use haares_train::inspect::{InspectJob, Inspected};
+
+use cli::{Common, DeviceArgs, OverrideArgs};
 use haares_train::learner::Outcome;
 use haares_train::report;
 use haares_train::study::{
-    Overrides, PlannedRun, Study, load_run_config, load_study, parse_assignment, parse_shard,
-    shard_runs,
+    PlannedRun, Study, load_run_config, load_study, parse_shard, shard_runs,
 };
 use haares_train::sweep::{RunStatus, SingleRunJob, SweepJob};
 
@@ -133,137 +135,6 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-}
-
-#[derive(Args)]
-struct DeviceArgs {
-    /// Train each run data-parallel on these devices: GPU indices on cuda and wgpu (e.g. 0,1,2,3),
-    /// or on a CPU backend one number, the count of replicas. Default: the backend's default device.
-    #[arg(long, value_delimiter = ',')]
-    devices: Vec<usize>,
-}
-
-#[derive(Args)]
-struct Common {
-    /// Backend: flex (CPU default), ndarray, wgpu, cuda (the last two need their cargo feature).
-    #[arg(long, default_value = "flex")]
-    backend: String,
-    /// Where runs are written: <runs-dir>/<study>/<run>/.
-    #[arg(long, default_value = "runs")]
-    runs_dir: PathBuf,
-    /// Hub cache of downloaded datasets.
-    #[arg(long, default_value = "data")]
-    data_dir: PathBuf,
-    /// Prepared-token and tokeniser cache (default <runs-dir>/.cache).
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
-    /// Never download a dataset; fail if it is not under --data-dir.
-    #[arg(long)]
-    offline: bool,
-    /// No progress bars.
-    #[arg(long)]
-    quiet: bool,
-}
-
-impl Common {
-    fn paths(&self) -> DataPaths {
-        DataPaths {
-            data_dir: self.data_dir.clone(),
-            cache_dir: self
-                .cache_dir
-                .clone()
-                .unwrap_or_else(|| self.runs_dir.join(".cache")),
-            download: !self.offline,
-        }
-    }
-    fn backend(&self) -> Result<BackendKind> {
-        self.backend.parse()
-    }
-}
-
-#[derive(Args)]
-struct OverrideArgs {
-    /// Preset of the study: cpu (default) or paper.
-    #[arg(long)]
-    preset: Option<String>,
-    /// Training steps of every run.
-    #[arg(long)]
-    steps: Option<usize>,
-    /// Depths (replaces the grid's layers), e.g. 12,24.
-    #[arg(long, value_delimiter = ',')]
-    layers: Vec<usize>,
-    /// Model seeds (replaces the grid's seeds), e.g. 42,123.
-    #[arg(long, value_delimiter = ',')]
-    seeds: Vec<u64>,
-    /// Methods (replaces the grid's methods), e.g. block-attnres,haares.
-    #[arg(long, value_delimiter = ',')]
-    methods: Vec<String>,
-    /// Block counts N (replaces the grid's blocks), e.g. 4,6,8.
-    #[arg(long, value_delimiter = ',')]
-    blocks: Vec<usize>,
-    /// Datasets (replaces the grid's datasets), e.g. sotu or tinystories,yelp.
-    #[arg(long, value_delimiter = ',')]
-    datasets: Vec<String>,
-    /// Any run-config field, e.g. --set d_model=128 --set optimizer.lr=1e-3 (repeatable).
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    set: Vec<String>,
-}
-
-impl OverrideArgs {
-    fn overrides(&self) -> Result<Overrides> {
-        let mut overrides = Overrides::default();
-        if let Some(steps) = self.steps {
-            overrides.set("steps", toml::Value::Integer(steps as i64))?;
-        }
-        let int = |v: &usize| toml::Value::Integer(*v as i64);
-        let axes: [(&str, Vec<toml::Value>); 5] = [
-            ("layers", self.layers.iter().map(int).collect()),
-            (
-                "model_seed",
-                self.seeds
-                    .iter()
-                    .map(|s| toml::Value::Integer(*s as i64))
-                    .collect(),
-            ),
-            (
-                "method",
-                self.methods
-                    .iter()
-                    .map(|m| toml::Value::String(m.clone()))
-                    .collect(),
-            ),
-            ("blocks", self.blocks.iter().map(int).collect()),
-            (
-                "dataset",
-                self.datasets
-                    .iter()
-                    .map(|d| toml::Value::String(d.clone()))
-                    .collect(),
-            ),
-        ];
-        for (key, values) in axes {
-            if !values.is_empty() {
-                overrides.set_axis(key, values)?;
-            }
-        }
-        for assignment in &self.set {
-            let (key, value) = parse_assignment(assignment)?;
-            match key.split_once('.') {
-                Some((table, field)) => {
-                    let mut inner = match overrides.fields.remove(table) {
-                        Some(toml::Value::Table(t)) => t,
-                        _ => toml::Table::new(),
-                    };
-                    inner.insert(field.to_string(), value);
-                    overrides
-                        .fields
-                        .insert(table.to_string(), toml::Value::Table(inner));
-                }
-                None => overrides.set(&key, value)?,
-            }
-        }
-        Ok(overrides)
-    }
 }
 
 fn main() -> ExitCode {

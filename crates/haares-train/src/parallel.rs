@@ -6,27 +6,20 @@
 //! `[k·b/n, (k+1)·b/n)` of each global batch, and its loss is its summed cross-entropy divided by
 //! the global batch's count of real targets, so the all-reduced sum is the one-device gradient up
 //! to float rounding. Replica 0 runs the learner loop (validation on its device, logs,
-//! checkpoints); the others only step.
+//! checkpoints); the others only step ([`crate::replicas`]).
 
 use std::ops::Range;
-use std::sync::Mutex;
 
-use burn::module::Module;
 use burn::tensor::backend::{Backend, Device, DeviceId};
 use burn::tensor::{ElementConversion, Tensor, TensorData, TensorPrimitive};
 use burn_collective::{CollectiveConfig, PeerId, ReduceOperation};
 use haares_core::{HaaresModel, TrainingBackend};
-use haares_data::batching::{Batch, BatchIterator, BatchPosition};
-use haares_data::prepared::PreparedShard;
+use haares_data::batching::Batch;
 
 use crate::backend::BackendKind;
 use crate::error::{Result, TrainError};
 use crate::loss::{summed_cross_entropy, to_device};
 use crate::optim::{AdamW, NamedGradients, UpdateStats, named_gradients};
-
-/// burn-collective keeps one collective per backend type and process: data-parallel runs of one
-/// process take turns.
-static COLLECTIVE: Mutex<()> = Mutex::new(());
 
 /// The devices a run trains on, from the command line: indices of GPUs (`0,1,2,3`), or, on a CPU
 /// backend, one number: how many replicas share the CPU.
@@ -152,12 +145,12 @@ impl Replica {
         Ok(Stepped::Updated { loss: value, stats })
     }
 
-    fn peer(&self) -> PeerId {
+    pub(crate) fn peer(&self) -> PeerId {
         PeerId::from(self.index as u32)
     }
 
     /// Joins the collective of `count` replicas on `device`.
-    fn register<B: Backend>(&self, device: &B::Device) -> Result<()> {
+    pub(crate) fn register<B: Backend>(&self, device: &B::Device) -> Result<()> {
         let config = CollectiveConfig::default().with_num_devices(self.count);
         burn_collective::register::<B>(self.peer(), device.clone(), config)
             .map_err(collective_error)
@@ -217,140 +210,9 @@ fn all_reduce<B: Backend>(
     Ok((summed, loss))
 }
 
-fn collective_error(error: burn_collective::CollectiveError) -> TrainError {
+pub(crate) fn collective_error(error: burn_collective::CollectiveError) -> TrainError {
     TrainError::Device(format!(
         "the all-reduce between the devices failed ({error:?}); another replica stopped — its \
          error, if any, is reported instead"
     ))
-}
-
-/// What a helper replica needs to follow replica 0.
-pub struct Follower<'a, B: TrainingBackend> {
-    /// Its place.
-    pub replica: Replica,
-    /// Its copy of the model, on its device.
-    pub model: HaaresModel<B>,
-    /// Its copy of the optimizer.
-    pub optimizer: AdamW<B::InnerBackend>,
-    /// Its device.
-    pub device: B::Device,
-    /// The training split and where its batches stand.
-    pub train: &'a PreparedShard,
-    /// Where the batches stand at the first step.
-    pub position: BatchPosition,
-    /// Steps already done, and the step to stop after.
-    pub steps: Range<usize>,
-    /// Context length.
-    pub seq_len: usize,
-}
-
-impl<B: TrainingBackend> Follower<'_, B> {
-    /// A copy of replica 0's model and optimizer on `device`.
-    pub fn copy_of(
-        model: &HaaresModel<B>,
-        optimizer: &AdamW<B::InnerBackend>,
-        device: &B::Device,
-    ) -> (HaaresModel<B>, AdamW<B::InnerBackend>) {
-        (model.clone().fork(device), optimizer.to_device(device))
-    }
-
-    /// Steps in lockstep with replica 0 until the last step, or until the collective fails. A
-    /// follower that fails (or panics) resets the collective on its way out, so that the other
-    /// replicas' pending all-reduce fails at once instead of waiting for it for ever.
-    pub fn run(mut self) -> Result<()> {
-        let guard = ResetOnExit::<B::InnerBackend>::armed();
-        self.replica.register::<B::InnerBackend>(&self.device)?;
-        let mut batches = BatchIterator::restore(self.train, self.position)?;
-        for _ in self.steps.clone() {
-            let batch = batches.next_batch();
-            let stepped = self.replica.step(
-                &mut self.model,
-                &mut self.optimizer,
-                &batch,
-                self.seq_len,
-                &self.device,
-            )?;
-            if let Stepped::NonFinite(_) = stepped {
-                // Replica 0 reports the non-finite loss; every replica saw the same one.
-                guard.disarm();
-                return Ok(());
-            }
-        }
-        guard.disarm();
-        burn_collective::finish_collective::<B::InnerBackend>(self.replica.peer())
-            .map_err(collective_error)
-    }
-}
-
-/// Resets the process's collective when dropped armed: on an early return or a panic.
-struct ResetOnExit<B: Backend> {
-    armed: std::cell::Cell<bool>,
-    backend: std::marker::PhantomData<B>,
-}
-
-impl<B: Backend> ResetOnExit<B> {
-    fn armed() -> Self {
-        Self {
-            armed: std::cell::Cell::new(true),
-            backend: std::marker::PhantomData,
-        }
-    }
-
-    fn disarm(&self) {
-        self.armed.set(false);
-    }
-}
-
-impl<B: Backend> Drop for ResetOnExit<B> {
-    fn drop(&mut self) {
-        if self.armed.get() {
-            burn_collective::reset_collective::<B>();
-        }
-    }
-}
-
-/// Holds the process's collective for one data-parallel run, registers replica 0, and resets the
-/// collective when the run ends early, so that followers waiting in an all-reduce fail instead
-/// of waiting for ever.
-pub struct Collective<B: Backend> {
-    _turn: std::sync::MutexGuard<'static, ()>,
-    replica: Replica,
-    finished: bool,
-    backend: std::marker::PhantomData<B>,
-}
-
-impl<B: Backend> Collective<B> {
-    /// Takes the process's turn (waiting for another data-parallel run to end) and clears what
-    /// an earlier run may have left.
-    pub fn take(count: usize) -> Self {
-        let turn = COLLECTIVE
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        burn_collective::reset_collective::<B>();
-        Self {
-            _turn: turn,
-            replica: Replica { index: 0, count },
-            finished: false,
-            backend: std::marker::PhantomData,
-        }
-    }
-
-    /// Registers replica 0 on `device` (returns once every replica has registered).
-    pub fn register(&self, device: &B::Device) -> Result<()> {
-        self.replica.register::<B>(device)
-    }
-
-    /// Leaves the collective after the last step.
-    pub fn finish(mut self) -> Result<()> {
-        self.finished = true;
-        burn_collective::finish_collective::<B>(self.replica.peer()).map_err(collective_error)
-    }
-}
-
-impl<B: Backend> Drop for Collective<B> {
-    fn drop(&mut self) {
-        if !self.finished {
-            burn_collective::reset_collective::<B>();
-        }
-    }
 }
