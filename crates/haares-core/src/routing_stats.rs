@@ -115,12 +115,13 @@ impl RoutingTally {
                 .map(|sums| {
                     let weights: Vec<f64> = sums.weights.iter().map(|w| w * per_token).collect();
                     let (block, position) = sums.site.block_position(events_per_block).unzip();
+                    let groups = GroupMass::of(&sums.slots, &weights);
                     SiteStatistics {
                         site: sums.site,
                         block,
                         position,
-                        groups: GroupMass::of(&sums.slots, &weights),
-                        detail_mass: detail_mass(&sums.slots, &weights),
+                        detail_mass: groups.detail(),
+                        groups,
                         slots: sums.slots.clone(),
                         weights,
                         entropy: sums.entropy * per_token,
@@ -156,17 +157,6 @@ fn token_sums<B: Backend>(site: &SiteTrace<B>, mask: &Tensor<B, 2>) -> Tensor<B,
     Tensor::cat(vec![slot_sums, entropy_sum], 1)
 }
 
-/// `p_D`: the summed weight of the detail slots (eq:groupmixture). Its mean over tokens is the
-/// sum of the detail slots' mean weights.
-fn detail_mass(slots: &[SlotId], weights: &[f64]) -> f64 {
-    slots
-        .iter()
-        .zip(weights)
-        .filter(|(slot, _)| slot.kind == SlotKind::Detail)
-        // A fold from +0.0: an empty `sum()` of f64 is −0.0.
-        .fold(0.0, |mass, (_, weight)| mass + weight)
-}
-
 /// The mean weight of each slot group at one read site; the five sum to 1.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct GroupMass {
@@ -190,6 +180,12 @@ impl GroupMass {
             *mass.get_mut(slot.group()) += weight;
         }
         mass
+    }
+
+    /// `p_D` (eq:groupmixture): the weight of the detail slots, completed and active. Its mean
+    /// over tokens is the sum of the detail slots' mean weights.
+    pub fn detail(&self) -> f64 {
+        self.completed_detail + self.active_detail
     }
 
     /// The weight of one group.
@@ -299,9 +295,10 @@ impl RoutingStatistics {
                     .map(|slot| mean(&|stats| stats.sites[i].weights[slot]))
                     .collect();
                 let biases: Vec<f64> = all.iter().filter_map(|s| s.sites[i].detail_bias).collect();
+                let groups = GroupMass::of(&first.sites[i].slots, &weights);
                 SiteStatistics {
-                    groups: GroupMass::of(&first.sites[i].slots, &weights),
-                    detail_mass: detail_mass(&first.sites[i].slots, &weights),
+                    detail_mass: groups.detail(),
+                    groups,
                     weights,
                     entropy: mean(&|stats| stats.sites[i].entropy),
                     detail_bias: (!biases.is_empty())

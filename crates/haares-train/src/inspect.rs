@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Int, Tensor, TensorData};
 use haares_core::{
-    HaaresModel, ReadSite, RoutingStatistics, RoutingTally, RoutingTrace, SiteStatistics,
-    TrainingBackend,
+    GroupMass, HaaresModel, ReadSite, RoutingStatistics, RoutingTally, RoutingTrace,
+    SiteStatistics, SlotKind, TrainingBackend,
 };
 
 use crate::backend::{BackendJob, BackendKind};
@@ -272,18 +272,16 @@ fn token_table<B: burn::tensor::backend::Backend>(
         let weights = read(site.weights.clone())?;
         let slots = site.slots.len();
         let label = site_label(site.site);
+        let mut shares = Vec::with_capacity(texts.len());
         for (position, row) in weights.chunks(slots).enumerate() {
             for (slot, weight) in site.slots.iter().zip(row) {
                 let token = texts[position].replace('"', "\"\"");
                 let _ = writeln!(csv, "{position},\"{token}\",{label},{slot},{weight:.6}");
             }
+            shares.push(GroupMass::of(&site.slots, row).detail());
         }
-        if site
-            .slots
-            .iter()
-            .any(|s| s.kind == haares_core::SlotKind::Detail)
-        {
-            detail_columns.push((label, read(site.detail_share().unsqueeze_dim(2))?));
+        if site.slots.iter().any(|s| s.kind == SlotKind::Detail) {
+            detail_columns.push((label, shares));
         }
     }
     let mut table = String::from("p_D (%) per token and read site\n| # | token |");

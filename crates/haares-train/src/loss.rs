@@ -37,13 +37,23 @@ pub fn to_device<B: Backend>(batch: &Batch, seq_len: usize, device: &B::Device) 
         .chunks(batch.seq_len)
         .flat_map(|row| row[..seq].iter().copied())
         .collect();
-    let real_targets = mask.iter().filter(|m| **m > 0.0).count();
     DeviceBatch {
         inputs: Tensor::from_data(TensorData::new(crop(&batch.inputs), [rows, seq]), device),
         targets: Tensor::from_data(TensorData::new(crop(&batch.targets), [rows, seq]), device),
         mask: Tensor::<B, 2>::from_data(TensorData::new(mask, [rows, seq]), device),
-        real_targets,
+        real_targets: real_target_count(batch, seq_len),
     }
+}
+
+/// The real (non-pad) target positions of `batch` within the first `seq_len` positions of each
+/// row.
+pub fn real_target_count(batch: &Batch, seq_len: usize) -> usize {
+    let seq = seq_len.min(batch.seq_len);
+    batch
+        .mask
+        .chunks(batch.seq_len)
+        .map(|row| row[..seq].iter().filter(|m| **m > 0.0).count())
+        .sum()
 }
 
 /// Sum of the cross-entropy over real target tokens (a scalar tensor).

@@ -18,7 +18,7 @@ use haares_data::batching::Batch;
 
 use crate::backend::BackendKind;
 use crate::error::{Result, TrainError};
-use crate::loss::{summed_cross_entropy, to_device};
+use crate::loss::{real_target_count, summed_cross_entropy, to_device};
 use crate::optim::{AdamW, NamedGradients, UpdateStats, named_gradients};
 
 /// The devices a run trains on, from the command line: indices of GPUs (`0,1,2,3`), or, on a CPU
@@ -127,7 +127,7 @@ impl Replica {
         seq_len: usize,
         device: &B::Device,
     ) -> Result<Stepped> {
-        let global_real = real_targets(batch, seq_len).max(1) as f64;
+        let global_real = real_target_count(batch, seq_len).max(1) as f64;
         let mine = to_device::<B>(&self.slice(batch), seq_len, device);
         let loss = summed_cross_entropy(model, &mine) / global_real;
         let local = loss.clone().into_scalar().elem::<f64>();
@@ -169,16 +169,6 @@ pub enum Stepped {
     },
     /// The loss was not finite (NaN or infinite); nothing was updated.
     NonFinite(f64),
-}
-
-/// Real target positions of `batch` within the first `seq_len` positions of each row.
-fn real_targets(batch: &Batch, seq_len: usize) -> usize {
-    let seq = seq_len.min(batch.seq_len);
-    batch
-        .mask
-        .chunks(batch.seq_len)
-        .map(|row| row[..seq].iter().filter(|m| **m > 0.0).count())
-        .sum()
 }
 
 /// Sums every replica's gradients and loss: one all-reduce of all of them, concatenated, in the
