@@ -170,9 +170,23 @@ struct CostArgs {
     /// Batches per validation pass, for the same share [default: 4].
     #[arg(long)]
     validation_batches: Option<usize>,
+    /// Also train the same model in PyTorch eager between our workers (`torch`) and report
+    /// throughput ratios against it; skipped, with a message, where PyTorch cannot be imported.
+    #[arg(long, value_enum)]
+    peer: Option<PeerKind>,
+    /// The Python interpreter of the peer (one that can `import torch, safetensors`).
+    #[arg(long, default_value = "python3")]
+    python: String,
     /// Output path without extension [default: runs/bench/cost-<backend>-<preset>].
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+/// A peer implementation for the cost protocol.
+#[derive(Clone, Copy, ValueEnum)]
+enum PeerKind {
+    /// PyTorch eager (`crates/haares-bench/peer/torch_peer.py`).
+    Torch,
 }
 
 #[derive(clap::Args)]
@@ -259,6 +273,7 @@ impl CostArgs {
         if let Some(methods) = self.methods {
             spec.methods = methods;
         }
+        spec.peer = self.peer.map(|PeerKind::Torch| self.python);
         (spec, out)
     }
 }
@@ -307,7 +322,7 @@ fn gemm(backend: &str, size: usize) -> Result<String, String> {
     };
     match dispatch(kind, worker).map_err(|e| e.to_string())? {
         WorkerResult::Gemm { flops_per_s } => Ok(format!("GFLOP/s {:.1}\n", flops_per_s / 1e9)),
-        WorkerResult::Train(_) => Err("the GEMM answered with a training sample".into()),
+        _ => Err("the GEMM answered with something else".into()),
     }
 }
 

@@ -8,6 +8,8 @@
 //! affects every method alike.
 
 pub mod anatomy;
+pub mod peer;
+pub mod peer_report;
 pub mod report;
 pub mod worker;
 
@@ -58,6 +60,9 @@ pub struct CostSpec {
     /// See `validation_every`.
     #[serde(default = "default_validation_batches")]
     pub validation_batches: usize,
+    /// The Python interpreter of the PyTorch peer ([`peer`]), when one is asked for.
+    #[serde(default)]
+    pub peer: Option<String>,
 }
 
 fn default_validation_every() -> usize {
@@ -88,6 +93,7 @@ impl CostSpec {
             gemm_n: 1024,
             validation_every: default_validation_every(),
             validation_batches: default_validation_batches(),
+            peer: None,
         }
     }
 
@@ -142,9 +148,7 @@ impl CostSpec {
         };
         match run_worker(&self.backend, &task)? {
             WorkerResult::Train(sample) => Ok(sample),
-            WorkerResult::Gemm { .. } => {
-                Err("a training worker answered with a GEMM result".into())
-            }
+            _ => Err("a training worker answered with something else".into()),
         }
     }
 
@@ -195,6 +199,9 @@ pub struct CostRun {
     pub samples: Vec<(ModelFamily, Vec<TrainSample>)>,
     /// Training FLOPs per token of every family × method (analytic, [`crate::flops`]).
     pub training_flops: Vec<(ModelFamily, String, f64)>,
+    /// The PyTorch peer's measurements, when one was asked for.
+    #[serde(default)]
+    pub peer: Option<peer::PeerRun>,
 }
 
 /// Runs the protocol: GEMM peak, then every family's methods interleaved over the repeats, then
@@ -211,6 +218,10 @@ pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, S
         spec.gemm_n,
         gemm_rates[0] / 1e9
     ));
+    let mut peer = peer::PeerSession::start(spec, &mut log);
+    if let Some(peer) = &mut peer {
+        peer.gemm(spec.gemm_n, &mut log);
+    }
     let mut samples = Vec::new();
     let mut training_flops = Vec::new();
     for &family in &spec.families {
@@ -230,6 +241,9 @@ pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, S
                     sample.last_loss
                 ));
                 family_samples.push(sample);
+                if let Some(peer) = &mut peer {
+                    peer.measure(spec, family, method, &mut log);
+                }
             }
         }
         for method in &spec.methods {
@@ -239,23 +253,27 @@ pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, S
         samples.push((family, family_samples));
     }
     gemm_rates.push(gemm_of(run_worker(&spec.backend, &gemm)?)?);
+    if let Some(peer) = &mut peer {
+        peer.gemm(spec.gemm_n, &mut log);
+    }
     Ok(CostRun {
         spec: spec.clone(),
         gemm_flops_per_s: gemm_rates,
         samples,
         training_flops,
+        peer: peer.map(peer::PeerSession::finish),
     })
 }
 
 fn gemm_of(result: WorkerResult) -> Result<f64, String> {
     match result {
         WorkerResult::Gemm { flops_per_s } => Ok(flops_per_s),
-        WorkerResult::Train(_) => Err("a GEMM worker answered with a training sample".into()),
+        _ => Err("a GEMM worker answered with something else".into()),
     }
 }
 
 /// Runs one task in a fresh `haares-bench cost-worker` process and reads its answer.
-fn run_worker(backend: &str, task: &WorkerTask) -> Result<WorkerResult, String> {
+pub(crate) fn run_worker(backend: &str, task: &WorkerTask) -> Result<WorkerResult, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let task_json = serde_json::to_string(task).map_err(|e| e.to_string())?;
     // The worker's stderr goes straight to ours: its progress and, if it fails, its error.

@@ -169,7 +169,8 @@ fn rss(c: &MethodCost) -> f64 {
     c.peak_rss_bytes.map_or(f64::NAN, |b| b as f64)
 }
 
-fn megabytes(bytes: Option<u64>) -> String {
+/// Bytes as whole megabytes, `–` when unknown.
+pub(crate) fn megabytes(bytes: Option<u64>) -> String {
     bytes.map_or("–".into(), |b| format!("{:.0}", b as f64 / 1e6))
 }
 
@@ -304,6 +305,7 @@ pub fn cost_table(run: &CostRun) -> String {
         }
     }
     write_telemetry_section(&mut out, spec, &summaries);
+    super::peer_report::write_peer_section(&mut out, run, &summaries);
     out
 }
 

@@ -35,6 +35,8 @@ pub enum WorkerTask {
         /// Steps K.
         steps: usize,
     },
+    /// The initial and a perturbed model, with our logits, for the PyTorch peer.
+    Export(super::peer::ExportTask),
     /// The best of `reps` square `n × n` matrix products (the GEMM peak).
     Gemm {
         /// Matrix size.
@@ -54,6 +56,8 @@ pub enum WorkerResult {
         /// 2n³ / fastest repetition.
         flops_per_s: f64,
     },
+    /// The export's files are written.
+    Exported,
 }
 
 /// One method's run of K steps from a fresh process.
@@ -126,6 +130,10 @@ impl BackendJob for Worker {
             WorkerTask::Gemm { n, reps } => WorkerResult::Gemm {
                 flops_per_s: gemm_rate::<B::InnerBackend>(n, reps, &device),
             },
+            WorkerTask::Export(export) => {
+                export.run::<B>(&device)?;
+                WorkerResult::Exported
+            }
             WorkerTask::Train {
                 config,
                 method,

@@ -1,0 +1,354 @@
+//! The PyTorch-eager peer of the cost protocol (`haares-bench cost --peer torch`): the same
+//! model, sizes, batch and steps trained by `peer/torch_peer.py`, a plain PyTorch script written
+//! from the paper, measured between the Rust workers so that both see the same machine.
+//!
+//! The comparison is of one model: for every method a worker of ours writes the initial weights
+//! (model seed 42, the ones our workers train from) and a perturbed copy with the logits we compute
+//! for it on fixed tokens. The peer loads the copy, reports how far its logits are from ours, then
+//! trains from the initial weights. The perturbation gives every router query, key norm, detail
+//! bias and gate a non-trivial value, so a peer that routed differently could not agree by luck
+//! (at initialisation the queries are zero and every slot's key is ignored).
+//!
+//! The Python environment is the user's: when `<python> -c "import torch"` fails the run goes on
+//! without the peer and the report says how to install it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Distribution, Int, Tensor, TensorData};
+use haares_core::{ModelConfig, ModelFamily, TrainingBackend};
+use haares_train::inference::SplitMix64;
+use haares_train::learner::init_model;
+use serde::{Deserialize, Serialize};
+
+use super::CostSpec;
+use super::worker::{RESULT_PREFIX, TrainSample, WorkerTask};
+
+/// The peer script, compiled in so that an installed `haares-bench` carries it.
+pub const SCRIPT: &str = include_str!("../../peer/torch_peer.py");
+
+/// Logits agree when they differ by at most this much relative to `max(1, max |logit|)`: fp32
+/// rounding of two implementations (different summation orders) stays orders of magnitude below.
+pub const LOGITS_TOLERANCE: f64 = 1e-4;
+
+/// Rows and positions of the logits check.
+const CHECK_ROWS: usize = 2;
+const CHECK_SEQ: usize = 32;
+
+/// What the peer measured in a cost run, or why it did not run.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct PeerRun {
+    /// The interpreter asked.
+    pub python: String,
+    /// PyTorch's version, e.g. `2.9.1+cu128`.
+    pub torch_version: Option<String>,
+    /// Intra-op threads the peer used.
+    pub threads: Option<usize>,
+    /// Why the peer did not run, or stopped (its samples so far are kept).
+    pub skipped: Option<String>,
+    /// GEMM rates (FLOP/s) measured by the peer before and after the model runs.
+    pub gemm_flops_per_s: Vec<f64>,
+    /// Samples per family, in measurement order.
+    pub samples: Vec<(ModelFamily, Vec<PeerSample>)>,
+}
+
+/// One peer measurement: a [`TrainSample`] and how far the peer's logits were from ours.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PeerSample {
+    /// The K timed steps, as our workers report them.
+    pub sample: TrainSample,
+    /// `max |logits_peer − logits_haares|` on the perturbed copy.
+    pub logits_max_abs_diff: f64,
+    /// `max |logits_haares|` on the same tokens (the scale of the difference).
+    pub logits_max_abs: f64,
+}
+
+impl PeerSample {
+    /// Whether the peer's logits agree with ours within [`LOGITS_TOLERANCE`].
+    pub fn agrees(&self) -> bool {
+        self.logits_max_abs_diff <= LOGITS_TOLERANCE * self.logits_max_abs.max(1.0)
+    }
+}
+
+/// The device PyTorch runs on for a backend of ours, or why there is no peer for it.
+pub fn torch_device(backend: &str) -> Result<&'static str, String> {
+    match backend {
+        "flex" | "cpu" | "ndarray" => Ok("cpu"),
+        "cuda" => Ok("cuda"),
+        other => Err(format!(
+            "PyTorch has no `{other}` backend to compare with; run the peer with --backend flex, \
+             ndarray or cuda"
+        )),
+    }
+}
+
+/// A started peer: the script written to a private folder, the interpreter checked.
+pub struct Peer {
+    python: String,
+    device: &'static str,
+    folder: tempfile::TempDir,
+}
+
+impl Peer {
+    /// Writes the script and asks the interpreter for PyTorch; `Err` says why the peer cannot
+    /// run and how to fix that.
+    pub fn start(python: &str, backend: &str) -> Result<(Self, PeerRun), String> {
+        let device = torch_device(backend)?;
+        let folder = tempfile::Builder::new()
+            .prefix("haares-peer-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a folder for the peer script: {e}"))?;
+        std::fs::write(folder.path().join("torch_peer.py"), SCRIPT)
+            .map_err(|e| format!("cannot write the peer script: {e}"))?;
+        let peer = Self {
+            python: python.to_string(),
+            device,
+            folder,
+        };
+        let version: serde_json::Value = peer.run(&["version"]).map_err(|e| {
+            format!(
+                "the PyTorch peer needs `{python} -c \"import torch, safetensors\"` to work, and \
+                 it does not ({e}). Install PyTorch (https://pytorch.org/get-started/locally/, e.g. \
+                 `pip install torch safetensors`) or pass --python with an interpreter that has it"
+            )
+        })?;
+        if device == "cuda" && version["cuda"] != serde_json::Value::Bool(true) {
+            return Err(format!("`{python}` has a PyTorch without CUDA ({version})"));
+        }
+        let run = PeerRun {
+            python: python.to_string(),
+            torch_version: version["torch"].as_str().map(String::from),
+            threads: version["threads"].as_u64().map(|t| t as usize),
+            ..PeerRun::default()
+        };
+        Ok((peer, run))
+    }
+
+    /// The peer's GEMM rate (FLOP/s), best of 3 square `n × n` f32 products.
+    pub fn gemm(&self, n: usize) -> Result<f64, String> {
+        let answer = self.run(&["gemm", "--size", &n.to_string()])?;
+        answer["flops_per_s"]
+            .as_f64()
+            .ok_or_else(|| format!("the peer's GEMM answer has no rate: {answer}"))
+    }
+
+    /// K training steps of the model a worker of ours exported to `export` (see [`ExportTask`]).
+    pub fn train(
+        &self,
+        export: &ExportTask,
+        method: &str,
+        batch: usize,
+        seq: usize,
+        steps: usize,
+    ) -> Result<PeerSample, String> {
+        let path = |p: &Path| p.display().to_string();
+        let args = [
+            "train".to_string(),
+            format!("--checkpoint={}", path(&export.initial)),
+            format!("--check={}", path(&export.perturbed)),
+            format!("--reference={}", path(&export.reference)),
+            format!("--method={method}"),
+            format!("--batch={batch}"),
+            format!("--seq={seq}"),
+            format!("--steps={steps}"),
+        ];
+        let answer = self.run(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+        serde_json::from_value(answer).map_err(|e| format!("the peer's answer is malformed: {e}"))
+    }
+
+    /// Where a method's exported files go.
+    pub fn export_paths(&self, family: ModelFamily, method: &str) -> (PathBuf, PathBuf, PathBuf) {
+        let stem = format!("{family:?}-{}", method.replace('/', "-"));
+        let file = |suffix: &str| self.folder.path().join(format!("{stem}{suffix}"));
+        (
+            file(".initial.safetensors"),
+            file(".perturbed.safetensors"),
+            file(".reference.json"),
+        )
+    }
+
+    fn run(&self, args: &[&str]) -> Result<serde_json::Value, String> {
+        let output = Command::new(&self.python)
+            .arg(self.folder.path().join("torch_peer.py"))
+            .args(args)
+            .arg(format!("--device={}", self.device))
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| format!("cannot start `{}`: {e}", self.python))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let answer = stdout.lines().find_map(|l| l.strip_prefix(RESULT_PREFIX));
+        match (output.status.success(), answer) {
+            (true, Some(json)) => serde_json::from_str(json)
+                .map_err(|e| format!("the peer's answer is not JSON ({e}): {json}")),
+            _ => {
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                let last = stderr.lines().last().unwrap_or("no message");
+                Err(format!(
+                    "{} exited with {}: {last}",
+                    self.python, output.status
+                ))
+            }
+        }
+    }
+}
+
+/// A worker's export of one method for the peer: the initial model, a perturbed copy, and our
+/// logits of the copy on fixed tokens (JSON `{"tokens": [[id…]…], "logits": [f…]}`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExportTask {
+    /// The model.
+    pub config: ModelConfig,
+    /// The initial weights (model seed 42, as our training workers start).
+    pub initial: PathBuf,
+    /// The perturbed copy.
+    pub perturbed: PathBuf,
+    /// Tokens and our logits of the perturbed copy.
+    pub reference: PathBuf,
+}
+
+impl ExportTask {
+    /// Writes the three files on backend `B`.
+    pub fn run<B: TrainingBackend>(&self, device: &B::Device) -> haares_train::Result<()> {
+        let model = init_model::<B>(&self.config, 42, device)?;
+        model.save_safetensors(&self.initial)?;
+        let perturbed = model.valid().map(&mut Perturb { rng: SplitMix64(7) });
+        perturbed.save_safetensors(&self.perturbed)?;
+        let mut rng = SplitMix64(99);
+        let vocab = self.config.vocab_size;
+        let ids: Vec<i64> = (0..CHECK_ROWS * CHECK_SEQ)
+            .map(|_| ((rng.next_f64() * vocab as f64) as i64).min(vocab as i64 - 1))
+            .collect();
+        let tokens = Tensor::<B::InnerBackend, 2, Int>::from_data(
+            TensorData::new(ids.clone(), [CHECK_ROWS, CHECK_SEQ]),
+            device,
+        );
+        let logits = perturbed.forward(tokens)?.into_data().convert::<f64>();
+        let reference = serde_json::json!({
+            "tokens": ids.chunks(CHECK_SEQ).collect::<Vec<_>>(),
+            "logits": logits.to_vec::<f64>().map_err(|e| haares_train::TrainError::Device(format!("{e:?}")))?,
+        });
+        haares_data::write_atomically(&self.reference, reference.to_string().as_bytes())?;
+        Ok(())
+    }
+}
+
+/// Adds N(0, 0.1²) to every vector parameter (router queries, norm weights, detail biases,
+/// gates, scales); matrices are random already.
+struct Perturb {
+    rng: SplitMix64,
+}
+
+impl<B: Backend> ModuleMapper<B> for Perturb {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        if D != 1 {
+            return param;
+        }
+        let seed = (self.rng.next_f64() * 1e9) as u64;
+        param.map(|tensor| {
+            let device = tensor.device();
+            B::seed(&device, seed);
+            let noise = Tensor::random(tensor.shape(), Distribution::Normal(0.0, 0.1), &device);
+            tensor + noise
+        })
+    }
+}
+
+/// The peer's part of a cost run. A failure stops the peer, not the run: its reason is kept in
+/// [`PeerRun::skipped`] and the Rust measurements go on.
+pub struct PeerSession {
+    peer: Option<Peer>,
+    run: PeerRun,
+}
+
+impl PeerSession {
+    /// Starts the peer if the spec asks for one (`None` when it does not).
+    pub fn start(spec: &CostSpec, log: &mut impl FnMut(&str)) -> Option<Self> {
+        let python = spec.peer.as_deref()?;
+        Some(match Peer::start(python, &spec.backend) {
+            Ok((peer, run)) => {
+                log(&format!(
+                    "PyTorch peer: torch {} with {} threads ({python})",
+                    run.torch_version.as_deref().unwrap_or("?"),
+                    run.threads.unwrap_or(0)
+                ));
+                Self {
+                    peer: Some(peer),
+                    run,
+                }
+            }
+            Err(reason) => {
+                log(&format!("PyTorch peer skipped: {reason}"));
+                Self {
+                    peer: None,
+                    run: PeerRun {
+                        python: python.to_string(),
+                        skipped: Some(reason),
+                        ..PeerRun::default()
+                    },
+                }
+            }
+        })
+    }
+
+    /// The peer's GEMM rate, as ours is measured (before and after the models).
+    pub fn gemm(&mut self, n: usize, log: &mut impl FnMut(&str)) {
+        let Some(peer) = &self.peer else { return };
+        match peer.gemm(n) {
+            Ok(rate) => {
+                log(&format!("PyTorch GEMM {n}×{n}: {:.1} GFLOP/s", rate / 1e9));
+                self.run.gemm_flops_per_s.push(rate);
+            }
+            Err(e) => self.stop(e, log),
+        }
+    }
+
+    /// One peer measurement of `method`, right after ours.
+    pub fn measure(
+        &mut self,
+        spec: &CostSpec,
+        family: ModelFamily,
+        method: &str,
+        log: &mut impl FnMut(&str),
+    ) {
+        let Some(peer) = &self.peer else { return };
+        let (initial, perturbed, reference) = peer.export_paths(family, method);
+        let export = match spec.model(family, method) {
+            Ok(config) => ExportTask {
+                config,
+                initial,
+                perturbed,
+                reference,
+            },
+            Err(e) => return self.stop(e, log),
+        };
+        let measured = super::run_worker(&spec.backend, &WorkerTask::Export(export.clone()))
+            .and_then(|_| peer.train(&export, method, spec.batch, spec.seq, spec.steps));
+        match measured {
+            Ok(sample) => {
+                log(&format!(
+                    "  PyTorch {method}: {:.3} s/step, logits within {:.1e} of ours",
+                    super::report::median(&sample.sample.step_s[spec.warmup..]),
+                    sample.logits_max_abs_diff
+                ));
+                match self.run.samples.iter_mut().find(|(f, _)| *f == family) {
+                    Some((_, samples)) => samples.push(sample),
+                    None => self.run.samples.push((family, vec![sample])),
+                }
+            }
+            Err(e) => self.stop(e, log),
+        }
+    }
+
+    /// What the peer measured.
+    pub fn finish(self) -> PeerRun {
+        self.run
+    }
+
+    fn stop(&mut self, reason: String, log: &mut impl FnMut(&str)) {
+        log(&format!("PyTorch peer stopped: {reason}"));
+        self.run.skipped = Some(reason);
+        self.peer = None;
+    }
+}
