@@ -4,9 +4,8 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::Linear;
-use burn::tensor::module::attention;
-use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Tensor, backend::Backend};
+use burn::tensor::activation::softmax;
+use burn::tensor::{Bool, Tensor, backend::Backend};
 
 use crate::mlp::linear_no_bias;
 use crate::rope::RotaryTable;
@@ -62,22 +61,46 @@ impl<B: Backend> CausalSelfAttention<B> {
     pub fn forward(&self, x: Tensor<B, 3>, rope: &RotaryTable<B>) -> Tensor<B, 3> {
         let [batch, seq, d_model] = x.dims();
         let head_dim = d_model / self.n_heads;
+        // RoPE runs on each projection's own `[batch, seq, heads, d_h]` layout, which is
+        // contiguous; only then are the heads moved in front of the positions.
         let heads = |projection: &Linear<B>| {
             projection
                 .forward(x.clone())
                 .reshape([batch, seq, self.n_heads, head_dim])
-                .swap_dims(1, 2)
         };
-        let query = rope.apply(heads(&self.wq));
+        let query = rope.apply(heads(&self.wq).mul_scalar(1.0 / (head_dim as f64).sqrt()));
         let key = rope.apply(heads(&self.wk));
-        let value = heads(&self.wv);
-        let options = AttentionModuleOptions {
-            scale: None,
-            softcap: None,
-            is_causal: true,
-        };
-        let context = attention(query, key, value, None, None, options);
+        let context = causal_attention(
+            query.swap_dims(1, 2),
+            key.swap_dims(1, 2),
+            heads(&self.wv).swap_dims(1, 2),
+        );
         self.wo
             .forward(context.swap_dims(1, 2).reshape([batch, seq, d_model]))
     }
+}
+
+/// `softmax(QKᵀ + M)V` with the causal mask `M` (0 where a query may see a key, −∞ where the key
+/// lies in its future), for queries already scaled by `1/√d_h`.
+///
+/// Burn's `attention` module op is fused on some backends for inference, but under autodiff it
+/// runs a decomposition that fills a `[batch, heads, seq, seq]` copy of a broadcast boolean mask
+/// at every call; adding one `[seq, seq]` mask by broadcasting costs a single pass and, being
+/// a constant, nothing in the backward pass.
+///
+/// # Shapes
+/// - query, key, value: `[batch, heads, seq, d_h]`
+/// - output: `[batch, heads, seq, d_h]`
+pub fn causal_attention<B: Backend>(
+    query: Tensor<B, 4>,
+    key: Tensor<B, 4>,
+    value: Tensor<B, 4>,
+) -> Tensor<B, 4> {
+    let seq = query.dims()[2];
+    let device = query.device();
+    // `tril_mask` marks what a lower-triangular fill would overwrite: every key after the query.
+    let future = Tensor::<B, 2, Bool>::tril_mask([seq, seq], 0, &device);
+    let mask = Tensor::<B, 2>::zeros([seq, seq], &device).mask_fill(future, f64::NEG_INFINITY);
+    let scores = query.matmul(key.swap_dims(2, 3)) + mask.unsqueeze::<4>();
+    softmax(scores, 3).matmul(value)
 }

@@ -3,7 +3,7 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Initializer, Linear, LinearConfig};
-use burn::tensor::{Tensor, backend::Backend};
+use burn::tensor::{DType, Tensor, activation, backend::Backend};
 
 /// Configuration of a [`SwiGluMlp`].
 #[derive(Config, Debug)]
@@ -42,11 +42,18 @@ pub(crate) fn linear_no_bias<B: Backend>(
         .init(device)
 }
 
-/// `SiLU(x) = x·σ(x)` with `σ(x) = (1 + tanh(x/2))/2`. Burn's `activation::silu` evaluates σ in
-/// f32 whatever the backend's float type; this identity stays in the backend's precision and,
-/// unlike `x / (1 + e^{−x})`, has a finite gradient for every finite `x`.
+/// `SiLU(x) = x·σ(x)`.
+///
+/// In f32, σ is Burn's `sigmoid`: one exponential per element and a backward pass from its
+/// output, finite for every finite `x` (Flex evaluates it 3× faster than a `tanh`). Burn's
+/// `sigmoid` rounds through f32 whatever the float type, so other precisions use the identity
+/// `σ(x) = (1 + tanh(x/2))/2`, which stays in the backend's precision and, unlike
+/// `x / (1 + e^{−x})`, has a finite gradient everywhere.
 pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    let sigmoid = (x.clone() * 0.5).tanh() * 0.5 + 0.5;
+    let sigmoid = match x.dtype() {
+        DType::F32 => activation::sigmoid(x.clone()),
+        _ => (x.clone() * 0.5).tanh() * 0.5 + 0.5,
+    };
     x * sigmoid
 }
 

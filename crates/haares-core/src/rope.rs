@@ -8,56 +8,67 @@
 use burn::module::Module;
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 
-/// Cached cosines and sines of every position and frequency (constants, not parameters).
+/// Cached cosines and sines of every position and frequency, and the pair rotation (constants,
+/// not parameters).
 #[derive(Module, Debug)]
 pub struct RotaryTable<B: Backend> {
-    /// `cos(pos · θ_i)`, shape `[max_seq_len, d_h / 2]`.
+    /// `cos(pos · θ_i)` at both dimensions `2i, 2i+1` of pair `i`, shape `[max_seq_len, d_h]`.
     pub cos: Tensor<B, 2>,
-    /// `sin(pos · θ_i)`, shape `[max_seq_len, d_h / 2]`.
+    /// `sin(pos · θ_i)` at both dimensions of pair `i`, shape `[max_seq_len, d_h]`.
     pub sin: Tensor<B, 2>,
+    /// `P` with `x P = (−x₁, x₀, −x₃, x₂, …)`, shape `[d_h, d_h]`.
+    pub quarter_turn: Tensor<B, 2>,
 }
 
 impl<B: Backend> RotaryTable<B> {
     /// The table for heads of width `head_dim` (even) over `max_seq_len` positions.
     pub fn new(head_dim: usize, max_seq_len: usize, base: f64, device: &B::Device) -> Self {
-        let pairs = head_dim / 2;
         let angles: Vec<f64> = (0..max_seq_len)
             .flat_map(|pos| {
-                (0..pairs).map(move |i| pos as f64 * base.powf(-2.0 * i as f64 / head_dim as f64))
+                (0..head_dim).map(move |dim| {
+                    let pair = (dim / 2) as f64;
+                    pos as f64 * base.powf(-2.0 * pair / head_dim as f64)
+                })
             })
             .collect();
         let table = |f: fn(f64) -> f64| {
             let values: Vec<f64> = angles.iter().map(|&angle| f(angle)).collect();
-            Tensor::from_data(TensorData::new(values, [max_seq_len, pairs]), device)
+            Tensor::from_data(TensorData::new(values, [max_seq_len, head_dim]), device)
         };
+        let mut turn = vec![0.0f64; head_dim * head_dim];
+        for pair in 0..head_dim / 2 {
+            let (even, odd) = (2 * pair, 2 * pair + 1);
+            turn[odd * head_dim + even] = -1.0; // output 2i takes −x_{2i+1}
+            turn[even * head_dim + odd] = 1.0; // output 2i+1 takes x_{2i}
+        }
         Self {
             cos: table(f64::cos),
             sin: table(f64::sin),
+            quarter_turn: Tensor::from_data(TensorData::new(turn, [head_dim, head_dim]), device),
         }
     }
 
-    /// Rotates each interleaved pair `(x_{2i}, x_{2i+1})` by the angle of its position.
+    /// Rotates each interleaved pair `(x_{2i}, x_{2i+1})` by the angle of its position:
+    /// `x ⊙ cos + (x P) ⊙ sin`, where `x P` turns every pair a quarter turn. Every operand is
+    /// contiguous and `x P` is one small matrix product, where slicing the pairs apart would
+    /// make each elementwise operation walk strided views.
     ///
     /// # Shapes
-    /// - x: `[batch, heads, seq, d_h]` with `seq ≤ max_seq_len`
-    /// - output: `[batch, heads, seq, d_h]`
+    /// - x: `[batch, seq, heads, d_h]` with `seq ≤ max_seq_len`
+    /// - output: `[batch, seq, heads, d_h]`
     pub fn apply(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        let [batch, heads, seq, head_dim] = x.dims();
-        let pairs = x.reshape([batch, heads, seq, head_dim / 2, 2]);
-        let even = pairs.clone().narrow(4, 0, 1);
-        let odd = pairs.narrow(4, 1, 1);
-        let cos: Tensor<B, 5> =
-            self.cos
+        let [batch, seq, heads, head_dim] = x.dims();
+        let at_positions = |table: &Tensor<B, 2>| {
+            table
                 .clone()
                 .narrow(0, 0, seq)
-                .reshape([1, 1, seq, head_dim / 2, 1]);
-        let sin: Tensor<B, 5> =
-            self.sin
-                .clone()
-                .narrow(0, 0, seq)
-                .reshape([1, 1, seq, head_dim / 2, 1]);
-        let rotated_even = even.clone() * cos.clone() - odd.clone() * sin.clone();
-        let rotated_odd = even * sin + odd * cos;
-        Tensor::cat(vec![rotated_even, rotated_odd], 4).reshape([batch, heads, seq, head_dim])
+                .reshape([1, seq, 1, head_dim])
+        };
+        let turned = x
+            .clone()
+            .reshape([batch * seq * heads, head_dim])
+            .matmul(self.quarter_turn.clone())
+            .reshape([batch, seq, heads, head_dim]);
+        x * at_positions(&self.cos) + turned * at_positions(&self.sin)
     }
 }
