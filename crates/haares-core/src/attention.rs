@@ -85,8 +85,9 @@ impl<B: Backend> CausalSelfAttention<B> {
 ///
 /// Burn's `attention` module op is fused on some backends for inference, but under autodiff it
 /// runs a decomposition that fills a `[batch, heads, seq, seq]` copy of a broadcast boolean mask
-/// at every call; adding one `[seq, seq]` mask by broadcasting costs a single pass and, being
-/// a constant, nothing in the backward pass.
+/// at every call. Here the mask is one `[seq·seq]` row added to every `(batch, head)` row of
+/// scores: a broadcast CPU backends run as one vectorised pass, and a constant, so nothing in
+/// the backward pass.
 ///
 /// # Shapes
 /// - query, key, value: `[batch, heads, seq, d_h]`
@@ -96,11 +97,16 @@ pub fn causal_attention<B: Backend>(
     key: Tensor<B, 4>,
     value: Tensor<B, 4>,
 ) -> Tensor<B, 4> {
-    let seq = query.dims()[2];
+    let [batch, heads, seq, _] = query.dims();
     let device = query.device();
     // `tril_mask` marks what a lower-triangular fill would overwrite: every key after the query.
     let future = Tensor::<B, 2, Bool>::tril_mask([seq, seq], 0, &device);
-    let mask = Tensor::<B, 2>::zeros([seq, seq], &device).mask_fill(future, f64::NEG_INFINITY);
-    let scores = query.matmul(key.swap_dims(2, 3)) + mask.unsqueeze::<4>();
-    softmax(scores, 3).matmul(value)
+    let mask = Tensor::<B, 2>::zeros([seq, seq], &device)
+        .mask_fill(future, f64::NEG_INFINITY)
+        .reshape([1, seq * seq]);
+    let scores = query
+        .matmul(key.swap_dims(2, 3))
+        .reshape([batch * heads, seq * seq])
+        + mask;
+    softmax(scores.reshape([batch, heads, seq, seq]), 3).matmul(value)
 }

@@ -51,24 +51,30 @@ impl<B: Backend> RotaryTable<B> {
     /// Rotates each interleaved pair `(x_{2i}, x_{2i+1})` by the angle of its position:
     /// `x ⊙ cos + (x P) ⊙ sin`, where `x P` turns every pair a quarter turn. Every operand is
     /// contiguous and `x P` is one small matrix product, where slicing the pairs apart would
-    /// make each elementwise operation walk strided views.
+    /// make each elementwise operation walk strided views; the tables, repeated over the heads,
+    /// are one `[seq·heads·d_h]` row shared by every batch row, a broadcast CPU backends
+    /// vectorise.
     ///
     /// # Shapes
     /// - x: `[batch, seq, heads, d_h]` with `seq ≤ max_seq_len`
     /// - output: `[batch, seq, heads, d_h]`
     pub fn apply(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let [batch, seq, heads, head_dim] = x.dims();
+        let row = seq * heads * head_dim;
         let at_positions = |table: &Tensor<B, 2>| {
             table
                 .clone()
                 .narrow(0, 0, seq)
-                .reshape([1, seq, 1, head_dim])
+                .repeat_dim(1, heads)
+                .reshape([1, row])
         };
         let turned = x
             .clone()
             .reshape([batch * seq * heads, head_dim])
             .matmul(self.quarter_turn.clone())
-            .reshape([batch, seq, heads, head_dim]);
-        x * at_positions(&self.cos) + turned * at_positions(&self.sin)
+            .reshape([batch, row]);
+        let rotated =
+            x.reshape([batch, row]) * at_positions(&self.cos) + turned * at_positions(&self.sin);
+        rotated.reshape([batch, seq, heads, head_dim])
     }
 }
