@@ -2,33 +2,7 @@
 
 mod common;
 
-use common::bench;
-
-const TINY: &[&str] = &[
-    "cost",
-    "--backend",
-    "ndarray",
-    "--family",
-    "small",
-    "--layers",
-    "2",
-    "--blocks",
-    "2",
-    "--batch",
-    "2",
-    "--seq",
-    "16",
-    "--steps",
-    "3",
-    "--warmup",
-    "1",
-    "--repeats",
-    "2",
-    "--gemm-size",
-    "64",
-    "--methods",
-    "standard,block-attnres,haares",
-];
+use common::{TINY, bench};
 
 #[test]
 fn cost_runs_end_to_end_and_writes_valid_json() {

@@ -14,3 +14,31 @@ pub fn bench(args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
 }
+
+/// A cost run small enough for a test: three methods, two repeats, on NdArray.
+#[allow(dead_code)]
+pub const TINY: &[&str] = &[
+    "cost",
+    "--backend",
+    "ndarray",
+    "--family",
+    "small",
+    "--layers",
+    "2",
+    "--blocks",
+    "2",
+    "--batch",
+    "2",
+    "--seq",
+    "16",
+    "--steps",
+    "3",
+    "--warmup",
+    "1",
+    "--repeats",
+    "2",
+    "--gemm-size",
+    "64",
+    "--methods",
+    "standard,block-attnres,haares",
+];

@@ -1,0 +1,183 @@
+//! The PyTorch peer of the cost protocol (`cost --peer torch`) through the real binary: without
+//! PyTorch, with a stand-in interpreter that answers as the peer does, and (ignored unless
+//! PyTorch is installed) with the real peer script.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use common::{TINY, bench};
+
+/// Runs the tiny cost protocol, with the values of `overrides` (flag, value) in place of its own,
+/// and the peer at `python`; `(success, stderr, json, markdown)`.
+fn cost_with_peer(
+    python: &str,
+    overrides: &[(&str, &str)],
+    dir: &Path,
+) -> (bool, String, serde_json::Value, String) {
+    let out = dir.join("cost");
+    let mut args = TINY.to_vec();
+    for (flag, value) in overrides {
+        let at = args.iter().position(|a| a == flag).expect("a flag of TINY");
+        args[at + 1] = value;
+    }
+    args.extend(["--peer", "torch", "--python", python]);
+    args.extend(["--out", out.to_str().unwrap()]);
+    let (ok, _, stderr) = bench(&args);
+    let read = |ext: &str| std::fs::read_to_string(out.with_extension(ext)).unwrap_or_default();
+    let json = serde_json::from_str(&read("json")).unwrap_or(serde_json::Value::Null);
+    (ok, stderr, json, read("md"))
+}
+
+/// An executable shell script `name` in `dir`.
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn without_pytorch_the_run_goes_on_and_says_how_to_install_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = script(
+        dir.path(),
+        "python-without-torch",
+        "echo \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n",
+    );
+    let (ok, stderr, json, md) = cost_with_peer(python.to_str().unwrap(), &[], dir.path());
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("PyTorch peer skipped"), "{stderr}");
+    assert!(stderr.contains("No module named 'torch'"), "{stderr}");
+    assert!(stderr.contains("pip install torch safetensors"), "{stderr}");
+    // Our measurements are all there; the peer has none and says why.
+    assert_eq!(json["samples"][0][1].as_array().unwrap().len(), 6);
+    assert!(
+        json["peer"]["skipped"]
+            .as_str()
+            .unwrap()
+            .contains("import torch")
+    );
+    assert!(json["peer"]["samples"].as_array().unwrap().is_empty());
+    assert!(
+        md.contains("## PyTorch-eager peer") && md.contains("Not (fully) measured"),
+        "{md}"
+    );
+}
+
+#[test]
+fn a_missing_interpreter_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-python");
+    let (ok, stderr, json, _) = cost_with_peer(missing.to_str().unwrap(), &[], dir.path());
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("cannot start") && stderr.contains("no-such-python"),
+        "{stderr}"
+    );
+    assert!(json["peer"]["skipped"].is_string());
+}
+
+#[test]
+fn the_peer_is_measured_after_each_of_ours_and_compared_only_where_its_logits_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    // Answers as the peer does; checks that our worker exported the three files; reports slow
+    // steps (so the throughput target is met) and, for HAARES only, logits that disagree.
+    let python = script(
+        dir.path(),
+        "stand-in-python",
+        r#"case "$2" in
+version) echo 'HAARES-COST-RESULT {"torch": "0.0-stand-in", "threads": 2, "cuda": false}' ;;
+gemm) echo 'HAARES-COST-RESULT {"flops_per_s": 1e9}' ;;
+train)
+  for arg in "$@"; do case "$arg" in
+    --checkpoint=*) test -s "${arg#--checkpoint=}" || exit 3 ;;
+    --check=*) test -s "${arg#--check=}" || exit 3 ;;
+    --reference=*) grep -q '"logits"' "${arg#--reference=}" || exit 3 ;;
+    --method=*) method=${arg#--method=} ;;
+  esac; done
+  diff=1e-7; [ "$method" = haares ] && diff=0.5
+  echo "HAARES-COST-RESULT {\"sample\": {\"method\": \"$method\", \"startup_s\": 0.1, \"total_s\": 300.1, \"step_s\": [100, 100, 100], \"peak_rss_bytes\": 2000000, \"first_loss\": 5.5, \"last_loss\": 5.4}, \"logits_max_abs_diff\": $diff, \"logits_max_abs\": 0.3}" ;;
+*) exit 2 ;;
+esac
+"#,
+    );
+    let (ok, stderr, json, md) = cost_with_peer(python.to_str().unwrap(), &[], dir.path());
+    assert!(ok, "{stderr}");
+    assert!(json["peer"]["skipped"].is_null(), "{}", json["peer"]);
+    let order: Vec<&str> = json["peer"]["samples"][0][1]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sample"]["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "standard",
+            "block-attnres",
+            "haares",
+            "haares",
+            "block-attnres",
+            "standard"
+        ]
+    );
+    // One GEMM before and one after, as ours.
+    assert_eq!(
+        json["peer"]["gemm_flops_per_s"].as_array().unwrap().len(),
+        2
+    );
+    assert!(md.contains("PyTorch 0.0-stand-in with 2 threads"), "{md}");
+    let target = |label: &str| {
+        md.lines()
+            .find(|l| l.starts_with(&format!("- Small: {label} throughput / PyTorch")))
+            .unwrap_or_else(|| panic!("no target line for {label} in\n{md}"))
+            .to_string()
+    };
+    assert!(target("Standard Residual").ends_with(": met"), "{md}");
+    assert!(target("Block AttnRes").ends_with(": met"), "{md}");
+    assert!(target("HAARES").contains("not compared"), "{md}");
+    assert!(md.contains("(differ)"), "{md}");
+    assert!(md.contains("- GEMM peak / PyTorch's"), "{md}");
+}
+
+#[test]
+#[ignore = "needs PyTorch: HAARES_PEER_PYTHON=<python with torch and safetensors> \
+            cargo test -p haares-bench --test peer -- --ignored"]
+fn the_pytorch_peer_computes_our_logits_for_every_method() {
+    let python = std::env::var("HAARES_PEER_PYTHON")
+        .expect("set HAARES_PEER_PYTHON to a Python interpreter that has torch and safetensors");
+    let dir = tempfile::tempdir().unwrap();
+    // Odd blocks (m = 3 events) and every method the peer implements.
+    let methods = "standard,rezero,layerscale,block-attnres,haares,haares-duplicated-c,\
+                   haares-random-signs=5,haares-fixed-bias=-3,haares-no-rms-match";
+    let overrides = [
+        ("--layers", "3"),
+        ("--blocks", "2"),
+        ("--repeats", "1"),
+        ("--methods", methods),
+    ];
+    let (ok, stderr, json, md) = cost_with_peer(&python, &overrides, dir.path());
+    assert!(ok, "{stderr}");
+    assert!(json["peer"]["skipped"].is_null(), "{stderr}");
+    let samples = json["peer"]["samples"][0][1].as_array().unwrap();
+    assert_eq!(samples.len(), 9, "{stderr}");
+    for sample in samples {
+        let method = &sample["sample"]["method"];
+        let diff = sample["logits_max_abs_diff"].as_f64().unwrap();
+        let scale = sample["logits_max_abs"].as_f64().unwrap().max(1.0);
+        assert!(
+            diff <= 1e-4 * scale,
+            "{method}: logits differ by {diff}\n{md}"
+        );
+        let losses = [
+            &sample["sample"]["first_loss"],
+            &sample["sample"]["last_loss"],
+        ];
+        assert!(
+            losses.iter().all(|l| l.as_f64().unwrap().is_finite()),
+            "{method}"
+        );
+    }
+}
