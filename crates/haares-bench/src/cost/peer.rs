@@ -329,7 +329,7 @@ impl PeerSession {
             Ok(sample) => {
                 log(&format!(
                     "  PyTorch {method}: {:.3} s/step, logits within {:.1e} of ours",
-                    super::report::median(&sample.sample.step_s[spec.warmup..]),
+                    super::report::median(sample.sample.step_s.get(spec.warmup..).unwrap_or(&[])),
                     sample.logits_max_abs_diff
                 ));
                 match self.run.samples.iter_mut().find(|(f, _)| *f == family) {
