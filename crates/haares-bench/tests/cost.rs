@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{TINY, bench};
+use common::{TINY, TINY_ORDER, bench};
 
 #[test]
 fn cost_runs_end_to_end_and_writes_valid_json() {
@@ -21,17 +21,7 @@ fn cost_runs_end_to_end_and_writes_valid_json() {
         .iter()
         .map(|s| s["method"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        order,
-        [
-            "standard",
-            "block-attnres",
-            "haares",
-            "haares",
-            "block-attnres",
-            "standard"
-        ]
-    );
+    assert_eq!(order, TINY_ORDER);
     for sample in samples {
         let steps = sample["step_s"].as_array().unwrap();
         assert_eq!(steps.len(), 3);

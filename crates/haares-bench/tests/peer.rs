@@ -7,7 +7,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use common::{TINY, bench};
+use common::{TINY, TINY_ORDER, bench};
 
 /// Runs the tiny cost protocol, with the values of `overrides` (flag, value) in place of its own,
 /// and the peer at `python`; `(success, stderr, json, markdown)`.
@@ -112,17 +112,7 @@ esac
         .iter()
         .map(|s| s["sample"]["method"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        order,
-        [
-            "standard",
-            "block-attnres",
-            "haares",
-            "haares",
-            "block-attnres",
-            "standard"
-        ]
-    );
+    assert_eq!(order, TINY_ORDER);
     // One GEMM before and one after, as ours.
     assert_eq!(
         json["peer"]["gemm_flops_per_s"].as_array().unwrap().len(),

@@ -42,3 +42,15 @@ pub const TINY: &[&str] = &[
     "--methods",
     "standard,block-attnres,haares",
 ];
+
+/// The order in which [`TINY`]'s methods are measured: interleaved over two repeats, the second
+/// reversed.
+#[allow(dead_code)]
+pub const TINY_ORDER: [&str; 6] = [
+    "standard",
+    "block-attnres",
+    "haares",
+    "haares",
+    "block-attnres",
+    "standard",
+];
