@@ -58,7 +58,13 @@ impl ModelConfig {
                 .with_epsilon(self.norm_epsilon)
                 .init(device),
             final_router,
-            rope: RotaryTable::new(self.head_dim(), self.max_seq_len, self.rope_base, device),
+            rope: RotaryTable::new(
+                self.head_dim(),
+                self.n_heads,
+                self.max_seq_len,
+                self.rope_base,
+                device,
+            ),
             config: self.clone(),
             signs,
         })

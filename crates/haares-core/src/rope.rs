@@ -12,28 +12,38 @@ use burn::tensor::{Tensor, TensorData, backend::Backend};
 /// not parameters).
 #[derive(Module, Debug)]
 pub struct RotaryTable<B: Backend> {
-    /// `cos(pos · θ_i)` at both dimensions `2i, 2i+1` of pair `i`, shape `[max_seq_len, d_h]`.
+    /// `cos(pos · θ_i)` at both dimensions `2i, 2i+1` of pair `i` of every head, shape
+    /// `[max_seq_len, heads · d_h]`.
     pub cos: Tensor<B, 2>,
-    /// `sin(pos · θ_i)` at both dimensions of pair `i`, shape `[max_seq_len, d_h]`.
+    /// `sin(pos · θ_i)`, laid out as `cos`.
     pub sin: Tensor<B, 2>,
     /// `P` with `x P = (−x₁, x₀, −x₃, x₂, …)`, shape `[d_h, d_h]`.
     pub quarter_turn: Tensor<B, 2>,
 }
 
 impl<B: Backend> RotaryTable<B> {
-    /// The table for heads of width `head_dim` (even) over `max_seq_len` positions.
-    pub fn new(head_dim: usize, max_seq_len: usize, base: f64, device: &B::Device) -> Self {
+    /// The table for `heads` heads of width `head_dim` (even) over `max_seq_len` positions.
+    /// Every position's angles are stored once per head, so that [`apply`](Self::apply) reads
+    /// one contiguous row instead of repeating the table at every call.
+    pub fn new(
+        head_dim: usize,
+        heads: usize,
+        max_seq_len: usize,
+        base: f64,
+        device: &B::Device,
+    ) -> Self {
+        let width = heads * head_dim;
         let angles: Vec<f64> = (0..max_seq_len)
             .flat_map(|pos| {
-                (0..head_dim).map(move |dim| {
-                    let pair = (dim / 2) as f64;
+                (0..width).map(move |column| {
+                    let pair = (column % head_dim / 2) as f64;
                     pos as f64 * base.powf(-2.0 * pair / head_dim as f64)
                 })
             })
             .collect();
         let table = |f: fn(f64) -> f64| {
             let values: Vec<f64> = angles.iter().map(|&angle| f(angle)).collect();
-            Tensor::from_data(TensorData::new(values, [max_seq_len, head_dim]), device)
+            Tensor::from_data(TensorData::new(values, [max_seq_len, width]), device)
         };
         let mut turn = vec![0.0f64; head_dim * head_dim];
         for pair in 0..head_dim / 2 {
@@ -51,23 +61,16 @@ impl<B: Backend> RotaryTable<B> {
     /// Rotates each interleaved pair `(x_{2i}, x_{2i+1})` by the angle of its position:
     /// `x ⊙ cos + (x P) ⊙ sin`, where `x P` turns every pair a quarter turn. Every operand is
     /// contiguous and `x P` is one small matrix product, where slicing the pairs apart would
-    /// make each elementwise operation walk strided views; the tables, repeated over the heads,
-    /// are one `[seq·heads·d_h]` row shared by every batch row, a broadcast CPU backends
-    /// vectorise.
+    /// make each elementwise operation walk strided views; the tables are one `[seq·heads·d_h]`
+    /// row shared by every batch row, a broadcast CPU backends vectorise.
     ///
     /// # Shapes
-    /// - x: `[batch, seq, heads, d_h]` with `seq ≤ max_seq_len`
+    /// - x: `[batch, seq, heads, d_h]` with `seq ≤ max_seq_len` and the table's heads and `d_h`
     /// - output: `[batch, seq, heads, d_h]`
     pub fn apply(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let [batch, seq, heads, head_dim] = x.dims();
         let row = seq * heads * head_dim;
-        let at_positions = |table: &Tensor<B, 2>| {
-            table
-                .clone()
-                .narrow(0, 0, seq)
-                .repeat_dim(1, heads)
-                .reshape([1, row])
-        };
+        let at_positions = |table: &Tensor<B, 2>| table.clone().narrow(0, 0, seq).reshape([1, row]);
         let turned = x
             .clone()
             .reshape([batch * seq * heads, head_dim])

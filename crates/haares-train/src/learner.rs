@@ -319,25 +319,23 @@ impl<B: TrainingBackend> LearnerLoop<'_, B> {
                 })?;
             }
             if state.step % config.log_every == 0 || last || val_loss.is_some() {
+                let train_loss = interval_loss / interval_steps.max(1) as f64;
+                let tokens_per_s =
+                    (interval_steps * config.tokens_per_step()) as f64 / interval_seconds.max(1e-9);
                 metrics.write(&MetricsLine {
                     step: state.step,
-                    train_loss: Some(interval_loss / interval_steps.max(1) as f64),
+                    train_loss: Some(train_loss),
                     grad_norm: Some(stats.grad_norm),
                     val_loss,
-                    tokens_per_s: Some(
-                        (interval_steps * config.tokens_per_step()) as f64
-                            / interval_seconds.max(1e-9),
-                    ),
+                    tokens_per_s: Some(tokens_per_s),
                     elapsed_s: state.train_seconds,
                     peak_memory_bytes: peak_memory_bytes(),
                 })?;
                 bar.set_message(format!(
-                    "loss {:.4}{} | {:.0} tok/s",
-                    interval_loss / interval_steps.max(1) as f64,
+                    "loss {train_loss:.4}{} | {tokens_per_s:.0} tok/s",
                     best_of(&state.val_curve)
                         .map(|(_, l)| format!(" | best val {l:.4}"))
                         .unwrap_or_default(),
-                    (interval_steps * config.tokens_per_step()) as f64 / interval_seconds.max(1e-9)
                 ));
                 (interval_loss, interval_steps, interval_seconds) = (0.0, 0, 0.0);
             }
