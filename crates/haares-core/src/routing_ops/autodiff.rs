@@ -6,6 +6,11 @@
 //! [`SLOTS_PER_NODE`] slots, unused parent positions are filled with an untracked constant (which
 //! Burn leaves out of the graph), and a larger read is split into chunks whose scores are
 //! concatenated and whose mixtures are summed.
+//!
+//! A source is read by every later read site, so its gradient is a sum over reads. Burn's
+//! `Gradients::register` adds each node's contribution to that sum with one more pass; here each
+//! backward pass takes the sum out of the container instead, and adds its slot gradients to it
+//! in the same pass that forms them ([`RoutingBackend::add_scaled_rows`]).
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::NodeId;
@@ -13,6 +18,7 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
 use burn::tensor::ops::FloatTensor;
 
@@ -104,6 +110,30 @@ fn register<B: RoutingBackend, const D: usize>(
     }
 }
 
+/// Takes out of the container the gradient that each of the first `slots` parents has
+/// accumulated so far (`None` for untracked parents and those without one yet); the caller adds
+/// its own share and registers the sums.
+fn take_accumulated<B: Backend, S, const N: usize>(
+    grads: &mut Gradients,
+    ops: &Ops<S, N>,
+    slots: usize,
+    like: &Tensor<B, 2>,
+) -> Vec<Option<Tensor<B, 2>>> {
+    // `Gradients::remove` looks a gradient up by the node of an autodiff tensor: an untracked one
+    // over any inner tensor, pointed at each parent in turn.
+    let mut key = Tensor::<Autodiff<B>, 2>::from_inner(like.clone())
+        .into_primitive()
+        .tensor();
+    ops.parents[..slots]
+        .iter()
+        .map(|parent| {
+            let node = parent.as_ref()?;
+            key.node = node.clone();
+            grads.remove::<B>(&key).map(from_primitive)
+        })
+        .collect()
+}
+
 /// What a scores node keeps for its backward pass: the sources (held by the bank anyway), the
 /// query and `[S, tokens]` scalars.
 #[derive(Debug, Clone)]
@@ -128,6 +158,7 @@ impl<B: RoutingBackend> Backward<B, SCORES_PARENTS> for ScoresBackward {
         _checkpointer: &mut Checkpointer,
     ) {
         let grad = from_primitive(grads.consume::<B>(&ops.node));
+        let into = take_accumulated(grads, &ops, ops.state.slots.len(), &grad);
         let state = ops.state;
         let parents = ops.parents.map(|parent| parent.map(|node| node.id));
         let raws_wanted = tracked(&parents[..state.slots.len()]);
@@ -141,6 +172,7 @@ impl<B: RoutingBackend> Backward<B, SCORES_PARENTS> for ScoresBackward {
             },
             grad,
             state.epsilon,
+            into,
             &raws_wanted,
             &mean_squares_wanted,
         );
@@ -211,10 +243,11 @@ impl<B: RoutingBackend> Backward<B, MIXTURE_PARENTS> for MixtureBackward {
         _checkpointer: &mut Checkpointer,
     ) {
         let grad = from_primitive(grads.consume::<B>(&ops.node));
+        let into = take_accumulated(grads, &ops, ops.state.slots.len(), &grad);
         let state = ops.state;
         let parents = ops.parents.map(|parent| parent.map(|node| node.id));
         let wanted = tracked(&parents[..state.slots.len()]);
-        let (raws, weights) = mixture_backward(&state.slots, state.weights, grad, &wanted);
+        let (raws, weights) = mixture_backward(&state.slots, state.weights, grad, into, &wanted);
         register(grads, &parents, raws);
         register(grads, &parents[SLOTS_PER_NODE..], vec![Some(weights)]);
     }

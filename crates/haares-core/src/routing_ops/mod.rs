@@ -29,6 +29,8 @@
 mod autodiff;
 #[cfg(feature = "cube")]
 mod cube;
+#[cfg(feature = "flex")]
+mod flex;
 #[cfg(feature = "ndarray")]
 mod host;
 
@@ -95,6 +97,34 @@ pub trait RoutingBackend: Backend {
         naive::scaled_rows(columns, rows, wanted)
     }
 
+    /// `out_s = into_s + columns[s, ·] ⊗ rows` for the wanted slots (as [`scaled_rows`]
+    /// (Self::scaled_rows), added to a gradient already accumulated, where there is one): the
+    /// backward passes hand each slot's gradient to the sum its source already holds, in one pass
+    /// instead of a product and an addition.
+    ///
+    /// # Shapes
+    /// - into: `S` entries of `[tokens, d]` or `None`; columns: `[S, tokens]`; rows: `[tokens, d]`
+    ///   or `[1, d]`
+    /// - output: `S` entries of `[tokens, d]`, `None` where not wanted
+    fn add_scaled_rows(
+        into: Vec<Option<Tensor<Self, 2>>>,
+        columns: Tensor<Self, 2>,
+        rows: Tensor<Self, 2>,
+        wanted: &[bool],
+    ) -> Vec<Option<Tensor<Self, 2>>> {
+        naive::add_scaled_rows(Self::scaled_rows(columns, rows, wanted), into)
+    }
+
+    /// `out[k] = Σ_s Σ_n weights[s, n] · slots[s][n, k]`: the scores' gradient with respect to
+    /// the folded query.
+    ///
+    /// # Shapes
+    /// - each slot: `[tokens, d]`; weights: `[S, tokens]`
+    /// - output: `[d]`
+    fn weighted_total(slots: &[Tensor<Self, 2>], weights: Tensor<Self, 2>) -> Tensor<Self, 1> {
+        naive::weighted_total(slots, weights)
+    }
+
     /// The scaled dot products `z'_s = c_s ⊙ (u · raw_s) / √(m_s + ε)` of every slot with the
     /// folded query `u` (eq:routingweights without its bias).
     ///
@@ -156,12 +186,14 @@ pub(crate) struct ScoresGradients<B: Backend> {
 
 /// The backward pass of the scores, from the sources: with `g = ∂L/∂z'` and `w = g ⊙ c/√(m + ε)`,
 /// `∂L/∂raw_s = w_s ⊗ u`, `∂L/∂m_s = −½ g_s ⊙ z'_s / (m_s + ε)` and `∂L/∂u = Σ_s raw_sᵀ w_s`.
+/// Each `∂L/∂raw_s` is added to `into_s`, the gradient the slot's source has accumulated so far.
 pub(crate) fn scores_backward<B: RoutingBackend>(
     slots: &[SlotRows<B>],
     folded_query: Tensor<B, 1>,
     forward: ScoresForward<B>,
     grad: Tensor<B, 2>,
     epsilon: f64,
+    into: Vec<Option<Tensor<B, 2>>>,
     wanted: &[bool],
     mean_squares_wanted: &[bool],
 ) -> ScoresGradients<B> {
@@ -169,31 +201,32 @@ pub(crate) fn scores_backward<B: RoutingBackend>(
     let d_model = folded_query.dims()[0];
     let query_row = folded_query.reshape([1, d_model]);
     let dot_grads = grad.clone() * forward.coefficients;
-    let raws_grads = B::scaled_rows(dot_grads.clone(), query_row, wanted);
+    let raws_grads = B::add_scaled_rows(into, dot_grads.clone(), query_row, wanted);
     let mean_square_grads = (grad * forward.scores / (mean_squares(slots) + epsilon)) * -0.5;
     let mean_squares = (0..slots.len())
         .map(|slot| {
             mean_squares_wanted[slot].then(|| slot_column(&mean_square_grads, slot, tokens))
         })
         .collect();
-    let query = B::weighted_sum(&raws(slots), dot_grads).sum_dim(0);
     ScoresGradients {
         raws: raws_grads,
         mean_squares,
-        folded_query: query.reshape([d_model]),
+        folded_query: B::weighted_total(&raws(slots), dot_grads),
     }
 }
 
 /// The backward pass of the mixture: with `g = ∂L/∂h̃`, `∂L/∂raw_s = g ⊙ α_s c_s` and
-/// `∂L/∂α_s = c_s ⊙ (g · raw_s)` per token. Returns the slot gradients asked for and `∂L/∂α`.
+/// `∂L/∂α_s = c_s ⊙ (g · raw_s)` per token. Returns the slot gradients asked for (each added to
+/// `into_s`, as in [`scores_backward`]) and `∂L/∂α`.
 pub(crate) fn mixture_backward<B: RoutingBackend>(
     slots: &[SlotRows<B>],
     weights: Tensor<B, 2>,
     grad: Tensor<B, 2>,
+    into: Vec<Option<Tensor<B, 2>>>,
     wanted: &[bool],
 ) -> (Vec<Option<Tensor<B, 2>>>, Tensor<B, 2>) {
     let scales = scales(slots);
-    let raws_grads = B::scaled_rows(weights * scales.clone(), grad.clone(), wanted);
+    let raws_grads = B::add_scaled_rows(into, weights * scales.clone(), grad.clone(), wanted);
     let weights_grad = B::row_dots(&raws(slots), grad) * scales;
     (raws_grads, weights_grad)
 }
@@ -275,6 +308,35 @@ pub mod naive {
             .expect("a read has at least one slot")
     }
 
+    /// [`RoutingBackend::add_scaled_rows`](super::RoutingBackend::add_scaled_rows) from the
+    /// products: each added to its `into` entry where there is one.
+    pub fn add_scaled_rows<B: Backend>(
+        products: Vec<Option<Tensor<B, 2>>>,
+        into: Vec<Option<Tensor<B, 2>>>,
+    ) -> Vec<Option<Tensor<B, 2>>> {
+        products
+            .into_iter()
+            .zip(into)
+            .map(|(product, into)| match (product, into) {
+                (Some(product), Some(into)) => Some(into + product),
+                (product, _) => product,
+            })
+            .collect()
+    }
+
+    /// [`RoutingBackend::weighted_total`](super::RoutingBackend::weighted_total) with Burn tensor
+    /// operations: one vector–matrix product per slot.
+    pub fn weighted_total<B: Backend>(slots: &[Tensor<B, 2>], weights: Tensor<B, 2>) -> Tensor<B, 1> {
+        let d_model = slots[0].dims()[1];
+        slots
+            .iter()
+            .enumerate()
+            .map(|(slot, rows)| weights.clone().narrow(0, slot, 1).matmul(rows.clone()))
+            .reduce(|sum, term| sum + term)
+            .expect("a read has at least one slot")
+            .reshape([d_model])
+    }
+
     /// [`RoutingBackend::scaled_rows`](super::RoutingBackend::scaled_rows) with Burn tensor
     /// operations: one broadcast product per wanted slot.
     pub fn scaled_rows<B: Backend>(
@@ -292,9 +354,6 @@ pub mod naive {
             .collect()
     }
 }
-
-#[cfg(feature = "flex")]
-impl RoutingBackend for burn::backend::Flex {}
 
 /// A backend that trains HAARES models: autodiff over a backend with the routing operator, so that
 /// both the training model and its `valid()` copy can route.

@@ -1,22 +1,30 @@
 //! The routing operator's primitives on NdArray (loops over its host arrays, `routing_ops/host.rs`)
-//! against the plain tensor-operation primitives (`routing_ops::naive`), on fresh random inputs:
-//! one slot to many, a row shared by all tokens and one per token, contiguous and strided
-//! (transposed, narrowed) inputs, in f64. (Their f32 instances run in `tests/portability.rs`,
-//! inside the whole model on the fused path.)
+//! and on Flex (SIMD loops over its buffers, `routing_ops/flex.rs`) against the plain
+//! tensor-operation primitives (`routing_ops::naive`), on fresh random inputs: one slot to many,
+//! a row shared by all tokens and one per token, contiguous slots and strided (transposed,
+//! narrowed) ones, gradients added to an accumulated one held alone or shared. (Their f32
+//! instances on the cube backends run in `tests/portability.rs`, inside the whole model on the
+//! fused path.)
 
-use burn::backend::NdArray;
-use burn::tensor::Tensor;
+use burn::backend::{Flex, NdArray};
 use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Tensor};
 use haares_core::RoutingBackend;
 use haares_core::routing_ops::naive;
 
 use crate::common::{Rng, max_abs_diff, random_matrix, random_slot_views, tensor_values};
 
 const SLOT_COUNTS: [usize; 4] = [1, 2, 5, 17];
-/// (tokens, d)
-const SHAPES: [(usize, usize); 3] = [(1, 1), (7, 5), (33, 24)];
+/// (tokens, d): widths below and past a SIMD vector, with and without a remainder, and tokens
+/// enough for several parallel chunks (Flex's loops split 256 tokens per task), with a remainder.
+const SHAPES: [(usize, usize); 5] = [(1, 1), (7, 5), (33, 24), (9, 131), (523, 7)];
 
-fn assert_agree<B: Backend>(host: Tensor<B, 2>, plain: Tensor<B, 2>, tolerance: f64, what: &str) {
+fn assert_agree<B: Backend, const D: usize>(
+    host: Tensor<B, D>,
+    plain: Tensor<B, D>,
+    tolerance: f64,
+    what: &str,
+) {
     assert_eq!(host.dims(), plain.dims(), "{what}: shapes differ");
     let (host, plain) = (tensor_values(host), tensor_values(plain));
     let scale = plain.iter().fold(1.0f64, |m, v| m.max(v.abs()));
@@ -27,44 +35,140 @@ fn assert_agree<B: Backend>(host: Tensor<B, 2>, plain: Tensor<B, 2>, tolerance: 
     );
 }
 
-fn host_primitives_agree_with_the_plain_ones<B: RoutingBackend>(tolerance: f64) {
-    let mut rng = Rng::new(4242);
-    for count in SLOT_COUNTS {
-        for (tokens, d) in SHAPES {
-            let what = |name: &str| format!("{name}, S = {count}, {tokens} × {d}");
-            let slots = random_slot_views::<B>(&mut rng, count, tokens, d);
-            for shared in [true, false] {
-                let rows = random_matrix::<B>(&mut rng, [if shared { 1 } else { tokens }, d]);
-                assert_agree(
-                    B::row_dots(&slots, rows.clone()),
-                    naive::row_dots(&slots, rows.clone()),
-                    tolerance,
-                    &what(&format!("row_dots (shared row {shared})")),
-                );
-                let columns =
-                    random_matrix::<B>(&mut rng, [count, 2 * tokens]).narrow(1, tokens, tokens);
-                let wanted: Vec<bool> = (0..count).map(|slot| slot % 4 != 3).collect();
-                let host = B::scaled_rows(columns.clone(), rows.clone(), &wanted);
-                let plain = naive::scaled_rows(columns, rows, &wanted);
-                for (slot, (host, plain)) in host.into_iter().zip(plain).enumerate() {
-                    match (host, plain) {
-                        (Some(host), Some(plain)) => {
-                            assert_agree(host, plain, tolerance, &what("scaled_rows"))
-                        }
-                        (None, None) => assert!(!wanted[slot]),
-                        _ => panic!(
-                            "{}: slot {slot} answered against `wanted`",
-                            what("scaled_rows")
-                        ),
-                    }
+/// Compares per-slot answers, which must be `None` exactly where the slot was not wanted.
+fn assert_slots_agree<B: Backend>(
+    host: Vec<Option<Tensor<B, 2>>>,
+    plain: Vec<Option<Tensor<B, 2>>>,
+    wanted: &[bool],
+    tolerance: f64,
+    what: &str,
+) {
+    assert_eq!(host.len(), wanted.len(), "{what}: one answer per slot");
+    for (slot, (host, plain)) in host.into_iter().zip(plain).enumerate() {
+        match (host, plain) {
+            (Some(host), Some(plain)) => assert_agree(host, plain, tolerance, what),
+            (None, None) => assert!(!wanted[slot], "{what}: slot {slot} wanted but missing"),
+            _ => panic!("{what}: slot {slot} answered against `wanted`"),
+        }
+    }
+}
+
+/// Inputs as a backend's tensors: `prepare` sets the float type under test.
+struct Inputs<'a, B: Backend> {
+    rng: Rng,
+    prepare: &'a dyn Fn(Tensor<B, 2>) -> Tensor<B, 2>,
+}
+
+impl<B: Backend> Inputs<'_, B> {
+    fn matrix(&mut self, shape: [usize; 2]) -> Tensor<B, 2> {
+        (self.prepare)(random_matrix::<B>(&mut self.rng, shape))
+    }
+
+    fn slots(&mut self, count: usize, tokens: usize, d: usize, strided: bool) -> Vec<Tensor<B, 2>> {
+        if strided {
+            let views = random_slot_views::<B>(&mut self.rng, count, tokens, d);
+            views.into_iter().map(self.prepare).collect()
+        } else {
+            (0..count).map(|_| self.matrix([tokens, d])).collect()
+        }
+    }
+}
+
+fn host_primitives_agree_with_the_plain_ones<B: RoutingBackend>(
+    tolerance: f64,
+    prepare: &dyn Fn(Tensor<B, 2>) -> Tensor<B, 2>,
+) {
+    let mut inputs = Inputs {
+        rng: Rng::new(4242),
+        prepare,
+    };
+    for strided in [true, false] {
+        for count in SLOT_COUNTS {
+            for (tokens, d) in SHAPES {
+                let what = |name: &str| {
+                    format!("{name}, S = {count}, {tokens} × {d}, strided slots {strided}")
+                };
+                let slots = inputs.slots(count, tokens, d, strided);
+                for shared in [true, false] {
+                    let rows = inputs.matrix([if shared { 1 } else { tokens }, d]);
+                    assert_agree(
+                        B::row_dots(&slots, rows.clone()),
+                        naive::row_dots(&slots, rows.clone()),
+                        tolerance,
+                        &what(&format!("row_dots (shared row {shared})")),
+                    );
+                    let columns = match strided {
+                        true => inputs.matrix([count, 2 * tokens]).narrow(1, tokens, tokens),
+                        false => inputs.matrix([count, tokens]),
+                    };
+                    let wanted: Vec<bool> = (0..count).map(|slot| slot % 4 != 3).collect();
+                    assert_slots_agree(
+                        B::scaled_rows(columns.clone(), rows.clone(), &wanted),
+                        naive::scaled_rows(columns.clone(), rows.clone(), &wanted),
+                        &wanted,
+                        tolerance,
+                        &what("scaled_rows"),
+                    );
+                    add_scaled_rows_agrees(&mut inputs, columns, rows, &wanted, tolerance, &what);
                 }
+                let weights = inputs.matrix([2 * count, tokens]).narrow(0, count, count);
+                assert_agree(
+                    B::weighted_sum(&slots, weights.clone()),
+                    naive::weighted_sum(&slots, weights.clone()),
+                    tolerance,
+                    &what("weighted_sum"),
+                );
+                assert_agree(
+                    B::weighted_total(&slots, weights.clone()),
+                    naive::weighted_total(&slots, weights),
+                    tolerance,
+                    &what("weighted_total"),
+                );
             }
-            let weights = random_matrix::<B>(&mut rng, [2 * count, tokens]).narrow(0, count, count);
-            assert_agree(
-                B::weighted_sum(&slots, weights.clone()),
-                naive::weighted_sum(&slots, weights),
-                tolerance,
-                &what("weighted_sum"),
+        }
+    }
+}
+
+/// `add_scaled_rows` into nothing, into a gradient held only by the call (which may be updated
+/// in place) and into one also held elsewhere (which must be left as it was).
+fn add_scaled_rows_agrees<B: RoutingBackend>(
+    inputs: &mut Inputs<'_, B>,
+    columns: Tensor<B, 2>,
+    rows: Tensor<B, 2>,
+    wanted: &[bool],
+    tolerance: f64,
+    what: &dyn Fn(&str) -> String,
+) {
+    let [count, tokens] = columns.dims();
+    let d = rows.dims()[1];
+    let into: Vec<Option<Tensor<B, 2>>> = (0..count)
+        .map(|slot| (slot % 3 != 0).then(|| inputs.matrix([tokens, d])))
+        .collect();
+    let held_elsewhere: Vec<Option<Tensor<B, 2>>> = (0..count)
+        .map(|slot| into[slot].clone().filter(|_| slot % 3 == 2))
+        .collect();
+    let before: Vec<Option<Vec<f64>>> = held_elsewhere
+        .iter()
+        .map(|held| held.clone().map(tensor_values))
+        .collect();
+    // The plain side gets copies, so that a gradient held only by the call stays so.
+    let plain_into = into
+        .iter()
+        .map(|into| into.as_ref().map(|tensor| tensor.clone().add_scalar(0.0)))
+        .collect();
+    let plain = naive::add_scaled_rows(
+        naive::scaled_rows(columns.clone(), rows.clone(), wanted),
+        plain_into,
+    );
+    let host = B::add_scaled_rows(into, columns, rows, wanted);
+    assert_slots_agree(host, plain, wanted, tolerance, &what("add_scaled_rows"));
+    for (slot, (held, before)) in held_elsewhere.into_iter().zip(before).enumerate() {
+        if let (Some(held), Some(before)) = (held, before) {
+            assert_eq!(
+                tensor_values(held),
+                before,
+                "{}: slot {slot}'s accumulated gradient, held elsewhere, was written",
+                what("add_scaled_rows")
             );
         }
     }
@@ -72,5 +176,15 @@ fn host_primitives_agree_with_the_plain_ones<B: RoutingBackend>(tolerance: f64) 
 
 #[test]
 fn ndarray_f64_primitives_agree_with_the_plain_ones() {
-    host_primitives_agree_with_the_plain_ones::<NdArray<f64>>(1e-12);
+    host_primitives_agree_with_the_plain_ones::<NdArray<f64>>(1e-12, &|tensor| tensor);
+}
+
+#[test]
+fn flex_f32_primitives_agree_with_the_plain_ones() {
+    host_primitives_agree_with_the_plain_ones::<Flex>(1e-5, &|tensor| tensor);
+}
+
+#[test]
+fn flex_f64_primitives_agree_with_the_plain_ones() {
+    host_primitives_agree_with_the_plain_ones::<Flex>(1e-12, &|tensor| tensor.cast(DType::F64));
 }

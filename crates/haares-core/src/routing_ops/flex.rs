@@ -1,0 +1,431 @@
+//! The routing primitives on Burn's Flex backend as SIMD loops over its host buffers.
+//!
+//! The plain primitives ([`naive`](super::naive)) run one Flex operation per slot and step, each
+//! a pass over a `[tokens, d]` tensor with an allocation of its own, and their row dot products
+//! form and reduce a whole `[tokens, d]` product. Here each primitive reads every slot row once
+//! and writes each output once: a dot product per row for
+//! [`row_dots`](RoutingBackend::row_dots), a scaled add of every slot's row into the output row
+//! for [`weighted_sum`](RoutingBackend::weighted_sum) and
+//! [`weighted_total`](RoutingBackend::weighted_total), and for
+//! [`add_scaled_rows`](RoutingBackend::add_scaled_rows) a scaled add into the gradient already
+//! accumulated, in place when Flex holds it unshared.
+//!
+//! The loops run on `macerator`'s SIMD vectors, chosen at run time (AVX-512, AVX2, SSE, NEON or
+//! scalar), with four accumulators per dot product: a scalar loop cannot be vectorised without
+//! reordering its additions, and was slower than Flex's own operations (docs/benchmarks.md). f32
+//! and f64 tensors whose elements lie contiguously take these loops; anything else takes the
+//! plain primitives. `tests/core/primitives.rs` checks them against the plain primitives.
+
+use burn::backend::Flex;
+use burn::tensor::{DType, Element, Tensor, TensorData, TensorPrimitive};
+use burn_flex::FlexTensor;
+use macerator::{ReduceAdd, Simd, VAdd, VMul, VMulAdd, vload_unaligned, vstore_unaligned};
+use rayon::prelude::*;
+
+use super::{RoutingBackend, naive};
+
+/// A float type the loops run on (macerator's scalars are `bytemuck::Pod`, as Flex's slices need).
+trait HostFloat: Element + VAdd + VMul + VMulAdd + ReduceAdd {}
+
+impl HostFloat for f32 {}
+impl HostFloat for f64 {}
+
+impl RoutingBackend for Flex {
+    fn row_dots(slots: &[Tensor<Self, 2>], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        by_dtype(
+            &rows,
+            || host_row_dots::<f32>(slots, &rows),
+            || host_row_dots::<f64>(slots, &rows),
+        )
+        .unwrap_or_else(|| naive::row_dots(slots, rows))
+    }
+
+    fn weighted_sum(slots: &[Tensor<Self, 2>], weights: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        by_dtype(
+            &weights,
+            || host_weighted_sum::<f32>(slots, &weights),
+            || host_weighted_sum::<f64>(slots, &weights),
+        )
+        .unwrap_or_else(|| naive::weighted_sum(slots, weights))
+    }
+
+    fn weighted_total(slots: &[Tensor<Self, 2>], weights: Tensor<Self, 2>) -> Tensor<Self, 1> {
+        by_dtype(
+            &weights,
+            || host_weighted_total::<f32>(slots, &weights),
+            || host_weighted_total::<f64>(slots, &weights),
+        )
+        .unwrap_or_else(|| naive::weighted_total(slots, weights))
+    }
+
+    fn add_scaled_rows(
+        into: Vec<Option<Tensor<Self, 2>>>,
+        columns: Tensor<Self, 2>,
+        rows: Tensor<Self, 2>,
+        wanted: &[bool],
+    ) -> Vec<Option<Tensor<Self, 2>>> {
+        let tokens = columns.dims()[1];
+        into.into_iter()
+            .enumerate()
+            .map(|(slot, into)| {
+                if !wanted[slot] {
+                    return None;
+                }
+                let column = columns.clone().narrow(0, slot, 1);
+                let added = match rows.dtype() {
+                    DType::F32 => host_add_scaled_rows::<f32>(into, &column, &rows),
+                    DType::F64 => host_add_scaled_rows::<f64>(into, &column, &rows),
+                    _ => Err(into),
+                };
+                Some(added.unwrap_or_else(|into| {
+                    let product = column.reshape([tokens, 1]) * rows.clone();
+                    match into {
+                        Some(into) => into + product,
+                        None => product,
+                    }
+                }))
+            })
+            .collect()
+    }
+}
+
+/// Runs the loop for the tensor's float type; `None` (take the plain primitive) for other types
+/// and wherever a loop finds an operand it cannot read as one contiguous slice.
+fn by_dtype<T>(
+    like: &Tensor<Flex, 2>,
+    f32_loop: impl FnOnce() -> Option<T>,
+    f64_loop: impl FnOnce() -> Option<T>,
+) -> Option<T> {
+    match like.dtype() {
+        DType::F32 => f32_loop(),
+        DType::F64 => f64_loop(),
+        _ => None,
+    }
+}
+
+/// Flex's buffers behind some tensors.
+fn buffers(tensors: &[Tensor<Flex, 2>]) -> Vec<FlexTensor> {
+    tensors
+        .iter()
+        .map(|tensor| tensor.clone().into_primitive().tensor())
+        .collect()
+}
+
+/// Every buffer's elements as one contiguous slice, or `None`.
+fn slices<F: HostFloat>(buffers: &[FlexTensor]) -> Option<Vec<&[F]>> {
+    buffers.iter().map(FlexTensor::as_slice::<F>).collect()
+}
+
+fn tensor<F: HostFloat, const D: usize>(values: Vec<F>, shape: [usize; D]) -> Tensor<Flex, D> {
+    let buffer = FlexTensor::from_data(TensorData::new(values, shape));
+    Tensor::from_primitive(TensorPrimitive::Float(buffer))
+}
+
+/// The slots' common `[tokens, d]`, or `None` when they differ (the plain primitive then reports
+/// Burn's shape error).
+fn common_shape(slots: &[Tensor<Flex, 2>]) -> Option<[usize; 2]> {
+    let shape = slots.first()?.dims();
+    slots.iter().all(|slot| slot.dims() == shape).then_some(shape)
+}
+
+/// Token rows per parallel task: enough work (`d` multiply–adds per row and slot) to outweigh
+/// handing the task to another thread, few enough that both cores of a small machine get several.
+const TOKENS_PER_TASK: usize = 256;
+
+/// Runs `task(first_token, rows)` over consecutive chunks of `TOKENS_PER_TASK` rows of `out`
+/// (rows of `row_len` elements) on Rayon's pool, which Flex's matrix products use too. Each
+/// output element is written by one task in a fixed order, so results do not depend on the
+/// scheduling.
+fn for_token_chunks<F: HostFloat>(
+    out: &mut [F],
+    row_len: usize,
+    task: impl Fn(usize, &mut [F]) + Sync,
+) {
+    let chunk = TOKENS_PER_TASK * row_len.max(1);
+    out.par_chunks_mut(chunk)
+        .enumerate()
+        .for_each(|(index, rows)| task(index * TOKENS_PER_TASK, rows));
+}
+
+/// A `[tokens, d]` buffer, or one `[d]` row shared by all tokens.
+#[derive(Clone, Copy)]
+struct Rows<'a, F> {
+    values: &'a [F],
+    per_token: bool,
+    d_model: usize,
+}
+
+impl<'a, F> Rows<'a, F> {
+    /// `rows` as the loops read them, for `tokens` tokens; `None` for any other shape.
+    fn new(rows: &Tensor<Flex, 2>, values: &'a [F], tokens: usize) -> Option<Self> {
+        let [count, d_model] = rows.dims();
+        let per_token = match count {
+            1 => false,
+            count if count == tokens => true,
+            _ => return None,
+        };
+        Some(Self {
+            values,
+            per_token,
+            d_model,
+        })
+    }
+
+    fn row(&self, token: usize) -> &'a [F] {
+        match self.per_token {
+            true => &self.values[token * self.d_model..][..self.d_model],
+            false => self.values,
+        }
+    }
+}
+
+fn host_row_dots<F: HostFloat>(
+    slots: &[Tensor<Flex, 2>],
+    rows: &Tensor<Flex, 2>,
+) -> Option<Tensor<Flex, 2>> {
+    let [tokens, d_model] = common_shape(slots)?;
+    let (slot_buffers, row_buffer) = (buffers(slots), buffers(std::slice::from_ref(rows)));
+    let (slot_values, row_values) = (slices::<F>(&slot_buffers)?, slices::<F>(&row_buffer)?);
+    let rows = Rows::new(rows, row_values[0], tokens).filter(|rows| rows.d_model == d_model)?;
+    let mut dots = vec![F::default(); slots.len() * tokens];
+    for (slot, dots) in slot_values.iter().zip(dots.chunks_exact_mut(tokens.max(1))) {
+        for_token_chunks(dots, 1, |first_token, dots| {
+            row_dots_loop(slot, rows, first_token, dots)
+        });
+    }
+    Some(tensor(dots, [slots.len(), tokens]))
+}
+
+/// The slots and weights of a weighted sum, when the loops can read them.
+struct Weighted<'a, F> {
+    slots: Vec<&'a [F]>,
+    weights: &'a [F],
+    tokens: usize,
+    d_model: usize,
+}
+
+fn host_weighted_sum<F: HostFloat>(
+    slots: &[Tensor<Flex, 2>],
+    weights: &Tensor<Flex, 2>,
+) -> Option<Tensor<Flex, 2>> {
+    let (slot_buffers, weight_buffer) = (buffers(slots), buffers(std::slice::from_ref(weights)));
+    let weighted = weighted::<F>(slots, weights, &slot_buffers, &weight_buffer)?;
+    let (tokens, d_model) = (weighted.tokens, weighted.d_model);
+    let mut sum = vec![F::default(); tokens * d_model];
+    for_token_chunks(&mut sum, d_model, |first_token, out| {
+        weighted_sum_loop(&weighted, first_token, out)
+    });
+    Some(tensor(sum, [tokens, d_model]))
+}
+
+fn host_weighted_total<F: HostFloat>(
+    slots: &[Tensor<Flex, 2>],
+    weights: &Tensor<Flex, 2>,
+) -> Option<Tensor<Flex, 1>> {
+    let (slot_buffers, weight_buffer) = (buffers(slots), buffers(std::slice::from_ref(weights)));
+    let weighted = weighted::<F>(slots, weights, &slot_buffers, &weight_buffer)?;
+    let (tokens, d_model) = (weighted.tokens, weighted.d_model);
+    // One partial total per chunk of tokens, added in chunk order (not in the order the tasks
+    // finish), so that the result is the same at every run.
+    let chunks = tokens.div_ceil(TOKENS_PER_TASK);
+    let mut partials = vec![F::default(); chunks * d_model];
+    partials
+        .par_chunks_mut(d_model.max(1))
+        .enumerate()
+        .for_each(|(chunk, total)| weighted_total_loop(&weighted, chunk * TOKENS_PER_TASK, total));
+    let mut total = vec![F::default(); d_model];
+    for partial in partials.chunks_exact(d_model.max(1)) {
+        for (total, &part) in total.iter_mut().zip(partial) {
+            *total = *total + part;
+        }
+    }
+    Some(tensor(total, [d_model]))
+}
+
+fn weighted<'a, F: HostFloat>(
+    slots: &[Tensor<Flex, 2>],
+    weights: &Tensor<Flex, 2>,
+    slot_buffers: &'a [FlexTensor],
+    weight_buffer: &'a [FlexTensor],
+) -> Option<Weighted<'a, F>> {
+    let [tokens, d_model] = common_shape(slots)?;
+    if weights.dims() != [slots.len(), tokens] {
+        return None;
+    }
+    Some(Weighted {
+        slots: slices::<F>(slot_buffers)?,
+        weights: slices::<F>(weight_buffer)?[0],
+        tokens,
+        d_model,
+    })
+}
+
+/// One slot's `into + column ⊗ rows`: written into `into`'s buffer when Flex holds it unshared
+/// and contiguous, into a new one otherwise. Hands `into` back when the loop cannot read an
+/// operand (then the plain primitive runs).
+fn host_add_scaled_rows<F: HostFloat>(
+    into: Option<Tensor<Flex, 2>>,
+    column: &Tensor<Flex, 2>,
+    rows: &Tensor<Flex, 2>,
+) -> Result<Tensor<Flex, 2>, Option<Tensor<Flex, 2>>> {
+    let tokens = column.dims()[1];
+    let d_model = rows.dims()[1];
+    let column_buffer = buffers(std::slice::from_ref(column));
+    let row_buffer = buffers(std::slice::from_ref(rows));
+    let (Some(column_values), Some(row_values)) =
+        (slices::<F>(&column_buffer), slices::<F>(&row_buffer))
+    else {
+        return Err(into);
+    };
+    let Some(rows) = Rows::new(rows, row_values[0], tokens) else {
+        return Err(into);
+    };
+    let add = |out: &mut [F]| {
+        for_token_chunks(out, d_model, |first_token, out| {
+            add_scaled_rows_loop(column_values[0], rows, first_token, out)
+        })
+    };
+    let mut sum = match into {
+        None => vec![F::default(); tokens * d_model],
+        Some(into) if into.dims() == [tokens, d_model] && into.dtype() == F::dtype() => {
+            let mut buffer = into.into_primitive().tensor();
+            if let Some((start, end)) = buffer.layout().contiguous_offsets()
+                && let Some(storage) = buffer.try_storage_mut::<F>()
+            {
+                add(&mut storage[start..end]);
+                return Ok(Tensor::from_primitive(TensorPrimitive::Float(buffer)));
+            }
+            buffer.to_contiguous().storage::<F>().to_vec()
+        }
+        into => return Err(into),
+    };
+    add(&mut sum);
+    Ok(tensor(sum, [tokens, d_model]))
+}
+
+/// `dots[n] = slot[first_token + n, ·] · rows[first_token + n or 0, ·]`.
+#[macerator::with_simd]
+fn row_dots_loop<'a, S: Simd, F: HostFloat>(
+    slot: &[F],
+    rows: Rows<'a, F>,
+    first_token: usize,
+    dots: &mut [F],
+) {
+    let d_model = rows.d_model;
+    for (offset, dot) in dots.iter_mut().enumerate() {
+        let token = first_token + offset;
+        let slot_row = &slot[token * d_model..][..d_model];
+        *dot = dot_product::<S, F>(slot_row, rows.row(token));
+    }
+}
+
+/// `out[n, ·] = Σ_s weights[s, first_token + n] · slots[s][first_token + n, ·]`, row by row, so
+/// that each output row is formed in cache from one row of every slot.
+#[macerator::with_simd]
+fn weighted_sum_loop<'a, S: Simd, F: HostFloat>(
+    weighted: &Weighted<'a, F>,
+    first_token: usize,
+    out: &mut [F],
+) {
+    let (tokens, d_model) = (weighted.tokens, weighted.d_model);
+    for (offset, out) in out.chunks_exact_mut(d_model).enumerate() {
+        let token = first_token + offset;
+        for (slot, rows) in weighted.slots.iter().enumerate() {
+            let weight = weighted.weights[slot * tokens + token];
+            scaled_add::<S, F>(out, weight, &rows[token * d_model..][..d_model]);
+        }
+    }
+}
+
+/// `total = Σ_s Σ_n weights[s, n] · slots[s][n, ·]` over the chunk of tokens from `first_token`,
+/// into a `[d]` row that stays in cache.
+#[macerator::with_simd]
+fn weighted_total_loop<'a, S: Simd, F: HostFloat>(
+    weighted: &Weighted<'a, F>,
+    first_token: usize,
+    total: &mut [F],
+) {
+    let (tokens, d_model) = (weighted.tokens, weighted.d_model);
+    let last_token = tokens.min(first_token + TOKENS_PER_TASK);
+    for (slot, rows) in weighted.slots.iter().enumerate() {
+        for token in first_token..last_token {
+            let weight = weighted.weights[slot * tokens + token];
+            scaled_add::<S, F>(total, weight, &rows[token * d_model..][..d_model]);
+        }
+    }
+}
+
+/// `out[n, ·] += column[first_token + n] · rows[first_token + n or 0, ·]`.
+#[macerator::with_simd]
+fn add_scaled_rows_loop<'a, S: Simd, F: HostFloat>(
+    column: &[F],
+    rows: Rows<'a, F>,
+    first_token: usize,
+    out: &mut [F],
+) {
+    for (offset, out) in out.chunks_exact_mut(rows.d_model).enumerate() {
+        let token = first_token + offset;
+        scaled_add::<S, F>(out, column[token], rows.row(token));
+    }
+}
+
+/// `a · b` with four vector accumulators.
+#[inline(always)]
+fn dot_product<S: Simd, F: HostFloat>(a: &[F], b: &[F]) -> F {
+    assert_eq!(a.len(), b.len());
+    let lanes = F::lanes::<S>();
+    let zero = F::default().splat::<S>();
+    let mut sums = [zero; 4];
+    let mut at = 0;
+    while at + 4 * lanes <= a.len() {
+        for (lane_block, sum) in sums.iter_mut().enumerate() {
+            let offset = at + lane_block * lanes;
+            // SAFETY: `offset + lanes ≤ a.len() = b.len()` by the loop condition.
+            let (x, y) = unsafe {
+                (
+                    vload_unaligned::<S, F>(a.as_ptr().add(offset)),
+                    vload_unaligned::<S, F>(b.as_ptr().add(offset)),
+                )
+            };
+            *sum = x.mul_add(y, *sum);
+        }
+        at += 4 * lanes;
+    }
+    while at + lanes <= a.len() {
+        // SAFETY: `at + lanes ≤ a.len() = b.len()` by the loop condition.
+        let (x, y) = unsafe {
+            (
+                vload_unaligned::<S, F>(a.as_ptr().add(at)),
+                vload_unaligned::<S, F>(b.as_ptr().add(at)),
+            )
+        };
+        sums[0] = x.mul_add(y, sums[0]);
+        at += lanes;
+    }
+    let vector_sum = ((sums[0] + sums[1]) + (sums[2] + sums[3])).reduce_add();
+    a[at..]
+        .iter()
+        .zip(&b[at..])
+        .fold(vector_sum, |sum, (&x, &y)| sum + x * y)
+}
+
+/// `out += factor · row`.
+#[inline(always)]
+fn scaled_add<S: Simd, F: HostFloat>(out: &mut [F], factor: F, row: &[F]) {
+    assert_eq!(out.len(), row.len());
+    let lanes = F::lanes::<S>();
+    let factors = factor.splat::<S>();
+    let mut at = 0;
+    while at + lanes <= out.len() {
+        // SAFETY: `at + lanes ≤ out.len() = row.len()` by the loop condition.
+        unsafe {
+            let x = vload_unaligned::<S, F>(row.as_ptr().add(at));
+            let y = vload_unaligned::<S, F>(out.as_ptr().add(at));
+            vstore_unaligned::<S, F>(out.as_mut_ptr().add(at), x.mul_add(factors, y));
+        }
+        at += lanes;
+    }
+    for (out, &x) in out[at..].iter_mut().zip(&row[at..]) {
+        *out = *out + factor * x;
+    }
+}
