@@ -18,8 +18,8 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 
 use crate::config::RoutingPath;
@@ -140,9 +140,7 @@ fn take_accumulated<B: Backend, S, const N: usize>(
 struct ScoresState<B: RoutingBackend> {
     slots: Vec<SlotRows<B>>,
     folded_query: Tensor<B, 1>,
-    scores: Tensor<B, 2>,
-    coefficients: Tensor<B, 2>,
-    epsilon: f64,
+    forward: ScoresForward<B>,
 }
 
 #[derive(Debug)]
@@ -166,12 +164,8 @@ impl<B: RoutingBackend> Backward<B, SCORES_PARENTS> for ScoresBackward {
         let gradients = scores_backward(
             &state.slots,
             state.folded_query,
-            ScoresForward {
-                scores: state.scores,
-                coefficients: state.coefficients,
-            },
+            state.forward,
             grad,
-            state.epsilon,
             into,
             &raws_wanted,
             &mean_squares_wanted,
@@ -212,9 +206,7 @@ fn scores_node<B: RoutingBackend, C: CheckpointStrategy>(
             ScoresState {
                 slots: inner_slots,
                 folded_query: inner_query,
-                scores: forward.scores,
-                coefficients: forward.coefficients,
-                epsilon,
+                forward,
             },
             output,
         ),

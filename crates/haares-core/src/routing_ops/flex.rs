@@ -16,11 +16,12 @@
 //! and f64 tensors whose elements lie contiguously take these loops; anything else takes the
 //! plain primitives. `tests/core/primitives.rs` checks them against the plain primitives.
 
+use std::slice;
+
 use burn::backend::Flex;
 use burn::tensor::{DType, Element, Tensor, TensorData, TensorPrimitive};
 use burn_flex::FlexTensor;
 use macerator::{ReduceAdd, Simd, VAdd, VMul, VMulAdd, vload_unaligned, vstore_unaligned};
-use rayon::prelude::*;
 
 use super::{RoutingBackend, naive};
 
@@ -72,12 +73,13 @@ impl RoutingBackend for Flex {
                     return None;
                 }
                 let column = columns.clone().narrow(0, slot, 1);
+                let mut into = into;
                 let added = match rows.dtype() {
-                    DType::F32 => host_add_scaled_rows::<f32>(into, &column, &rows),
-                    DType::F64 => host_add_scaled_rows::<f64>(into, &column, &rows),
-                    _ => Err(into),
+                    DType::F32 => host_add_scaled_rows::<f32>(&mut into, &column, &rows),
+                    DType::F64 => host_add_scaled_rows::<f64>(&mut into, &column, &rows),
+                    _ => None,
                 };
-                Some(added.unwrap_or_else(|into| {
+                Some(added.unwrap_or_else(|| {
                     let product = column.reshape([tokens, 1]) * rows.clone();
                     match into {
                         Some(into) => into + product,
@@ -125,26 +127,10 @@ fn tensor<F: HostFloat, const D: usize>(values: Vec<F>, shape: [usize; D]) -> Te
 /// Burn's shape error).
 fn common_shape(slots: &[Tensor<Flex, 2>]) -> Option<[usize; 2]> {
     let shape = slots.first()?.dims();
-    slots.iter().all(|slot| slot.dims() == shape).then_some(shape)
-}
-
-/// Token rows per parallel task: enough work (`d` multiply–adds per row and slot) to outweigh
-/// handing the task to another thread, few enough that both cores of a small machine get several.
-const TOKENS_PER_TASK: usize = 256;
-
-/// Runs `task(first_token, rows)` over consecutive chunks of `TOKENS_PER_TASK` rows of `out`
-/// (rows of `row_len` elements) on Rayon's pool, which Flex's matrix products use too. Each
-/// output element is written by one task in a fixed order, so results do not depend on the
-/// scheduling.
-fn for_token_chunks<F: HostFloat>(
-    out: &mut [F],
-    row_len: usize,
-    task: impl Fn(usize, &mut [F]) + Sync,
-) {
-    let chunk = TOKENS_PER_TASK * row_len.max(1);
-    out.par_chunks_mut(chunk)
-        .enumerate()
-        .for_each(|(index, rows)| task(index * TOKENS_PER_TASK, rows));
+    slots
+        .iter()
+        .all(|slot| slot.dims() == shape)
+        .then_some(shape)
 }
 
 /// A `[tokens, d]` buffer, or one `[d]` row shared by all tokens.
@@ -184,15 +170,11 @@ fn host_row_dots<F: HostFloat>(
     rows: &Tensor<Flex, 2>,
 ) -> Option<Tensor<Flex, 2>> {
     let [tokens, d_model] = common_shape(slots)?;
-    let (slot_buffers, row_buffer) = (buffers(slots), buffers(std::slice::from_ref(rows)));
+    let (slot_buffers, row_buffer) = (buffers(slots), buffers(slice::from_ref(rows)));
     let (slot_values, row_values) = (slices::<F>(&slot_buffers)?, slices::<F>(&row_buffer)?);
     let rows = Rows::new(rows, row_values[0], tokens).filter(|rows| rows.d_model == d_model)?;
     let mut dots = vec![F::default(); slots.len() * tokens];
-    for (slot, dots) in slot_values.iter().zip(dots.chunks_exact_mut(tokens.max(1))) {
-        for_token_chunks(dots, 1, |first_token, dots| {
-            row_dots_loop(slot, rows, first_token, dots)
-        });
-    }
+    row_dots_loop(&slot_values, rows, &mut dots);
     Some(tensor(dots, [slots.len(), tokens]))
 }
 
@@ -208,13 +190,11 @@ fn host_weighted_sum<F: HostFloat>(
     slots: &[Tensor<Flex, 2>],
     weights: &Tensor<Flex, 2>,
 ) -> Option<Tensor<Flex, 2>> {
-    let (slot_buffers, weight_buffer) = (buffers(slots), buffers(std::slice::from_ref(weights)));
+    let (slot_buffers, weight_buffer) = (buffers(slots), buffers(slice::from_ref(weights)));
     let weighted = weighted::<F>(slots, weights, &slot_buffers, &weight_buffer)?;
     let (tokens, d_model) = (weighted.tokens, weighted.d_model);
     let mut sum = vec![F::default(); tokens * d_model];
-    for_token_chunks(&mut sum, d_model, |first_token, out| {
-        weighted_sum_loop(&weighted, first_token, out)
-    });
+    weighted_sum_loop(&weighted, &mut sum);
     Some(tensor(sum, [tokens, d_model]))
 }
 
@@ -222,24 +202,11 @@ fn host_weighted_total<F: HostFloat>(
     slots: &[Tensor<Flex, 2>],
     weights: &Tensor<Flex, 2>,
 ) -> Option<Tensor<Flex, 1>> {
-    let (slot_buffers, weight_buffer) = (buffers(slots), buffers(std::slice::from_ref(weights)));
+    let (slot_buffers, weight_buffer) = (buffers(slots), buffers(slice::from_ref(weights)));
     let weighted = weighted::<F>(slots, weights, &slot_buffers, &weight_buffer)?;
-    let (tokens, d_model) = (weighted.tokens, weighted.d_model);
-    // One partial total per chunk of tokens, added in chunk order (not in the order the tasks
-    // finish), so that the result is the same at every run.
-    let chunks = tokens.div_ceil(TOKENS_PER_TASK);
-    let mut partials = vec![F::default(); chunks * d_model];
-    partials
-        .par_chunks_mut(d_model.max(1))
-        .enumerate()
-        .for_each(|(chunk, total)| weighted_total_loop(&weighted, chunk * TOKENS_PER_TASK, total));
-    let mut total = vec![F::default(); d_model];
-    for partial in partials.chunks_exact(d_model.max(1)) {
-        for (total, &part) in total.iter_mut().zip(partial) {
-            *total = *total + part;
-        }
-    }
-    Some(tensor(total, [d_model]))
+    let mut total = vec![F::default(); weighted.d_model];
+    weighted_total_loop(&weighted, &mut total);
+    Some(tensor(total, [weighted.d_model]))
 }
 
 fn weighted<'a, F: HostFloat>(
@@ -261,75 +228,61 @@ fn weighted<'a, F: HostFloat>(
 }
 
 /// One slot's `into + column ⊗ rows`: written into `into`'s buffer when Flex holds it unshared
-/// and contiguous, into a new one otherwise. Hands `into` back when the loop cannot read an
-/// operand (then the plain primitive runs).
+/// and contiguous, into a new one otherwise. Leaves `into` in place and answers `None` when the
+/// loop cannot read an operand (then the plain primitive runs).
 fn host_add_scaled_rows<F: HostFloat>(
-    into: Option<Tensor<Flex, 2>>,
+    into: &mut Option<Tensor<Flex, 2>>,
     column: &Tensor<Flex, 2>,
     rows: &Tensor<Flex, 2>,
-) -> Result<Tensor<Flex, 2>, Option<Tensor<Flex, 2>>> {
+) -> Option<Tensor<Flex, 2>> {
     let tokens = column.dims()[1];
     let d_model = rows.dims()[1];
-    let column_buffer = buffers(std::slice::from_ref(column));
-    let row_buffer = buffers(std::slice::from_ref(rows));
-    let (Some(column_values), Some(row_values)) =
-        (slices::<F>(&column_buffer), slices::<F>(&row_buffer))
-    else {
-        return Err(into);
-    };
-    let Some(rows) = Rows::new(rows, row_values[0], tokens) else {
-        return Err(into);
-    };
-    let add = |out: &mut [F]| {
-        for_token_chunks(out, d_model, |first_token, out| {
-            add_scaled_rows_loop(column_values[0], rows, first_token, out)
-        })
-    };
-    let mut sum = match into {
+    let (column_buffer, row_buffer) = (
+        buffers(slice::from_ref(column)),
+        buffers(slice::from_ref(rows)),
+    );
+    let (column_values, row_values) = (slices::<F>(&column_buffer)?, slices::<F>(&row_buffer)?);
+    let rows = Rows::new(rows, row_values[0], tokens)?;
+    let add = |out: &mut [F]| add_scaled_rows_loop(column_values[0], rows, out);
+    let mut sum = match into.take() {
         None => vec![F::default(); tokens * d_model],
-        Some(into) if into.dims() == [tokens, d_model] && into.dtype() == F::dtype() => {
-            let mut buffer = into.into_primitive().tensor();
+        Some(sum) if sum.dims() == [tokens, d_model] && sum.dtype() == F::dtype() => {
+            let mut buffer = sum.into_primitive().tensor();
             if let Some((start, end)) = buffer.layout().contiguous_offsets()
                 && let Some(storage) = buffer.try_storage_mut::<F>()
             {
                 add(&mut storage[start..end]);
-                return Ok(Tensor::from_primitive(TensorPrimitive::Float(buffer)));
+                return Some(Tensor::from_primitive(TensorPrimitive::Float(buffer)));
             }
             buffer.to_contiguous().storage::<F>().to_vec()
         }
-        into => return Err(into),
+        other => {
+            *into = other;
+            return None;
+        }
     };
     add(&mut sum);
-    Ok(tensor(sum, [tokens, d_model]))
+    Some(tensor(sum, [tokens, d_model]))
 }
 
-/// `dots[n] = slot[first_token + n, ·] · rows[first_token + n or 0, ·]`.
+/// `dots[s·tokens + n] = slots[s][n, ·] · rows[n or 0, ·]`.
 #[macerator::with_simd]
-fn row_dots_loop<'a, S: Simd, F: HostFloat>(
-    slot: &[F],
-    rows: Rows<'a, F>,
-    first_token: usize,
-    dots: &mut [F],
-) {
-    let d_model = rows.d_model;
-    for (offset, dot) in dots.iter_mut().enumerate() {
-        let token = first_token + offset;
-        let slot_row = &slot[token * d_model..][..d_model];
-        *dot = dot_product::<S, F>(slot_row, rows.row(token));
+fn row_dots_loop<'a, S: Simd, F: HostFloat>(slots: &[&'a [F]], rows: Rows<'a, F>, dots: &mut [F]) {
+    let tokens = dots.len() / slots.len();
+    for (slot, dots) in slots.iter().zip(dots.chunks_exact_mut(tokens.max(1))) {
+        let slot_rows = slot.chunks_exact(rows.d_model);
+        for (token, (dot, slot_row)) in dots.iter_mut().zip(slot_rows).enumerate() {
+            *dot = dot_product::<S, F>(slot_row, rows.row(token));
+        }
     }
 }
 
-/// `out[n, ·] = Σ_s weights[s, first_token + n] · slots[s][first_token + n, ·]`, row by row, so
-/// that each output row is formed in cache from one row of every slot.
+/// `sum[n, ·] = Σ_s weights[s, n] · slots[s][n, ·]`, row by row, so that each output row is
+/// formed in cache from one row of every slot.
 #[macerator::with_simd]
-fn weighted_sum_loop<'a, S: Simd, F: HostFloat>(
-    weighted: &Weighted<'a, F>,
-    first_token: usize,
-    out: &mut [F],
-) {
+fn weighted_sum_loop<'a, S: Simd, F: HostFloat>(weighted: &Weighted<'a, F>, sum: &mut [F]) {
     let (tokens, d_model) = (weighted.tokens, weighted.d_model);
-    for (offset, out) in out.chunks_exact_mut(d_model).enumerate() {
-        let token = first_token + offset;
+    for (token, out) in sum.chunks_exact_mut(d_model).enumerate() {
         for (slot, rows) in weighted.slots.iter().enumerate() {
             let weight = weighted.weights[slot * tokens + token];
             scaled_add::<S, F>(out, weight, &rows[token * d_model..][..d_model]);
@@ -337,35 +290,27 @@ fn weighted_sum_loop<'a, S: Simd, F: HostFloat>(
     }
 }
 
-/// `total = Σ_s Σ_n weights[s, n] · slots[s][n, ·]` over the chunk of tokens from `first_token`,
-/// into a `[d]` row that stays in cache.
+/// `total = Σ_s Σ_n weights[s, n] · slots[s][n, ·]`, into a `[d]` row that stays in cache.
 #[macerator::with_simd]
-fn weighted_total_loop<'a, S: Simd, F: HostFloat>(
-    weighted: &Weighted<'a, F>,
-    first_token: usize,
-    total: &mut [F],
-) {
-    let (tokens, d_model) = (weighted.tokens, weighted.d_model);
-    let last_token = tokens.min(first_token + TOKENS_PER_TASK);
+fn weighted_total_loop<'a, S: Simd, F: HostFloat>(weighted: &Weighted<'a, F>, total: &mut [F]) {
+    let tokens = weighted.tokens;
     for (slot, rows) in weighted.slots.iter().enumerate() {
-        for token in first_token..last_token {
-            let weight = weighted.weights[slot * tokens + token];
-            scaled_add::<S, F>(total, weight, &rows[token * d_model..][..d_model]);
+        let slot_rows = rows.chunks_exact(weighted.d_model);
+        for (&weight, row) in weighted.weights[slot * tokens..][..tokens]
+            .iter()
+            .zip(slot_rows)
+        {
+            scaled_add::<S, F>(total, weight, row);
         }
     }
 }
 
-/// `out[n, ·] += column[first_token + n] · rows[first_token + n or 0, ·]`.
+/// `out[n, ·] += column[n] · rows[n or 0, ·]`.
 #[macerator::with_simd]
-fn add_scaled_rows_loop<'a, S: Simd, F: HostFloat>(
-    column: &[F],
-    rows: Rows<'a, F>,
-    first_token: usize,
-    out: &mut [F],
-) {
-    for (offset, out) in out.chunks_exact_mut(rows.d_model).enumerate() {
-        let token = first_token + offset;
-        scaled_add::<S, F>(out, column[token], rows.row(token));
+fn add_scaled_rows_loop<'a, S: Simd, F: HostFloat>(column: &[F], rows: Rows<'a, F>, out: &mut [F]) {
+    let out_rows = out.chunks_exact_mut(rows.d_model);
+    for (token, (out, &factor)) in out_rows.zip(column).enumerate() {
+        scaled_add::<S, F>(out, factor, rows.row(token));
     }
 }
 

@@ -13,13 +13,15 @@
 //! The bias and the softmax stay ordinary tensor operations on `[S, tokens]`, so the routing
 //! weights are differentiable outputs like the mixture.
 //!
-//! All work that touches `S · tokens · d` numbers goes through three backend primitives,
-//! [`RoutingBackend::row_dots`], [`RoutingBackend::weighted_sum`] and
-//! [`RoutingBackend::scaled_rows`]; everything else is `O(S · tokens)`. The default
+//! All work that touches `S · tokens · d` numbers goes through five backend primitives,
+//! [`RoutingBackend::row_dots`], [`RoutingBackend::weighted_sum`],
+//! [`RoutingBackend::scaled_rows`], [`RoutingBackend::add_scaled_rows`] and
+//! [`RoutingBackend::weighted_total`]; everything else is `O(S · tokens)`. The default
 //! implementations are plain Burn tensor operations ([`naive`], the reference every faster
-//! implementation is tested against). NdArray replaces them with loops over its host arrays
-//! (`host.rs`); the cube backends (CUDA, wgpu) replace the first two with CubeCL kernels that read
-//! every source of a chunk in one pass (`cube.rs`).
+//! implementation is tested against). Flex replaces them with SIMD loops over its buffers
+//! (`flex.rs`) and NdArray with loops over its host arrays (`host.rs`); the cube backends (CUDA,
+//! wgpu) replace the first two with CubeCL kernels that read every source of a chunk in one pass
+//! (`cube.rs`).
 //!
 //! On the autodiff backend (`autodiff.rs`) the two operations are single graph nodes whose backward
 //! recomputes what it needs from the sources: they keep no normalised key, no stacked tensor and
@@ -55,7 +57,7 @@ pub struct SlotRows<B: Backend> {
 }
 
 /// A backend that computes the routing operator. Every Burn backend can implement it with the
-/// default methods; NdArray overrides the primitives with host-array loops, the cube backends
+/// default methods; Flex and NdArray override the primitives with host loops, the cube backends
 /// override two of them with kernels (and send `Auto` to the reference path), and the autodiff
 /// backend overrides the operations with their own backward passes.
 pub trait RoutingBackend: Backend {
@@ -151,11 +153,14 @@ pub trait RoutingBackend: Backend {
 }
 
 /// The forward pass of [`RoutingBackend::routing_scores`] with what its backward pass reuses.
+#[derive(Debug, Clone)]
 pub(crate) struct ScoresForward<B: Backend> {
     /// `z'`, `[S, tokens]`.
     pub scores: Tensor<B, 2>,
     /// `c / √(m + ε)`, `[S, tokens]`: the factor from a dot product to its score.
     pub coefficients: Tensor<B, 2>,
+    /// The key norm's ε.
+    pub epsilon: f64,
 }
 
 pub(crate) fn scores_forward<B: RoutingBackend>(
@@ -171,6 +176,7 @@ pub(crate) fn scores_forward<B: RoutingBackend>(
     ScoresForward {
         scores: dots * coefficients.clone(),
         coefficients,
+        epsilon,
     }
 }
 
@@ -192,7 +198,6 @@ pub(crate) fn scores_backward<B: RoutingBackend>(
     folded_query: Tensor<B, 1>,
     forward: ScoresForward<B>,
     grad: Tensor<B, 2>,
-    epsilon: f64,
     into: Vec<Option<Tensor<B, 2>>>,
     wanted: &[bool],
     mean_squares_wanted: &[bool],
@@ -202,7 +207,8 @@ pub(crate) fn scores_backward<B: RoutingBackend>(
     let query_row = folded_query.reshape([1, d_model]);
     let dot_grads = grad.clone() * forward.coefficients;
     let raws_grads = B::add_scaled_rows(into, dot_grads.clone(), query_row, wanted);
-    let mean_square_grads = (grad * forward.scores / (mean_squares(slots) + epsilon)) * -0.5;
+    let mean_square_grads =
+        (grad * forward.scores / (mean_squares(slots) + forward.epsilon)) * -0.5;
     let mean_squares = (0..slots.len())
         .map(|slot| {
             mean_squares_wanted[slot].then(|| slot_column(&mean_square_grads, slot, tokens))
@@ -326,7 +332,10 @@ pub mod naive {
 
     /// [`RoutingBackend::weighted_total`](super::RoutingBackend::weighted_total) with Burn tensor
     /// operations: one vector–matrix product per slot.
-    pub fn weighted_total<B: Backend>(slots: &[Tensor<B, 2>], weights: Tensor<B, 2>) -> Tensor<B, 1> {
+    pub fn weighted_total<B: Backend>(
+        slots: &[Tensor<B, 2>],
+        weights: Tensor<B, 2>,
+    ) -> Tensor<B, 1> {
         let d_model = slots[0].dims()[1];
         slots
             .iter()
