@@ -58,6 +58,7 @@ fn cost_runs_end_to_end_and_writes_valid_json() {
             .iter()
             .all(|r| r.as_f64().unwrap() > 1e6)
     );
+    step_time_targets_show_their_spread_over_repeats(json.clone());
     let table = std::fs::read_to_string(out.with_extension("md")).unwrap();
     for needle in [
         "| Small | 128 | HAARES |",
@@ -68,6 +69,39 @@ fn cost_runs_end_to_end_and_writes_valid_json() {
         "| Small | HAARES |",
         "for a validation pass of 4 batches every 20 steps",
         "HAARES routing telemetry",
+    ] {
+        assert!(table.contains(needle), "missing `{needle}` in\n{table}");
+    }
+}
+
+/// The run's report with step times set by hand (one warm-up step, then two steady steps per
+/// repeat): every step-time target gives the range of its ratio over the paired repeats.
+fn step_time_targets_show_their_spread_over_repeats(mut json: serde_json::Value) {
+    let mut seen = std::collections::HashMap::new();
+    for sample in json["samples"][0][1].as_array_mut().unwrap() {
+        let method = sample["method"].as_str().unwrap().to_string();
+        let repeat = *seen
+            .entry(method.clone())
+            .and_modify(|r| *r += 1)
+            .or_insert(0usize);
+        let steady = match (method.as_str(), repeat) {
+            ("standard", _) => 1.0,
+            ("block-attnres", 0) => 1.0,
+            ("block-attnres", _) => 2.0,
+            ("haares", 0) => 1.1,
+            ("haares", _) => 1.9,
+            (other, _) => panic!("unexpected method {other}"),
+        };
+        sample["step_s"] = serde_json::json!([9.0, steady, steady]);
+    }
+    let run: haares_bench::cost::CostRun = serde_json::from_value(json).unwrap();
+    let table = haares_bench::cost::report::cost_table(&run);
+    for needle in [
+        // Medians 1.5 and 1.5; per repeat 1.1 / 1.0 and 1.9 / 2.0.
+        "HAARES / Block AttnRes step time 1.000× (target ≤ 1.05×): met; per repeat 0.950–1.100×",
+        // Medians 1.5 and 1.0; per repeat 1.0 / 1.0 and 2.0 / 1.0.
+        "Block AttnRes / Standard step time 1.500× (target ≤ 1.15×): not met; per repeat \
+         1.000–2.000×",
     ] {
         assert!(table.contains(needle), "missing `{needle}` in\n{table}");
     }

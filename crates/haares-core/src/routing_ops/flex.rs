@@ -124,13 +124,11 @@ fn tensor<F: HostFloat, const D: usize>(values: Vec<F>, shape: [usize; D]) -> Te
 }
 
 /// The slots' common `[tokens, d]`, or `None` when they differ (the plain primitive then reports
-/// Burn's shape error).
+/// Burn's shape error) or are empty (the loops step through whole rows).
 fn common_shape(slots: &[Tensor<Flex, 2>]) -> Option<[usize; 2]> {
     let shape = slots.first()?.dims();
-    slots
-        .iter()
-        .all(|slot| slot.dims() == shape)
-        .then_some(shape)
+    let empty = shape.contains(&0);
+    (!empty && slots.iter().all(|slot| slot.dims() == shape)).then_some(shape)
 }
 
 /// A `[tokens, d]` buffer, or one `[d]` row shared by all tokens.
@@ -142,10 +140,12 @@ struct Rows<'a, F> {
 }
 
 impl<'a, F> Rows<'a, F> {
-    /// `rows` as the loops read them, for `tokens` tokens; `None` for any other shape.
+    /// `rows` as the loops read them, for `tokens` tokens; `None` for any other shape and for
+    /// empty rows.
     fn new(rows: &Tensor<Flex, 2>, values: &'a [F], tokens: usize) -> Option<Self> {
         let [count, d_model] = rows.dims();
         let per_token = match count {
+            _ if d_model == 0 || tokens == 0 => return None,
             1 => false,
             count if count == tokens => true,
             _ => return None,
@@ -269,7 +269,7 @@ fn host_add_scaled_rows<F: HostFloat>(
 #[macerator::with_simd]
 fn row_dots_loop<'a, S: Simd, F: HostFloat>(slots: &[&'a [F]], rows: Rows<'a, F>, dots: &mut [F]) {
     let tokens = dots.len() / slots.len();
-    for (slot, dots) in slots.iter().zip(dots.chunks_exact_mut(tokens.max(1))) {
+    for (slot, dots) in slots.iter().zip(dots.chunks_exact_mut(tokens)) {
         let slot_rows = slot.chunks_exact(rows.d_model);
         for (token, (dot, slot_row)) in dots.iter_mut().zip(slot_rows).enumerate() {
             *dot = dot_product::<S, F>(slot_row, rows.row(token));

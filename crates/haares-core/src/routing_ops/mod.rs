@@ -99,10 +99,10 @@ pub trait RoutingBackend: Backend {
         naive::scaled_rows(columns, rows, wanted)
     }
 
-    /// `out_s = into_s + columns[s, ·] ⊗ rows` for the wanted slots (as [`scaled_rows`]
-    /// (Self::scaled_rows), added to a gradient already accumulated, where there is one): the
-    /// backward passes hand each slot's gradient to the sum its source already holds, in one pass
-    /// instead of a product and an addition.
+    /// `out_s = into_s + columns[s, ·] ⊗ rows` for the wanted slots: the products of
+    /// [`scaled_rows`](Self::scaled_rows), each added to a gradient already accumulated where
+    /// there is one. The backward passes hand each slot's gradient to the sum its source already
+    /// holds, in one pass instead of a product and an addition.
     ///
     /// # Shapes
     /// - into: `S` entries of `[tokens, d]` or `None`; columns: `[S, tokens]`; rows: `[tokens, d]`
