@@ -294,7 +294,7 @@ impl<B: TrainingBackend> LearnerLoop<'_, B> {
             (interval_loss, interval_steps) = (interval_loss + value, interval_steps + 1);
 
             let last = state.step == config.steps;
-            let evaluate = state.step % config.eval_every == 0 || last;
+            let evaluate = state.step.is_multiple_of(config.eval_every) || last;
             let validation = evaluate.then(|| {
                 let valid = model.valid();
                 let pass = validation_pass(&data.validation, config.batch_size, config.val_chunks);
@@ -318,7 +318,7 @@ impl<B: TrainingBackend> LearnerLoop<'_, B> {
                     routing,
                 })?;
             }
-            if state.step % config.log_every == 0 || last || val_loss.is_some() {
+            if state.step.is_multiple_of(config.log_every) || last || val_loss.is_some() {
                 let train_loss = interval_loss / interval_steps.max(1) as f64;
                 let tokens_per_s =
                     (interval_steps * config.tokens_per_step()) as f64 / interval_seconds.max(1e-9);
@@ -346,7 +346,7 @@ impl<B: TrainingBackend> LearnerLoop<'_, B> {
             {
                 model.save_safetensors(run_dir.join("best-model.safetensors"))?;
             }
-            if state.step % config.checkpoint_every == 0 || last {
+            if state.step.is_multiple_of(config.checkpoint_every) || last {
                 state.optimizer_steps = optimizer.steps;
                 state.data_position = batches.position();
                 run_checkpoint::save(run_dir, &model, &optimizer, &state)?;
