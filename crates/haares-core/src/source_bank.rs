@@ -4,6 +4,8 @@
 use burn::tensor::{Tensor, backend::Backend};
 use serde::{Deserialize, Serialize};
 
+use crate::routing_ops::RoutingBackend;
+
 /// The role of a source slot; it decides the slot's routing bias (eq:routingweights).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum SlotKind {
@@ -39,20 +41,6 @@ impl<B: Backend> Source<B> {
             rows: None,
             scale: None,
             mean_square: None,
-        }
-    }
-
-    /// A source with its token rows and mean square computed now (kept in the autodiff graph, so
-    /// gradients flow through them into the value).
-    pub fn with_mean_square(value: Tensor<B, 3>) -> Self {
-        let [batch, seq, _] = value.dims();
-        let token_rows = rows(value.clone());
-        let mean_square = row_mean_square(token_rows.clone(), batch, seq);
-        Self {
-            raw: value,
-            rows: Some(token_rows),
-            scale: None,
-            mean_square: Some(mean_square),
         }
     }
 
@@ -114,6 +102,23 @@ impl<B: Backend> Source<B> {
     }
 }
 
+impl<B: RoutingBackend> Source<B> {
+    /// A source with its token rows and mean square computed now (kept in the autodiff graph, so
+    /// gradients flow through them into the value), the mean square by the routing operator's
+    /// [`RoutingBackend::row_mean_square`].
+    pub fn with_mean_square(value: Tensor<B, 3>) -> Self {
+        let [batch, seq, _] = value.dims();
+        let token_rows = rows(value.clone());
+        let mean_square = B::row_mean_square(token_rows.clone()).reshape([batch, seq, 1]);
+        Self {
+            raw: value,
+            rows: Some(token_rows),
+            scale: None,
+            mean_square: Some(mean_square),
+        }
+    }
+}
+
 /// `scale ⊙ x` for a per-token scale, computed on token rows (see [`rows`]).
 ///
 /// # Shapes
@@ -131,12 +136,7 @@ pub fn scale_rows<B: Backend>(x: Tensor<B, 3>, scale: Tensor<B, 3>) -> Tensor<B,
 /// - output: `[batch, seq, 1]`
 pub fn mean_square<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
     let [batch, seq, _] = x.dims();
-    row_mean_square(rows(x), batch, seq)
-}
-
-/// [`mean_square`] of token rows, `[batch·seq, d]` → `[batch, seq, 1]`.
-fn row_mean_square<B: Backend>(rows: Tensor<B, 2>, batch: usize, seq: usize) -> Tensor<B, 3> {
-    rows.square().mean_dim(1).reshape([batch, seq, 1])
+    rows(x).square().mean_dim(1).reshape([batch, seq, 1])
 }
 
 /// A `[batch, seq, d]` activation as the `[batch·seq, d]` matrix of its token rows: a view on most

@@ -5,7 +5,8 @@
 //! (`Backward<B, N>`), while a read has 1 to hundreds of slots. A node therefore takes up to
 //! [`SLOTS_PER_NODE`] slots, unused parent positions are filled with an untracked constant (which
 //! Burn leaves out of the graph), and a larger read is split into chunks whose scores are
-//! concatenated and whose mixtures are summed.
+//! concatenated and whose mixtures are summed. A source's mean square is a node of its own, with
+//! the same one-pass backward.
 //!
 //! A source is read by every later read site, so its gradient is a sum over reads. Burn's
 //! `Gradients::register` adds each node's contribution to that sum with one more pass; here each
@@ -51,6 +52,10 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
             .map(|chunk| scores_node(chunk, folded_query.clone(), epsilon))
             .collect();
         Tensor::cat(chunks, 0)
+    }
+
+    fn row_mean_square(rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        mean_square_node(rows)
     }
 
     fn routing_mixture(slots: &[SlotRows<Self>], weights: Tensor<Self, 2>) -> Tensor<Self, 2> {
@@ -273,6 +278,44 @@ fn mixture_node<B: RoutingBackend, C: CheckpointStrategy>(
             },
             output,
         ),
+        OpsKind::UnTracked(prep) => prep.finish(output),
+    };
+    from_primitive(node)
+}
+
+#[derive(Debug)]
+struct MeanSquareBackward;
+
+impl<B: RoutingBackend> Backward<B, 1> for MeanSquareBackward {
+    /// The rows whose mean square was taken.
+    type State = Tensor<B, 2>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad: Tensor<B, 2> = from_primitive(grads.consume::<B>(&ops.node));
+        let into = take_accumulated(grads, &ops, 1, &grad);
+        let [tokens, d_model] = ops.state.dims();
+        // ∂ mean(x²) / ∂x = (2/d)·x, per token.
+        let column = grad.reshape([1, tokens]).mul_scalar(2.0 / d_model as f64);
+        let rows = B::add_scaled_rows(into, column, ops.state, &[true]);
+        let parents = ops.parents.map(|parent| parent.map(|node| node.id));
+        register(grads, &parents, rows);
+    }
+}
+
+fn mean_square_node<B: RoutingBackend, C: CheckpointStrategy>(
+    rows: Tensor<Autodiff<B, C>, 2>,
+) -> Tensor<Autodiff<B, C>, 2> {
+    let parents = [primitive(rows.clone()).node];
+    let inner_rows = rows.inner();
+    let output = B::row_mean_square(inner_rows.clone())
+        .into_primitive()
+        .tensor();
+    let node = match MeanSquareBackward
+        .prepare::<C>(parents)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => prep.finish(inner_rows, output),
         OpsKind::UnTracked(prep) => prep.finish(output),
     };
     from_primitive(node)

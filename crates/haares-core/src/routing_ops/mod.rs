@@ -127,6 +127,20 @@ pub trait RoutingBackend: Backend {
         naive::weighted_total(slots, weights)
     }
 
+    /// `mean(rows²)` per token: the mean square a source's key norm divides by
+    /// (eq:routingweights), computed once per source. A row dot product of the rows with
+    /// themselves, so every backend's `row_dots` serves; on the autodiff backend one node whose
+    /// backward pass adds `(2/d)·g ⊗ rows` to the rows' accumulated gradient.
+    ///
+    /// # Shapes
+    /// - rows: `[tokens, d]`
+    /// - output: `[tokens, 1]`
+    fn row_mean_square(rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        let [tokens, d_model] = rows.dims();
+        let sums = Self::row_dots(std::slice::from_ref(&rows), rows.clone());
+        sums.reshape([tokens, 1]).div_scalar(d_model as f64)
+    }
+
     /// The scaled dot products `z'_s = c_s ⊙ (u · raw_s) / √(m_s + ε)` of every slot with the
     /// folded query `u` (eq:routingweights without its bias).
     ///

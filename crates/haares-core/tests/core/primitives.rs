@@ -2,9 +2,9 @@
 //! and on Flex (SIMD loops over its buffers, `routing_ops/flex.rs`) against the plain
 //! tensor-operation primitives (`routing_ops::naive`), on fresh random inputs: one slot to many,
 //! a row shared by all tokens and one per token, contiguous slots and strided (transposed,
-//! narrowed) ones, gradients added to an accumulated one held alone or shared. (Their f32
-//! instances on the cube backends run in `tests/portability.rs`, inside the whole model on the
-//! fused path.)
+//! narrowed) ones, gradients added to an accumulated one held alone or shared, and the row mean
+//! square built on them. (Their f32 instances on the cube backends run in `tests/portability.rs`,
+//! inside the whole model on the fused path.)
 
 use burn::backend::{Flex, NdArray};
 use burn::tensor::backend::Backend;
@@ -110,6 +110,14 @@ fn host_primitives_agree_with_the_plain_ones<B: RoutingBackend>(
                         &what("scaled_rows"),
                     );
                     add_scaled_rows_agrees(&mut inputs, columns, rows, &wanted, tolerance, &what);
+                }
+                for slot in &slots {
+                    assert_agree(
+                        B::row_mean_square(slot.clone()),
+                        slot.clone().square().mean_dim(1),
+                        tolerance,
+                        &what("row_mean_square"),
+                    );
                 }
                 let weights = inputs.matrix([2 * count, tokens]).narrow(0, count, count);
                 assert_agree(
