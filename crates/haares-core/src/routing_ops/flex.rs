@@ -65,7 +65,6 @@ impl RoutingBackend for Flex {
         rows: Tensor<Self, 2>,
         wanted: &[bool],
     ) -> Vec<Option<Tensor<Self, 2>>> {
-        let tokens = columns.dims()[1];
         into.into_iter()
             .enumerate()
             .map(|(slot, into)| {
@@ -79,13 +78,10 @@ impl RoutingBackend for Flex {
                     DType::F64 => host_add_scaled_rows::<f64>(&mut into, &column, &rows),
                     _ => None,
                 };
-                Some(added.unwrap_or_else(|| {
-                    let product = column.reshape([tokens, 1]) * rows.clone();
-                    match into {
-                        Some(into) => into + product,
-                        None => product,
-                    }
-                }))
+                added.or_else(|| {
+                    let product = naive::scaled_rows(column, rows.clone(), &[true]);
+                    naive::add_scaled_rows(product, vec![into]).pop().flatten()
+                })
             })
             .collect()
     }
