@@ -4,9 +4,9 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::Linear;
-use burn::tensor::activation::softmax;
-use burn::tensor::{Bool, Tensor, backend::Backend};
+use burn::tensor::{Tensor, backend::Backend};
 
+use crate::activation_ops::ActivationBackend;
 use crate::mlp::linear_no_bias;
 use crate::rope::RotaryTable;
 
@@ -52,7 +52,7 @@ pub struct CausalSelfAttention<B: Backend> {
     pub n_heads: usize,
 }
 
-impl<B: Backend> CausalSelfAttention<B> {
+impl<B: ActivationBackend> CausalSelfAttention<B> {
     /// Attends causally over an already normalised input.
     ///
     /// # Shapes
@@ -81,32 +81,20 @@ impl<B: Backend> CausalSelfAttention<B> {
 }
 
 /// `softmax(QKᵀ + M)V` with the causal mask `M` (0 where a query may see a key, −∞ where the key
-/// lies in its future), for queries already scaled by `1/√d_h`.
+/// lies in its future), for queries already scaled by `1/√d_h`; the masked softmax is one
+/// operation ([`ActivationBackend::causal_softmax`]).
 ///
 /// Burn's `attention` module op is fused on some backends for inference, but under autodiff it
 /// runs a decomposition that fills a `[batch, heads, seq, seq]` copy of a broadcast boolean mask
-/// at every call. Here the mask is one `[seq·seq]` row added to every `(batch, head)` row of
-/// scores: a broadcast CPU backends run as one vectorised pass, and a constant, so nothing in
-/// the backward pass.
+/// at every call.
 ///
 /// # Shapes
 /// - query, key, value: `[batch, heads, seq, d_h]`
 /// - output: `[batch, heads, seq, d_h]`
-pub fn causal_attention<B: Backend>(
+pub fn causal_attention<B: ActivationBackend>(
     query: Tensor<B, 4>,
     key: Tensor<B, 4>,
     value: Tensor<B, 4>,
 ) -> Tensor<B, 4> {
-    let [batch, heads, seq, _] = query.dims();
-    let device = query.device();
-    // `tril_mask` marks what a lower-triangular fill would overwrite: every key after the query.
-    let future = Tensor::<B, 2, Bool>::tril_mask([seq, seq], 0, &device);
-    let mask = Tensor::<B, 2>::zeros([seq, seq], &device)
-        .mask_fill(future, f64::NEG_INFINITY)
-        .reshape([1, seq * seq]);
-    let scores = query
-        .matmul(key.swap_dims(2, 3))
-        .reshape([batch * heads, seq * seq])
-        + mask;
-    softmax(scores.reshape([batch, heads, seq, seq]), 3).matmul(value)
+    B::causal_softmax(query.matmul(key.swap_dims(2, 3))).matmul(value)
 }

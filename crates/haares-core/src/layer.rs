@@ -5,6 +5,7 @@ use burn::module::{Module, Param};
 use burn::tensor::{Tensor, backend::Backend};
 use serde::{Deserialize, Serialize};
 
+use crate::activation_ops::ActivationBackend;
 use crate::attention::{CausalSelfAttention, CausalSelfAttentionConfig};
 use crate::config::{ModelConfig, ResidualMethod, layer_scale_init};
 use crate::mlp::{SwiGluMlp, SwiGluMlpConfig};
@@ -110,23 +111,6 @@ impl<B: Backend> Layer<B> {
         }
     }
 
-    /// eq:sublayer: `u = f(Norm(x))` for the given sublayer.
-    ///
-    /// # Shapes
-    /// - input: `[batch, seq, d]`
-    /// - output: `[batch, seq, d]`
-    pub fn sublayer(
-        &self,
-        sublayer: Sublayer,
-        input: Tensor<B, 3>,
-        rope: &RotaryTable<B>,
-    ) -> Tensor<B, 3> {
-        match sublayer {
-            Sublayer::Attention => self.attn.forward(self.attn_norm.forward(input), rope),
-            Sublayer::Mlp => self.mlp.forward(self.mlp_norm.forward(input)),
-        }
-    }
-
     /// The depth router of a read site, if the method routes.
     pub fn router(&self, sublayer: Sublayer) -> Option<&DepthRouter<B>> {
         match sublayer {
@@ -154,6 +138,25 @@ impl<B: Backend> Layer<B> {
             (Some(gate), _) => hidden + output * gate.val().unsqueeze::<3>(),
             (None, Some(scale)) => hidden + output * scale.val().unsqueeze::<3>(),
             (None, None) => hidden + output,
+        }
+    }
+}
+
+impl<B: ActivationBackend> Layer<B> {
+    /// eq:sublayer: `u = f(Norm(x))` for the given sublayer.
+    ///
+    /// # Shapes
+    /// - input: `[batch, seq, d]`
+    /// - output: `[batch, seq, d]`
+    pub fn sublayer(
+        &self,
+        sublayer: Sublayer,
+        input: Tensor<B, 3>,
+        rope: &RotaryTable<B>,
+    ) -> Tensor<B, 3> {
+        match sublayer {
+            Sublayer::Attention => self.attn.forward(self.attn_norm.forward(input), rope),
+            Sublayer::Mlp => self.mlp.forward(self.mlp_norm.forward(input)),
         }
     }
 }

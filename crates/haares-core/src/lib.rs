@@ -51,6 +51,7 @@
 pub struct ReadmeDoctests;
 
 pub mod accumulator;
+pub mod activation_ops;
 pub mod analysis;
 pub mod attention;
 pub mod checkpoint;
@@ -65,9 +66,12 @@ pub mod rope;
 pub mod router;
 pub mod routing_ops;
 pub mod routing_stats;
+#[cfg(feature = "flex")]
+mod simd;
 pub mod source_bank;
 pub mod telemetry;
 
+pub use activation_ops::ActivationBackend;
 pub use config::{
     DetailBias, DetailSource, HaaresOptions, ModelConfig, ModelFamily, ResidualMethod, RoutingPath,
 };

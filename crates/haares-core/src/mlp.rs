@@ -5,6 +5,8 @@ use burn::module::Module;
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::{DType, Tensor, activation, backend::Backend};
 
+use crate::activation_ops::ActivationBackend;
+
 /// Configuration of a [`SwiGluMlp`].
 #[derive(Config, Debug)]
 pub struct SwiGluMlpConfig {
@@ -42,19 +44,23 @@ pub(crate) fn linear_no_bias<B: Backend>(
         .init(device)
 }
 
-/// `SiLU(x) = x·σ(x)`.
-///
-/// In f32, σ is Burn's `sigmoid`: one exponential per element, and a backward pass `σ(1 − σ)·g`
-/// that is finite for every finite `x` (on Flex, the `tanh` it replaces took 15% of a training
-/// step; docs/benchmarks.md). Burn's default `sigmoid` (NdArray's) rounds through f32 whatever
-/// the float type, so other precisions use the identity `σ(x) = (1 + tanh(x/2))/2`, which stays in
-/// the backend's precision and, unlike `x / (1 + e^{−x})`, has a finite gradient everywhere.
+/// `SiLU(x) = x·σ(x)`, with σ from [`sigmoid`].
 pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    let sigmoid = match x.dtype() {
-        DType::F32 => activation::sigmoid(x.clone()),
-        _ => (x.clone() * 0.5).tanh() * 0.5 + 0.5,
-    };
-    x * sigmoid
+    x.clone() * sigmoid(x)
+}
+
+/// `σ(x) = 1 / (1 + e^{−x})` in the tensor's own precision.
+///
+/// In f32, Burn's `sigmoid`: one exponential per element, and a backward pass `σ(1 − σ)·g` that
+/// is finite for every finite `x` (on Flex, the `tanh` it replaces took 15% of a training step;
+/// docs/benchmarks.md). Burn's default `sigmoid` (NdArray's) rounds through f32 whatever the
+/// float type, so other precisions use the identity `σ(x) = (1 + tanh(x/2))/2`, which stays in
+/// the backend's precision and, unlike `1 / (1 + e^{−x})`, has a finite gradient everywhere.
+pub fn sigmoid<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    match x.dtype() {
+        DType::F32 => activation::sigmoid(x),
+        _ => (x * 0.5).tanh() * 0.5 + 0.5,
+    }
 }
 
 /// SwiGLU feed-forward block (the MLP sublayer f of eq:sublayer for odd events).
@@ -68,14 +74,15 @@ pub struct SwiGluMlp<B: Backend> {
     pub w_down: Linear<B>,
 }
 
-impl<B: Backend> SwiGluMlp<B> {
-    /// Applies the MLP to an already normalised input.
+impl<B: ActivationBackend> SwiGluMlp<B> {
+    /// Applies the MLP to an already normalised input, the gated product as one operation
+    /// ([`ActivationBackend::swiglu`]).
     ///
     /// # Shapes
     /// - x: `[batch, seq, d]`
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let gate = silu(self.w_gate.forward(x.clone()));
-        self.w_down.forward(gate * self.w_up.forward(x))
+        let gated = B::swiglu(self.w_gate.forward(x.clone()), self.w_up.forward(x));
+        self.w_down.forward(gated)
     }
 }

@@ -19,17 +19,12 @@
 use std::slice;
 
 use burn::backend::Flex;
-use burn::tensor::{DType, Element, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use burn_flex::FlexTensor;
-use macerator::{ReduceAdd, Simd, VAdd, VMul, VMulAdd, vload_unaligned, vstore_unaligned};
+use macerator::Simd;
 
 use super::{RoutingBackend, naive};
-
-/// A float type the loops run on (macerator's scalars are `bytemuck::Pod`, as Flex's slices need).
-trait HostFloat: Element + VAdd + VMul + VMulAdd + ReduceAdd {}
-
-impl HostFloat for f32 {}
-impl HostFloat for f64 {}
+use crate::simd::{HostFloat, dot_product, scaled_add};
 
 impl RoutingBackend for Flex {
     fn row_dots(slots: &[Tensor<Self, 2>], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
@@ -307,66 +302,5 @@ fn add_scaled_rows_loop<'a, S: Simd, F: HostFloat>(column: &[F], rows: Rows<'a, 
     let out_rows = out.chunks_exact_mut(rows.d_model);
     for (token, (out, &factor)) in out_rows.zip(column).enumerate() {
         scaled_add::<S, F>(out, factor, rows.row(token));
-    }
-}
-
-/// `a · b` with four vector accumulators.
-#[inline(always)]
-fn dot_product<S: Simd, F: HostFloat>(a: &[F], b: &[F]) -> F {
-    assert_eq!(a.len(), b.len());
-    let lanes = F::lanes::<S>();
-    let zero = F::default().splat::<S>();
-    let mut sums = [zero; 4];
-    let mut at = 0;
-    while at + 4 * lanes <= a.len() {
-        for (lane_block, sum) in sums.iter_mut().enumerate() {
-            let offset = at + lane_block * lanes;
-            // SAFETY: `offset + lanes ≤ a.len() = b.len()` by the loop condition.
-            let (x, y) = unsafe {
-                (
-                    vload_unaligned::<S, F>(a.as_ptr().add(offset)),
-                    vload_unaligned::<S, F>(b.as_ptr().add(offset)),
-                )
-            };
-            *sum = x.mul_add(y, *sum);
-        }
-        at += 4 * lanes;
-    }
-    while at + lanes <= a.len() {
-        // SAFETY: `at + lanes ≤ a.len() = b.len()` by the loop condition.
-        let (x, y) = unsafe {
-            (
-                vload_unaligned::<S, F>(a.as_ptr().add(at)),
-                vload_unaligned::<S, F>(b.as_ptr().add(at)),
-            )
-        };
-        sums[0] = x.mul_add(y, sums[0]);
-        at += lanes;
-    }
-    let vector_sum = ((sums[0] + sums[1]) + (sums[2] + sums[3])).reduce_add();
-    a[at..]
-        .iter()
-        .zip(&b[at..])
-        .fold(vector_sum, |sum, (&x, &y)| sum + x * y)
-}
-
-/// `out += factor · row`.
-#[inline(always)]
-fn scaled_add<S: Simd, F: HostFloat>(out: &mut [F], factor: F, row: &[F]) {
-    assert_eq!(out.len(), row.len());
-    let lanes = F::lanes::<S>();
-    let factors = factor.splat::<S>();
-    let mut at = 0;
-    while at + lanes <= out.len() {
-        // SAFETY: `at + lanes ≤ out.len() = row.len()` by the loop condition.
-        unsafe {
-            let x = vload_unaligned::<S, F>(row.as_ptr().add(at));
-            let y = vload_unaligned::<S, F>(out.as_ptr().add(at));
-            vstore_unaligned::<S, F>(out.as_mut_ptr().add(at), x.mul_add(factors, y));
-        }
-        at += lanes;
-    }
-    for (out, &x) in out[at..].iter_mut().zip(&row[at..]) {
-        *out = *out + factor * x;
     }
 }

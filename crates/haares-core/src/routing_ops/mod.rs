@@ -40,6 +40,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorPrimitive};
 
+use crate::activation_ops::ActivationBackend;
 use crate::config::RoutingPath;
 
 /// One slot of a read, as token rows.
@@ -60,7 +61,10 @@ pub struct SlotRows<B: Backend> {
 /// default methods; Flex and NdArray override the primitives with host loops, the cube backends
 /// override two of them with kernels (and send `Auto` to the reference path), and the autodiff
 /// backend overrides the operations with their own backward passes.
-pub trait RoutingBackend: Backend {
+///
+/// A routing backend also computes the backbone's fused activations ([`ActivationBackend`]), so
+/// that this one bound serves every module of the model.
+pub trait RoutingBackend: ActivationBackend {
     /// The path [`RoutingPath::Auto`] takes on this backend: fused unless the backend says
     /// otherwise.
     fn auto_routing() -> RoutingPath {

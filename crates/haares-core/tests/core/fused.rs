@@ -310,10 +310,13 @@ fn every_method_agrees_across_routing_paths() {
 }
 
 /// The same on Flex in f32, where the fused path runs Flex's own loops (`routing_ops/flex.rs`)
-/// and adds slot gradients into accumulated ones in place.
+/// and adds slot gradients into accumulated ones in place. The tolerance is f32's: in the
+/// random-sign model at L = 3, N = 2, two parameter gradients of either f32 path differ from the
+/// f64 ones by up to 1.2e-4 of their magnitude (measured for both paths; a wrong gradient
+/// differs by a large fraction of it).
 #[test]
 fn every_method_agrees_across_routing_paths_on_flex() {
-    methods_agree_across_routing_paths::<burn::backend::Autodiff<burn::backend::Flex>>(1e-4);
+    methods_agree_across_routing_paths::<burn::backend::Autodiff<burn::backend::Flex>>(2.5e-4);
 }
 
 /// Slots that take no gradient (detached inputs) are left out of the operator's backward pass

@@ -2,6 +2,7 @@
 //! matters, tiny shapes.
 
 mod accumulator;
+mod activations;
 mod analysis;
 mod causality;
 mod checkpoint;

@@ -1,0 +1,178 @@
+//! The fused activations on Burn's Flex backend as SIMD loops over its f32 buffers, with the
+//! vectorised exponential of [`crate::simd::exp`]; other float types and non-contiguous operands
+//! take the plain operations. Each loop reads its operands once and writes each output once, on
+//! one thread (Flex's own elementwise kernels split over threads only past 4M elements).
+
+use burn::backend::Flex;
+use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
+use burn_flex::FlexTensor;
+use macerator::Simd;
+
+use super::{ActivationBackend, naive};
+use crate::simd::{dot_product, exp, max, sum};
+
+impl ActivationBackend for Flex {
+    fn swiglu<const D: usize>(gate: Tensor<Self, D>, up: Tensor<Self, D>) -> Tensor<Self, D> {
+        let dims = gate.dims();
+        match f32_buffers([&gate, &up]) {
+            Some([gate_buffer, up_buffer]) => {
+                let (gate, up) = (slice(&gate_buffer), slice(&up_buffer));
+                let mut output = vec![0.0; gate.len()];
+                swiglu_loop(gate, up, &mut output);
+                tensor(output, dims)
+            }
+            None => naive::swiglu(gate, up),
+        }
+    }
+
+    fn swiglu_backward<const D: usize>(
+        gate: Tensor<Self, D>,
+        up: Tensor<Self, D>,
+        grad: Tensor<Self, D>,
+    ) -> (Tensor<Self, D>, Tensor<Self, D>) {
+        let dims = gate.dims();
+        match f32_buffers([&gate, &up, &grad]) {
+            Some([gate_buffer, up_buffer, grad_buffer]) => {
+                let operands = [&gate_buffer, &up_buffer, &grad_buffer].map(slice);
+                let mut gate_grad = vec![0.0; operands[0].len()];
+                let mut up_grad = vec![0.0; operands[0].len()];
+                swiglu_backward_loop(operands, &mut gate_grad, &mut up_grad);
+                (tensor(gate_grad, dims), tensor(up_grad, dims))
+            }
+            None => naive::swiglu_backward(gate, up, grad),
+        }
+    }
+
+    fn causal_softmax<const D: usize>(scores: Tensor<Self, D>) -> Tensor<Self, D> {
+        let dims = scores.dims();
+        match f32_buffers([&scores]).filter(|_| square(&dims)) {
+            Some([buffer]) => {
+                let scores = slice(&buffer);
+                // Zero-initialised: the entries above the diagonal are never written.
+                let mut probabilities = vec![0.0; scores.len()];
+                causal_softmax_loop(scores, dims[D - 1], &mut probabilities);
+                tensor(probabilities, dims)
+            }
+            None => naive::causal_softmax(scores),
+        }
+    }
+
+    fn causal_softmax_backward<const D: usize>(
+        probabilities: Tensor<Self, D>,
+        grad: Tensor<Self, D>,
+    ) -> Tensor<Self, D> {
+        let dims = probabilities.dims();
+        match f32_buffers([&probabilities, &grad]).filter(|_| square(&dims)) {
+            Some([probabilities_buffer, grad_buffer]) => {
+                let (probabilities, grad) = (slice(&probabilities_buffer), slice(&grad_buffer));
+                let mut scores_grad = vec![0.0; probabilities.len()];
+                causal_softmax_backward_loop(probabilities, grad, dims[D - 1], &mut scores_grad);
+                tensor(scores_grad, dims)
+            }
+            None => naive::causal_softmax_backward(probabilities, grad),
+        }
+    }
+}
+
+/// Flex's buffers behind tensors of one shape, when all are f32, contiguous and not empty.
+fn f32_buffers<const D: usize, const N: usize>(
+    tensors: [&Tensor<Flex, D>; N],
+) -> Option<[FlexTensor; N]> {
+    let dims = tensors[0].dims();
+    let readable = tensors
+        .iter()
+        .all(|tensor| tensor.dims() == dims && tensor.dtype() == DType::F32 && !dims.contains(&0));
+    let buffers = tensors.map(|tensor| tensor.clone().into_primitive().tensor());
+    let contiguous = buffers
+        .iter()
+        .all(|buffer| buffer.as_slice::<f32>().is_some());
+    (readable && contiguous).then_some(buffers)
+}
+
+/// The elements of a buffer [`f32_buffers`] accepted.
+fn slice(buffer: &FlexTensor) -> &[f32] {
+    buffer
+        .as_slice::<f32>()
+        .expect("f32_buffers accepts contiguous f32 buffers only")
+}
+
+/// Whether the last two dimensions are equal (queries and keys of one sequence).
+fn square<const D: usize>(dims: &[usize; D]) -> bool {
+    D >= 2 && dims[D - 1] == dims[D - 2]
+}
+
+fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<Flex, D> {
+    let buffer = FlexTensor::from_data(TensorData::new(values, shape));
+    Tensor::from_primitive(TensorPrimitive::Float(buffer))
+}
+
+/// `σ(x) = 1 / (1 + e^{−x})`.
+#[inline(always)]
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+/// `h = g σ(g) ⊙ u`.
+#[macerator::with_simd]
+fn swiglu_loop<S: Simd>(gate: &[f32], up: &[f32], output: &mut [f32]) {
+    for ((h, &g), &u) in output.iter_mut().zip(gate).zip(up) {
+        *h = g * sigmoid(g) * u;
+    }
+}
+
+/// `∂g = ∂h ⊙ u ⊙ (σ + g σ (1 − σ))` and `∂u = ∂h ⊙ g σ`, from `[gate, up, ∂h]`.
+#[macerator::with_simd]
+fn swiglu_backward_loop<S: Simd>(
+    operands: [&[f32]; 3],
+    gate_grad: &mut [f32],
+    up_grad: &mut [f32],
+) {
+    let [gate, up, grad] = operands;
+    let inputs = gate.iter().zip(up).zip(grad);
+    for ((gate_grad, up_grad), ((&g, &u), &dh)) in gate_grad.iter_mut().zip(up_grad).zip(inputs) {
+        let s = sigmoid(g);
+        let silu = g * s;
+        *up_grad = dh * silu;
+        *gate_grad = dh * u * (s + silu * (1.0 - s));
+    }
+}
+
+/// Row by row: query `i` of every `[seq, seq]` matrix sees keys `0..=i`; `e^{x − max}` over them,
+/// normalised by its sum.
+#[macerator::with_simd]
+fn causal_softmax_loop<S: Simd>(scores: &[f32], seq: usize, probabilities: &mut [f32]) {
+    let rows = scores
+        .chunks_exact(seq)
+        .zip(probabilities.chunks_exact_mut(seq));
+    for (row, (scores, probabilities)) in rows.enumerate() {
+        let visible = row % seq + 1;
+        let (scores, probabilities) = (&scores[..visible], &mut probabilities[..visible]);
+        let largest = max::<S>(scores);
+        for (p, &x) in probabilities.iter_mut().zip(scores) {
+            *p = exp(x - largest);
+        }
+        let normaliser = 1.0 / sum::<S>(probabilities);
+        for p in probabilities.iter_mut() {
+            *p *= normaliser;
+        }
+    }
+}
+
+/// Row by row: `∂x_j = y_j (∂y_j − Σ_k y_k ∂y_k)` over the visible keys (zero after them).
+#[macerator::with_simd]
+fn causal_softmax_backward_loop<S: Simd>(
+    probabilities: &[f32],
+    grad: &[f32],
+    seq: usize,
+    scores_grad: &mut [f32],
+) {
+    let inputs = probabilities.chunks_exact(seq).zip(grad.chunks_exact(seq));
+    for (row, ((y, dy), dx)) in inputs.zip(scores_grad.chunks_exact_mut(seq)).enumerate() {
+        let visible = row % seq + 1;
+        let (y, dy) = (&y[..visible], &dy[..visible]);
+        let along_row = dot_product::<S, f32>(y, dy);
+        for ((dx, &y), &dy) in dx.iter_mut().zip(y).zip(dy) {
+            *dx = y * (dy - along_row);
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! The backbone's two elementwise operations that dominate a CPU step after the matrix products,
+//! each as one differentiable operation with its own backward pass: SwiGLU's gated product
+//! `SiLU(gate) ⊙ up` (App. A) and attention's causal softmax.
+//!
+//! Written as Burn tensor operations ([`naive`], the reference), SiLU is a sigmoid node and two
+//! products, and Burn's autodiff evaluates the sigmoid again in the backward pass; the softmax is
+//! a mask addition, a subtraction, an exponential (evaluated again in the backward pass), a sum
+//! and a division. Each is one pass over a `[tokens, d_ff]` or `[batch, heads, seq, seq]` tensor,
+//! with a tensor kept for the backward pass. As single operations:
+//!
+//! ```text
+//! swiglu:          h = g σ(g) ⊙ u             ∂g = ∂h ⊙ u ⊙ σ(g) (1 + g (1 − σ(g))),  ∂u = ∂h ⊙ g σ(g)
+//! causal_softmax:  y_ij = e^{x_ij} / Σ_{k≤i} e^{x_ik} for j ≤ i, 0 after
+//!                  ∂x_ij = y_ij (∂y_ij − Σ_k y_ik ∂y_ik)
+//! ```
+//!
+//! the forward pass reads its inputs once and writes its output once, the backward pass keeps only
+//! the inputs (SwiGLU, whose products keep them anyway) or the output (the softmax), and
+//! neither evaluates the sigmoid's or softmax's exponentials from a stored copy of an
+//! intermediate. Every backend implements the trait with the plain defaults; Flex replaces the
+//! four primitives with SIMD loops (`flex.rs`, with a vectorised exponential: Flex's own calls
+//! libm's scalar `expf`), and the autodiff backend makes each operation one graph node
+//! (`autodiff.rs`). `tests/core/activations.rs` checks the loops and the nodes against the plain
+//! operations.
+
+mod autodiff;
+#[cfg(feature = "flex")]
+mod flex;
+
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+
+/// A backend that computes the backbone's fused activations. Every Burn backend can implement it
+/// with the default methods (the plain tensor operations of [`naive`]).
+pub trait ActivationBackend: Backend {
+    /// SwiGLU's gated product `SiLU(gate) ⊙ up`, with `SiLU(g) = g σ(g)`.
+    ///
+    /// # Shapes
+    /// - gate, up, output: the same shape
+    fn swiglu<const D: usize>(gate: Tensor<Self, D>, up: Tensor<Self, D>) -> Tensor<Self, D> {
+        naive::swiglu(gate, up)
+    }
+
+    /// The gradients `(∂L/∂gate, ∂L/∂up)` of [`swiglu`](Self::swiglu), given `∂L/∂h`.
+    ///
+    /// # Shapes
+    /// - gate, up, grad and both outputs: the same shape
+    fn swiglu_backward<const D: usize>(
+        gate: Tensor<Self, D>,
+        up: Tensor<Self, D>,
+        grad: Tensor<Self, D>,
+    ) -> (Tensor<Self, D>, Tensor<Self, D>) {
+        naive::swiglu_backward(gate, up, grad)
+    }
+
+    /// The softmax over the last dimension of scores whose query `i` may see keys `j ≤ i` only:
+    /// `softmax(x + M)` for the causal mask `M` (0 on and below the diagonal, −∞ above), zero above
+    /// the diagonal. The scores above the diagonal are not read.
+    ///
+    /// # Shapes
+    /// - scores, output: `[..., seq, seq]` (queries, keys)
+    fn causal_softmax<const D: usize>(scores: Tensor<Self, D>) -> Tensor<Self, D> {
+        naive::causal_softmax(scores)
+    }
+
+    /// `∂L/∂x` of [`causal_softmax`](Self::causal_softmax) from its output `y` and `∂L/∂y`.
+    ///
+    /// # Shapes
+    /// - probabilities, grad, output: `[..., seq, seq]`
+    fn causal_softmax_backward<const D: usize>(
+        probabilities: Tensor<Self, D>,
+        grad: Tensor<Self, D>,
+    ) -> Tensor<Self, D> {
+        naive::causal_softmax_backward(probabilities, grad)
+    }
+}
+
+#[cfg(feature = "ndarray")]
+impl<E> ActivationBackend for burn::backend::NdArray<E>
+where
+    E: burn::backend::ndarray::FloatNdArrayElement,
+    burn::backend::ndarray::NdArrayTensor: From<burn::backend::ndarray::SharedArray<E>>,
+{
+}
+
+#[cfg(feature = "cube")]
+impl<R, F, I, BT> ActivationBackend for burn_cubecl::CubeBackend<R, F, I, BT>
+where
+    R: burn_cubecl::CubeRuntime,
+    F: burn_cubecl::FloatElement,
+    I: burn_cubecl::IntElement,
+    BT: burn_cubecl::BoolElement,
+{
+}
+
+/// The plain tensor-operation forms: the reference for every loop and node.
+pub mod naive {
+    use burn::tensor::activation::softmax;
+    use burn::tensor::{Bool, Tensor, backend::Backend};
+
+    use crate::mlp::{sigmoid, silu};
+
+    /// [`ActivationBackend::swiglu`](super::ActivationBackend::swiglu): `SiLU(gate) ⊙ up`.
+    pub fn swiglu<B: Backend, const D: usize>(
+        gate: Tensor<B, D>,
+        up: Tensor<B, D>,
+    ) -> Tensor<B, D> {
+        silu(gate) * up
+    }
+
+    /// [`ActivationBackend::swiglu_backward`](super::ActivationBackend::swiglu_backward):
+    /// `∂up = ∂h ⊙ g σ(g)` and `∂gate = ∂h ⊙ up ⊙ (σ(g) + g σ(g) (1 − σ(g)))`.
+    pub fn swiglu_backward<B: Backend, const D: usize>(
+        gate: Tensor<B, D>,
+        up: Tensor<B, D>,
+        grad: Tensor<B, D>,
+    ) -> (Tensor<B, D>, Tensor<B, D>) {
+        let sigmoid = sigmoid(gate.clone());
+        let silu = gate * sigmoid.clone();
+        let up_grad = grad.clone() * silu.clone();
+        let silu_slope = sigmoid.clone() + silu * (sigmoid.neg() + 1.0);
+        (grad * up * silu_slope, up_grad)
+    }
+
+    /// [`ActivationBackend::causal_softmax`](super::ActivationBackend::causal_softmax): the
+    /// `[seq, seq]` mask added to every matrix of scores, then Burn's softmax.
+    ///
+    /// The mask is one `[seq·seq]` row added to every `[seq·seq]` row of scores: a broadcast CPU
+    /// backends run as one vectorised pass (Flex's scalar strided path takes a `[1, 1, seq, seq]`
+    /// operand), and a constant, so nothing in the backward pass.
+    pub fn causal_softmax<B: Backend, const D: usize>(scores: Tensor<B, D>) -> Tensor<B, D> {
+        let dims = scores.dims();
+        let seq = dims[D - 1];
+        assert_eq!(
+            dims[D - 2],
+            seq,
+            "causal softmax: scores must be square, got {dims:?}"
+        );
+        let device = scores.device();
+        // `tril_mask` marks what a lower-triangular fill would overwrite: every key after the query.
+        let future = Tensor::<B, 2, Bool>::tril_mask([seq, seq], 0, &device);
+        let mask = Tensor::<B, 2>::zeros([seq, seq], &device)
+            .mask_fill(future, f64::NEG_INFINITY)
+            .reshape([1, seq * seq]);
+        let matrices = dims[..D - 2].iter().product::<usize>();
+        let masked = scores.reshape([matrices, seq * seq]) + mask;
+        softmax(masked.reshape(dims), D - 1)
+    }
+
+    /// [`ActivationBackend::causal_softmax_backward`](super::ActivationBackend::causal_softmax_backward):
+    /// `y ⊙ (∂y − Σ_k y_k ∂y_k)` per row (zero where `y` is).
+    pub fn causal_softmax_backward<B: Backend, const D: usize>(
+        probabilities: Tensor<B, D>,
+        grad: Tensor<B, D>,
+    ) -> Tensor<B, D> {
+        let along_row = (probabilities.clone() * grad.clone()).sum_dim(D - 1);
+        probabilities * (grad - along_row)
+    }
+}
