@@ -103,10 +103,6 @@ impl<B: Backend, const D: usize> BlockAccumulator<B, D> {
 
     /// eq:update: `C ← C + u`, `D ← D + s·u`.
     pub fn write(&mut self, output: Tensor<B, D>, sign: f64) {
-        let signed = || match sign == 1.0 {
-            true => output.clone(),
-            false => output.clone().mul_scalar(sign),
-        };
         let previous = self.cumulative.take();
         self.detail = match (
             std::mem::replace(&mut self.detail, Detail::Zero),
@@ -114,11 +110,12 @@ impl<B: Backend, const D: usize> BlockAccumulator<B, D> {
         ) {
             (Detail::Zero, true) if self.writes == 0 => Detail::Cumulative,
             (Detail::Cumulative, true) => Detail::Cumulative,
-            (Detail::Zero, _) => Detail::Own(signed()),
+            (Detail::Zero, _) => Detail::Own(output.clone().mul_scalar(sign)),
             (Detail::Cumulative, false) => {
-                Detail::Own(previous.clone().expect("a shared detail follows a write") + signed())
+                let cumulative = previous.clone().expect("a shared detail follows a write");
+                Detail::Own(add_signed(cumulative, output.clone(), sign))
             }
-            (Detail::Own(detail), _) => Detail::Own(detail + signed()),
+            (Detail::Own(detail), _) => Detail::Own(add_signed(detail, output.clone(), sign)),
         };
         self.cumulative = Some(match previous {
             Some(cumulative) => cumulative + output,
@@ -168,6 +165,22 @@ impl<B: Backend, const D: usize> BlockAccumulator<B, D> {
         self.writes = 0;
         self.detail = Detail::Zero;
         Some((self.cumulative.take()?, detail))
+    }
+}
+
+/// `sum + s·u`; for the half-split signs `±1` one addition or subtraction, which is the same
+/// number as multiplying by the sign first, without that extra pass.
+fn add_signed<B: Backend, const D: usize>(
+    sum: Tensor<B, D>,
+    output: Tensor<B, D>,
+    sign: f64,
+) -> Tensor<B, D> {
+    if sign == 1.0 {
+        sum + output
+    } else if sign == -1.0 {
+        sum - output
+    } else {
+        sum + output.mul_scalar(sign)
     }
 }
 

@@ -83,7 +83,7 @@ pub(crate) fn sum<S: Simd>(values: &[f32]) -> f32 {
     let mut at = 0;
     while at + lanes <= values.len() {
         // SAFETY: `at + lanes ≤ values.len()` by the loop condition.
-        sums = sums + unsafe { vload_unaligned::<S, f32>(values.as_ptr().add(at)) };
+        sums += unsafe { vload_unaligned::<S, f32>(values.as_ptr().add(at)) };
         at += lanes;
     }
     values[at..]

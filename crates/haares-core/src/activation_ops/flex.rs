@@ -112,7 +112,8 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + exp(-x))
 }
 
-/// `h = g σ(g) ⊙ u`.
+/// `h = g σ(g) ⊙ u`. (`S`, unused in the body, picks the instruction set it is compiled for.)
+#[allow(clippy::extra_unused_type_parameters)]
 #[macerator::with_simd]
 fn swiglu_loop<S: Simd>(gate: &[f32], up: &[f32], output: &mut [f32]) {
     for ((h, &g), &u) in output.iter_mut().zip(gate).zip(up) {
@@ -121,6 +122,7 @@ fn swiglu_loop<S: Simd>(gate: &[f32], up: &[f32], output: &mut [f32]) {
 }
 
 /// `∂g = ∂h ⊙ u ⊙ (σ + g σ (1 − σ))` and `∂u = ∂h ⊙ g σ`, from `[gate, up, ∂h]`.
+#[allow(clippy::extra_unused_type_parameters)]
 #[macerator::with_simd]
 fn swiglu_backward_loop<S: Simd>(
     operands: [&[f32]; 3],
