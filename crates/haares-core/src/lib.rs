@@ -54,6 +54,7 @@ pub mod accumulator;
 pub mod activation_ops;
 pub mod analysis;
 pub mod attention;
+mod autodiff_node;
 pub mod checkpoint;
 pub mod config;
 pub mod error;

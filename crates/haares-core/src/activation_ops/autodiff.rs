@@ -5,58 +5,27 @@ use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, Ops};
+use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Tensor, TensorPrimitive};
 
 use super::ActivationBackend;
+use crate::autodiff_node::{finish, from_primitive, primitive};
 
 impl<B: ActivationBackend, C: CheckpointStrategy> ActivationBackend for Autodiff<B, C> {
     fn swiglu<const D: usize>(gate: Tensor<Self, D>, up: Tensor<Self, D>) -> Tensor<Self, D> {
-        let parents = [primitive(&gate), primitive(&up)];
+        let parents = [primitive(gate.clone()), primitive(up.clone())];
         let (gate, up) = (gate.inner(), up.inner());
         let output = B::swiglu(gate.clone(), up.clone());
         finish(SwiGluBackward::<D>, parents, (gate, up), output)
     }
 
     fn causal_softmax<const D: usize>(scores: Tensor<Self, D>) -> Tensor<Self, D> {
-        let parents = [primitive(&scores)];
+        let parents = [primitive(scores.clone())];
         let output = B::causal_softmax(scores.inner());
         let probabilities = output.clone();
         finish(CausalSoftmaxBackward::<D>, parents, probabilities, output)
     }
-}
-
-fn primitive<B: Backend, C: CheckpointStrategy, const D: usize>(
-    tensor: &Tensor<Autodiff<B, C>, D>,
-) -> FloatTensor<Autodiff<B, C>> {
-    tensor.clone().into_primitive().tensor()
-}
-
-/// The node for `output`, keeping `state` for the backward pass when a parent is tracked.
-fn finish<B, C, T, const N: usize, const D: usize>(
-    backward: T,
-    parents: [FloatTensor<Autodiff<B, C>>; N],
-    state: T::State,
-    output: Tensor<B, D>,
-) -> Tensor<Autodiff<B, C>, D>
-where
-    B: Backend,
-    C: CheckpointStrategy,
-    T: Backward<B, N>,
-{
-    let output = output.into_primitive().tensor();
-    let nodes = parents.map(|parent| parent.node);
-    let node = match backward.prepare::<C>(nodes).compute_bound().stateful() {
-        OpsKind::Tracked(prep) => prep.finish(state, output),
-        OpsKind::UnTracked(prep) => prep.finish(output),
-    };
-    from_primitive(node)
-}
-
-fn from_primitive<B: Backend, const D: usize>(primitive: FloatTensor<B>) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(primitive))
 }
 
 /// Registers `gradient` for the parent at `position`, when that parent is tracked.

@@ -18,11 +18,11 @@ use burn::backend::autodiff::NodeId;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
-use burn::tensor::ops::FloatTensor;
 
+use crate::autodiff_node::{AutodiffPrimitive, finish, primitive};
 use crate::config::RoutingPath;
 
 use super::{
@@ -71,14 +71,6 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
             .reduce(|sum, part| sum + part)
             .expect("a read has at least one slot")
     }
-}
-
-type AutodiffPrimitive<B, C> = FloatTensor<Autodiff<B, C>>;
-
-fn primitive<B: RoutingBackend, C: CheckpointStrategy, const D: usize>(
-    tensor: Tensor<Autodiff<B, C>, D>,
-) -> AutodiffPrimitive<B, C> {
-    tensor.into_primitive().tensor()
 }
 
 /// The slot on the inner backend (the values, without their graph).
@@ -191,33 +183,23 @@ fn scores_node<B: RoutingBackend, C: CheckpointStrategy>(
     epsilon: f64,
 ) -> Tensor<Autodiff<B, C>, 2> {
     let filler = padding(&slots[0].raw);
-    let mut parents: [_; SCORES_PARENTS] = core::array::from_fn(|_| filler.node.clone());
+    let mut parents: [_; SCORES_PARENTS] = core::array::from_fn(|_| filler.clone());
     for (position, slot) in slots.iter().enumerate() {
-        parents[position] = primitive(slot.raw.clone()).node;
-        parents[SLOTS_PER_NODE + position] = primitive(slot.mean_square.clone()).node;
+        parents[position] = primitive(slot.raw.clone());
+        parents[SLOTS_PER_NODE + position] = primitive(slot.mean_square.clone());
     }
-    parents[2 * SLOTS_PER_NODE] = primitive(folded_query.clone()).node;
+    parents[2 * SLOTS_PER_NODE] = primitive(folded_query.clone());
 
     let inner_slots: Vec<_> = slots.iter().map(inner).collect();
     let inner_query = folded_query.inner();
     let forward = scores_forward(&inner_slots, inner_query.clone(), epsilon);
-    let output = forward.scores.clone().into_primitive().tensor();
-    let node = match ScoresBackward
-        .prepare::<C>(parents)
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish(
-            ScoresState {
-                slots: inner_slots,
-                folded_query: inner_query,
-                forward,
-            },
-            output,
-        ),
-        OpsKind::UnTracked(prep) => prep.finish(output),
+    let output = forward.scores.clone();
+    let state = ScoresState {
+        slots: inner_slots,
+        folded_query: inner_query,
+        forward,
     };
-    from_primitive(node)
+    finish(ScoresBackward, parents, state, output)
 }
 
 /// What a mixture node keeps for its backward pass: the sources and the weights.
@@ -255,32 +237,20 @@ fn mixture_node<B: RoutingBackend, C: CheckpointStrategy>(
     weights: Tensor<Autodiff<B, C>, 2>,
 ) -> Tensor<Autodiff<B, C>, 2> {
     let filler = padding(&slots[0].raw);
-    let mut parents: [_; MIXTURE_PARENTS] = core::array::from_fn(|_| filler.node.clone());
+    let mut parents: [_; MIXTURE_PARENTS] = core::array::from_fn(|_| filler.clone());
     for (position, slot) in slots.iter().enumerate() {
-        parents[position] = primitive(slot.raw.clone()).node;
+        parents[position] = primitive(slot.raw.clone());
     }
-    parents[SLOTS_PER_NODE] = primitive(weights.clone()).node;
+    parents[SLOTS_PER_NODE] = primitive(weights.clone());
 
     let inner_slots: Vec<_> = slots.iter().map(inner).collect();
     let inner_weights = weights.inner();
-    let output = B::routing_mixture(&inner_slots, inner_weights.clone())
-        .into_primitive()
-        .tensor();
-    let node = match MixtureBackward
-        .prepare::<C>(parents)
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish(
-            MixtureState {
-                slots: inner_slots,
-                weights: inner_weights,
-            },
-            output,
-        ),
-        OpsKind::UnTracked(prep) => prep.finish(output),
+    let output = B::routing_mixture(&inner_slots, inner_weights.clone());
+    let state = MixtureState {
+        slots: inner_slots,
+        weights: inner_weights,
     };
-    from_primitive(node)
+    finish(MixtureBackward, parents, state, output)
 }
 
 #[derive(Debug)]
@@ -305,18 +275,8 @@ impl<B: RoutingBackend> Backward<B, 1> for MeanSquareBackward {
 fn mean_square_node<B: RoutingBackend, C: CheckpointStrategy>(
     rows: Tensor<Autodiff<B, C>, 2>,
 ) -> Tensor<Autodiff<B, C>, 2> {
-    let parents = [primitive(rows.clone()).node];
+    let parents = [primitive(rows.clone())];
     let inner_rows = rows.inner();
-    let output = B::row_mean_square(inner_rows.clone())
-        .into_primitive()
-        .tensor();
-    let node = match MeanSquareBackward
-        .prepare::<C>(parents)
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => prep.finish(inner_rows, output),
-        OpsKind::UnTracked(prep) => prep.finish(output),
-    };
-    from_primitive(node)
+    let output = B::row_mean_square(inner_rows.clone());
+    finish(MeanSquareBackward, parents, inner_rows, output)
 }

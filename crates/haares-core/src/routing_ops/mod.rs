@@ -36,9 +36,8 @@ mod flex;
 #[cfg(feature = "ndarray")]
 mod host;
 
+use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Tensor, TensorPrimitive};
 
 use crate::activation_ops::ActivationBackend;
 use crate::config::RoutingPath;
@@ -287,12 +286,7 @@ fn mean_squares<B: Backend>(slots: &[SlotRows<B>]) -> Tensor<B, 2> {
     slot_major(slots.iter().map(|slot| slot.mean_square.clone()))
 }
 
-/// A float tensor from a backend primitive (the operator's backward works on primitives).
-pub(crate) fn from_primitive<B: Backend, const D: usize>(
-    primitive: FloatTensor<B>,
-) -> Tensor<B, D> {
-    Tensor::from_primitive(TensorPrimitive::Float(primitive))
-}
+pub(crate) use crate::autodiff_node::from_primitive;
 
 /// The plain tensor-operation primitives: the reference for every kernel.
 pub mod naive {

@@ -1,0 +1,48 @@
+//! How each custom autodiff node of this crate (the routing operator's, the fused activations')
+//! joins Burn's graph: its parents as autodiff primitives, and its output finished with the state
+//! its backward pass keeps, or without one when no parent is tracked.
+
+use burn::backend::Autodiff;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::ops::{Backward, OpsKind};
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{Tensor, TensorPrimitive};
+
+/// An autodiff tensor's primitive, which carries its graph node.
+pub(crate) type AutodiffPrimitive<B, C> = FloatTensor<Autodiff<B, C>>;
+
+pub(crate) fn primitive<B: Backend, C: CheckpointStrategy, const D: usize>(
+    tensor: Tensor<Autodiff<B, C>, D>,
+) -> AutodiffPrimitive<B, C> {
+    tensor.into_primitive().tensor()
+}
+
+/// A float tensor from a backend primitive.
+pub(crate) fn from_primitive<B: Backend, const D: usize>(
+    primitive: FloatTensor<B>,
+) -> Tensor<B, D> {
+    Tensor::from_primitive(TensorPrimitive::Float(primitive))
+}
+
+/// The node of `backward` over `parents` with the inner backend's `output`, keeping `state` for
+/// the backward pass when a parent is tracked.
+pub(crate) fn finish<B, C, T, const N: usize, const D: usize>(
+    backward: T,
+    parents: [AutodiffPrimitive<B, C>; N],
+    state: T::State,
+    output: Tensor<B, D>,
+) -> Tensor<Autodiff<B, C>, D>
+where
+    B: Backend,
+    C: CheckpointStrategy,
+    T: Backward<B, N>,
+{
+    let output = output.into_primitive().tensor();
+    let nodes = parents.map(|parent| parent.node);
+    let node = match backward.prepare::<C>(nodes).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => prep.finish(state, output),
+        OpsKind::UnTracked(prep) => prep.finish(output),
+    };
+    from_primitive(node)
+}
