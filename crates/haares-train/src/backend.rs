@@ -98,18 +98,23 @@ pub trait BackendJob {
 }
 
 /// Runs `job` on the backend `kind` (which [`BackendKind::from_str`] has checked is compiled in).
-/// On the cube backends CubeCL's kernel caches are first set to the machine's shared directory
+/// On the CPU backends the job runs on a thread of a Rayon pool ([`on_cpu_pool`]). On the cube backends CubeCL's kernel caches are first set to the machine's shared directory
 /// ([`crate::kernel_cache`]), unless the process configured CubeCL already, and the device is
 /// started once: a missing driver or device is a [`TrainError::Device`] saying what to install.
-pub fn dispatch<J: BackendJob>(kind: BackendKind, job: J) -> Result<J::Output> {
+pub fn dispatch<J: BackendJob + Send>(kind: BackendKind, job: J) -> Result<J::Output>
+where
+    J::Output: Send,
+{
     use burn::backend::Autodiff;
     match kind {
         #[cfg(feature = "flex")]
-        BackendKind::Flex => job.run::<Autodiff<burn::backend::Flex>>(Default::default(), kind),
+        BackendKind::Flex => on_cpu_pool(|| {
+            job.run::<Autodiff<burn::backend::Flex>>(Default::default(), kind)
+        }),
         #[cfg(feature = "ndarray")]
-        BackendKind::Ndarray => {
+        BackendKind::Ndarray => on_cpu_pool(|| {
             job.run::<Autodiff<burn::backend::NdArray>>(Default::default(), kind)
-        }
+        }),
         #[cfg(feature = "wgpu")]
         BackendKind::Wgpu => {
             share_kernel_caches();
@@ -132,6 +137,33 @@ pub fn dispatch<J: BackendJob>(kind: BackendKind, job: J) -> Result<J::Output> {
         other => Err(TrainError::Config(format!(
             "backend `{other}` is not compiled into this build"
         ))),
+    }
+}
+
+/// Stack of each thread of [`on_cpu_pool`]'s pool: the job runs there instead of on the main
+/// thread, whose stack is 8 MiB on Linux; this reserves address space, not memory.
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+const CPU_POOL_STACK: usize = 64 << 20;
+
+/// Runs `work` on a thread of a Rayon pool with as many threads as Rayon's own pool
+/// (`RAYON_NUM_THREADS`, else one per core), so that the backend's parallel operations inside it
+/// (Flex's matrix products, the routing loops) start as tasks on a pool that is already awake.
+/// Called from the main thread, each of them would be handed to the pool's threads and waited
+/// for: two thread switches per operation, and a third thread on the cores. That made a CPU
+/// training step ≈ 14% slower (docs/benchmarks.md). Without a pool (threads cannot be started)
+/// the work runs here.
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+pub fn on_cpu_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .thread_name(|index| format!("haares-cpu-{index}"))
+        .stack_size(CPU_POOL_STACK)
+        .build();
+    match pool {
+        Ok(pool) => pool.install(work),
+        Err(error) => {
+            eprintln!("warning: no CPU thread pool ({error}); the job runs on the main thread");
+            work()
+        }
     }
 }
 

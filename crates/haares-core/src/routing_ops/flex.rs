@@ -12,9 +12,12 @@
 //!
 //! The loops run on `macerator`'s SIMD vectors, chosen at run time (AVX-512, AVX2, SSE, NEON or
 //! scalar), with four accumulators per dot product: a scalar loop cannot be vectorised without
-//! reordering its additions, and was slower than Flex's own operations (docs/benchmarks.md). f32
-//! and f64 tensors whose elements lie contiguously take these loops; anything else takes the
-//! plain primitives. `tests/core/primitives.rs` checks them against the plain primitives.
+//! reordering its additions, and was slower than Flex's own operations (docs/benchmarks.md). Each
+//! loop splits its tokens into tasks of a fixed size on Rayon's pool, the threads Flex's matrix
+//! products use: on one thread the routing operator left the other cores idle for a tenth of a
+//! HAARES step. f32 and f64 tensors whose elements lie contiguously take these loops; anything
+//! else takes the plain primitives. `tests/core/primitives.rs` checks them against the plain
+//! primitives.
 
 use std::slice;
 
@@ -22,6 +25,7 @@ use burn::backend::Flex;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use burn_flex::FlexTensor;
 use macerator::Simd;
+use rayon::prelude::*;
 
 use super::{RoutingBackend, naive};
 use crate::simd::{HostFloat, dot_product, scaled_add};
@@ -60,23 +64,23 @@ impl RoutingBackend for Flex {
         rows: Tensor<Self, 2>,
         wanted: &[bool],
     ) -> Vec<Option<Tensor<Self, 2>>> {
-        into.into_iter()
+        let added = match rows.dtype() {
+            DType::F32 => host_add_scaled_rows::<f32>(into, &columns, &rows, wanted),
+            DType::F64 => host_add_scaled_rows::<f64>(into, &columns, &rows, wanted),
+            _ => into.into_iter().map(Added::Plain).collect(),
+        };
+        added
+            .into_iter()
+            .zip(wanted)
             .enumerate()
-            .map(|(slot, into)| {
-                if !wanted[slot] {
-                    return None;
-                }
-                let column = columns.clone().narrow(0, slot, 1);
-                let mut into = into;
-                let added = match rows.dtype() {
-                    DType::F32 => host_add_scaled_rows::<f32>(&mut into, &column, &rows),
-                    DType::F64 => host_add_scaled_rows::<f64>(&mut into, &column, &rows),
-                    _ => None,
-                };
-                added.or_else(|| {
+            .map(|(slot, (added, &wanted))| match added {
+                _ if !wanted => None,
+                Added::Done(sum) => Some(sum),
+                Added::Plain(into) => {
+                    let column = columns.clone().narrow(0, slot, 1);
                     let product = naive::scaled_rows(column, rows.clone(), &[true]);
                     naive::add_scaled_rows(product, vec![into]).pop().flatten()
-                })
+                }
             })
             .collect()
     }
@@ -218,62 +222,164 @@ fn weighted<'a, F: HostFloat>(
     })
 }
 
-/// One slot's `into + column ⊗ rows`: written into `into`'s buffer when Flex holds it unshared
-/// and contiguous, into a new one otherwise. Leaves `into` in place and answers `None` when the
-/// loop cannot read an operand (then the plain primitive runs).
-fn host_add_scaled_rows<F: HostFloat>(
-    into: &mut Option<Tensor<Flex, 2>>,
-    column: &Tensor<Flex, 2>,
-    rows: &Tensor<Flex, 2>,
-) -> Option<Tensor<Flex, 2>> {
-    let tokens = column.dims()[1];
-    let d_model = rows.dims()[1];
-    let (column_buffer, row_buffer) = (
-        buffers(slice::from_ref(column)),
-        buffers(slice::from_ref(rows)),
-    );
-    let (column_values, row_values) = (slices::<F>(&column_buffer)?, slices::<F>(&row_buffer)?);
-    let rows = Rows::new(rows, row_values[0], tokens)?;
-    let add = |out: &mut [F]| add_scaled_rows_loop(column_values[0], rows, out);
-    let mut sum = match into.take() {
-        None => vec![F::default(); tokens * d_model],
-        Some(sum) if sum.dims() == [tokens, d_model] && sum.dtype() == F::dtype() => {
-            let mut buffer = sum.into_primitive().tensor();
-            if let Some((start, end)) = buffer.layout().contiguous_offsets()
-                && let Some(storage) = buffer.try_storage_mut::<F>()
-            {
-                add(&mut storage[start..end]);
-                return Some(Tensor::from_primitive(TensorPrimitive::Float(buffer)));
-            }
-            buffer.to_contiguous().storage::<F>().to_vec()
-        }
-        other => {
-            *into = other;
-            return None;
-        }
-    };
-    add(&mut sum);
-    Some(tensor(sum, [tokens, d_model]))
+/// A slot's gradient from [`host_add_scaled_rows`].
+enum Added {
+    /// `into + column ⊗ rows`, formed by the loop.
+    Done(Tensor<Flex, 2>),
+    /// `into`, handed back untouched: the loop cannot read an operand, the plain primitive runs.
+    Plain(Option<Tensor<Flex, 2>>),
 }
 
-/// `dots[s·tokens + n] = slots[s][n, ·] · rows[n or 0, ·]`.
-#[macerator::with_simd]
-fn row_dots_loop<'a, S: Simd, F: HostFloat>(slots: &[&'a [F]], rows: Rows<'a, F>, dots: &mut [F]) {
-    let tokens = dots.len() / slots.len();
-    for (slot, dots) in slots.iter().zip(dots.chunks_exact_mut(tokens)) {
-        let slot_rows = slot.chunks_exact(rows.d_model);
-        for (token, (dot, slot_row)) in dots.iter_mut().zip(slot_rows).enumerate() {
-            *dot = dot_product::<S, F>(slot_row, rows.row(token));
+/// Where the loop writes one slot's `into + column ⊗ rows`.
+enum Target<F> {
+    /// Not wanted.
+    Unwanted,
+    /// Into `into`'s own buffer: Flex holds it unshared, its elements in `range`.
+    InPlace(FlexTensor, std::ops::Range<usize>),
+    /// Into a new buffer: zero, or a copy of a shared `into`.
+    Fresh(Vec<F>),
+    /// Nowhere: `into` has a shape or type the loop does not take.
+    Plain(Option<Tensor<Flex, 2>>),
+}
+
+impl<F: HostFloat> Target<F> {
+    fn new(into: Option<Tensor<Flex, 2>>, wanted: bool, shape: [usize; 2]) -> Self {
+        match into {
+            _ if !wanted => Self::Unwanted,
+            None => Self::Fresh(vec![F::default(); shape[0] * shape[1]]),
+            Some(sum) if sum.dims() == shape && sum.dtype() == F::dtype() => {
+                let mut buffer = sum.into_primitive().tensor();
+                match buffer.layout().contiguous_offsets() {
+                    Some((start, end)) if buffer.try_storage_mut::<F>().is_some() => {
+                        Self::InPlace(buffer, start..end)
+                    }
+                    _ => Self::Fresh(buffer.to_contiguous().storage::<F>().to_vec()),
+                }
+            }
+            other => Self::Plain(other),
+        }
+    }
+
+    fn values(&mut self) -> Option<&mut [F]> {
+        match self {
+            Self::InPlace(buffer, range) => Some(&mut buffer.try_storage_mut::<F>()?[range.clone()]),
+            Self::Fresh(values) => Some(values),
+            Self::Unwanted | Self::Plain(_) => None,
+        }
+    }
+
+    fn finish(self, shape: [usize; 2]) -> Added {
+        match self {
+            Self::InPlace(buffer, _) => {
+                Added::Done(Tensor::from_primitive(TensorPrimitive::Float(buffer)))
+            }
+            Self::Fresh(values) => Added::Done(tensor(values, shape)),
+            Self::Unwanted => Added::Plain(None),
+            Self::Plain(into) => Added::Plain(into),
         }
     }
 }
 
-/// `sum[n, ·] = Σ_s weights[s, n] · slots[s][n, ·]`, row by row, so that each output row is
-/// formed in cache from one row of every slot.
+/// Every wanted slot's `into_s + columns[s, ·] ⊗ rows`, in one parallel pass over all slots:
+/// written into `into_s`'s buffer when Flex holds it unshared and contiguous, into a new one
+/// otherwise. Hands every `into` back untouched when the loop cannot read the columns or rows.
+fn host_add_scaled_rows<F: HostFloat>(
+    into: Vec<Option<Tensor<Flex, 2>>>,
+    columns: &Tensor<Flex, 2>,
+    rows: &Tensor<Flex, 2>,
+    wanted: &[bool],
+) -> Vec<Added> {
+    let [_, tokens] = columns.dims();
+    let shape = [tokens, rows.dims()[1]];
+    let (column_buffer, row_buffer) = (
+        buffers(slice::from_ref(columns)),
+        buffers(slice::from_ref(rows)),
+    );
+    let readable = slices::<F>(&column_buffer).zip(slices::<F>(&row_buffer));
+    let Some((columns, rows)) = readable.and_then(|(columns, row_values)| {
+        Some((columns[0], Rows::new(rows, row_values[0], tokens)?))
+    }) else {
+        return into.into_iter().map(Added::Plain).collect();
+    };
+    let mut targets: Vec<Target<F>> = into
+        .into_iter()
+        .zip(wanted)
+        .map(|(into, &wanted)| Target::new(into, wanted, shape))
+        .collect();
+    let chunk = tokens_per_task(rows.d_model);
+    let mut tasks = Vec::new();
+    for (slot, target) in targets.iter_mut().enumerate() {
+        if let Some(values) = target.values() {
+            let column = &columns[slot * tokens..][..tokens];
+            let outs = values.chunks_mut(chunk * rows.d_model);
+            for (task, (out, column)) in outs.zip(column.chunks(chunk)).enumerate() {
+                tasks.push((task * chunk, column, out));
+            }
+        }
+    }
+    tasks
+        .into_par_iter()
+        .for_each(|(first, column, out)| add_scaled_rows_task(column, rows, first, out));
+    targets
+        .into_iter()
+        .map(|target| target.finish(shape))
+        .collect()
+}
+
+/// Tokens per task of the parallel loops: about 64 KiB of one slot's rows. It depends on the
+/// width alone, not on the number of threads, so every result is the same however many threads
+/// run (`weighted_total` adds its per-task sums in task order).
+fn tokens_per_task(d_model: usize) -> usize {
+    (16 * 1024 / d_model).max(1)
+}
+
+/// `dots[s·tokens + n] = slots[s][n, ·] · rows[n or 0, ·]`, one task per slot and token range.
+fn row_dots_loop<F: HostFloat>(slots: &[&[F]], rows: Rows<'_, F>, dots: &mut [F]) {
+    let tokens = dots.len() / slots.len();
+    let (d_model, chunk) = (rows.d_model, tokens_per_task(rows.d_model));
+    dots.par_chunks_exact_mut(tokens)
+        .zip(slots)
+        .for_each(|(dots, slot)| {
+            dots.par_chunks_mut(chunk)
+                .enumerate()
+                .for_each(|(task, dots)| {
+                    let first = task * chunk;
+                    let slot_rows = &slot[first * d_model..][..dots.len() * d_model];
+                    row_dots_task(slot_rows, rows, first, dots);
+                });
+        });
+}
+
 #[macerator::with_simd]
-fn weighted_sum_loop<'a, S: Simd, F: HostFloat>(weighted: &Weighted<'a, F>, sum: &mut [F]) {
+fn row_dots_task<'a, S: Simd, F: HostFloat>(
+    slot_rows: &[F],
+    rows: Rows<'a, F>,
+    first: usize,
+    dots: &mut [F],
+) {
+    let slot_rows = slot_rows.chunks_exact(rows.d_model);
+    for (token, (dot, slot_row)) in (first..).zip(dots.iter_mut().zip(slot_rows)) {
+        *dot = dot_product::<S, F>(slot_row, rows.row(token));
+    }
+}
+
+/// `sum[n, ·] = Σ_s weights[s, n] · slots[s][n, ·]`, row by row, so that each output row is
+/// formed in cache from one row of every slot; one task per token range.
+fn weighted_sum_loop<F: HostFloat>(weighted: &Weighted<'_, F>, sum: &mut [F]) {
+    let chunk = tokens_per_task(weighted.d_model);
+    sum.par_chunks_mut(chunk * weighted.d_model)
+        .enumerate()
+        .for_each(|(task, sum)| weighted_sum_task(weighted, task * chunk, sum));
+}
+
+#[macerator::with_simd]
+fn weighted_sum_task<'a, S: Simd, F: HostFloat>(
+    weighted: &Weighted<'a, F>,
+    first: usize,
+    sum: &mut [F],
+) {
     let (tokens, d_model) = (weighted.tokens, weighted.d_model);
-    for (token, out) in sum.chunks_exact_mut(d_model).enumerate() {
+    for (token, out) in (first..).zip(sum.chunks_exact_mut(d_model)) {
         for (slot, rows) in weighted.slots.iter().enumerate() {
             let weight = weighted.weights[slot * tokens + token];
             scaled_add::<S, F>(out, weight, &rows[token * d_model..][..d_model]);
@@ -281,26 +387,52 @@ fn weighted_sum_loop<'a, S: Simd, F: HostFloat>(weighted: &Weighted<'a, F>, sum:
     }
 }
 
-/// `total = Σ_s Σ_n weights[s, n] · slots[s][n, ·]`, into a `[d]` row that stays in cache.
-#[macerator::with_simd]
-fn weighted_total_loop<'a, S: Simd, F: HostFloat>(weighted: &Weighted<'a, F>, total: &mut [F]) {
-    let tokens = weighted.tokens;
-    for (slot, rows) in weighted.slots.iter().enumerate() {
-        let slot_rows = rows.chunks_exact(weighted.d_model);
-        for (&weight, row) in weighted.weights[slot * tokens..][..tokens]
-            .iter()
-            .zip(slot_rows)
-        {
-            scaled_add::<S, F>(total, weight, row);
+/// `total = Σ_s Σ_n weights[s, n] · slots[s][n, ·]`: each task sums its token range into a `[d]`
+/// row that stays in cache, and the tasks' rows are added in order.
+fn weighted_total_loop<F: HostFloat>(weighted: &Weighted<'_, F>, total: &mut [F]) {
+    let chunk = tokens_per_task(weighted.d_model);
+    let starts: Vec<usize> = (0..weighted.tokens).step_by(chunk).collect();
+    let partials: Vec<Vec<F>> = starts
+        .par_iter()
+        .map(|&first| {
+            let mut partial = vec![F::default(); weighted.d_model];
+            let range = first..(first + chunk).min(weighted.tokens);
+            weighted_total_task(weighted, range, &mut partial);
+            partial
+        })
+        .collect();
+    for partial in partials {
+        for (total, part) in total.iter_mut().zip(partial) {
+            *total = *total + part;
         }
     }
 }
 
-/// `out[n, ·] += column[n] · rows[n or 0, ·]`.
 #[macerator::with_simd]
-fn add_scaled_rows_loop<'a, S: Simd, F: HostFloat>(column: &[F], rows: Rows<'a, F>, out: &mut [F]) {
+fn weighted_total_task<'a, S: Simd, F: HostFloat>(
+    weighted: &Weighted<'a, F>,
+    range: std::ops::Range<usize>,
+    total: &mut [F],
+) {
+    let (tokens, d_model) = (weighted.tokens, weighted.d_model);
+    for (slot, rows) in weighted.slots.iter().enumerate() {
+        for token in range.clone() {
+            let weight = weighted.weights[slot * tokens + token];
+            scaled_add::<S, F>(total, weight, &rows[token * d_model..][..d_model]);
+        }
+    }
+}
+
+/// `out[n, ·] += column[n] · rows[n or 0, ·]` for the tokens from `first` on.
+#[macerator::with_simd]
+fn add_scaled_rows_task<'a, S: Simd, F: HostFloat>(
+    column: &[F],
+    rows: Rows<'a, F>,
+    first: usize,
+    out: &mut [F],
+) {
     let out_rows = out.chunks_exact_mut(rows.d_model);
-    for (token, (out, &factor)) in out_rows.zip(column).enumerate() {
+    for (token, (out, &factor)) in (first..).zip(out_rows.zip(column)) {
         scaled_add::<S, F>(out, factor, rows.row(token));
     }
 }
