@@ -4,6 +4,8 @@ use haares_core::TrainingBackend;
 use std::fmt;
 use std::str::FromStr;
 
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+use crate::cpu::on_cpu_pool;
 use crate::error::{Result, TrainError};
 
 /// A Burn backend the runner can train on.
@@ -137,33 +139,6 @@ where
         other => Err(TrainError::Config(format!(
             "backend `{other}` is not compiled into this build"
         ))),
-    }
-}
-
-/// Stack of each thread of [`on_cpu_pool`]'s pool: the job runs there instead of on the main
-/// thread, whose stack is 8 MiB on Linux; this reserves address space, not memory.
-#[cfg(any(feature = "flex", feature = "ndarray"))]
-const CPU_POOL_STACK: usize = 64 << 20;
-
-/// Runs `work` on a thread of a Rayon pool with as many threads as Rayon's own pool
-/// (`RAYON_NUM_THREADS`, else one per core), so that the backend's parallel operations inside it
-/// (Flex's matrix products, the routing loops) start as tasks on a pool that is already awake.
-/// Called from the main thread, each of them would be handed to the pool's threads and waited
-/// for: two thread switches per operation, and a third thread on the cores. That made a CPU
-/// training step ≈ 14% slower (docs/benchmarks.md). Without a pool (threads cannot be started)
-/// the work runs here.
-#[cfg(any(feature = "flex", feature = "ndarray"))]
-pub fn on_cpu_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .thread_name(|index| format!("haares-cpu-{index}"))
-        .stack_size(CPU_POOL_STACK)
-        .build();
-    match pool {
-        Ok(pool) => pool.install(work),
-        Err(error) => {
-            eprintln!("warning: no CPU thread pool ({error}); the job runs on the main thread");
-            work()
-        }
     }
 }
 

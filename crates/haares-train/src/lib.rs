@@ -22,6 +22,8 @@
 
 pub mod backend;
 pub mod config;
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+pub mod cpu;
 pub mod data;
 pub mod error;
 pub mod figures;

@@ -1,0 +1,56 @@
+//! How a CPU job runs: on a thread of a Rayon pool, with glibc's allocator keeping freed memory.
+//!
+//! Both are about what a training step on Flex or NdArray pays besides its arithmetic
+//! (docs/benchmarks.md, "The CPU job's threads and allocator"): on the cpu preset of the cost
+//! protocol they took a step from 0.26–0.31 s to 0.24 s.
+
+/// Stack of each thread of [`on_cpu_pool`]'s pool. The job runs there instead of on the main
+/// thread, whose stack is 8 MiB on Linux; this reserves address space, not memory.
+const CPU_POOL_STACK: usize = 64 << 20;
+
+/// Runs `work` on a thread of a Rayon pool with as many threads as Rayon's own pool would have
+/// (`RAYON_NUM_THREADS`, else one per core), after [`keep_freed_memory`].
+///
+/// The backend's parallel operations inside `work` (Flex's matrix products, the routing loops)
+/// then start as tasks on a pool whose threads are already awake. Called from the main thread,
+/// each of them would be handed to the pool and waited for: two thread switches per operation,
+/// and one thread more than there are cores. Without a pool (threads cannot be started) the work
+/// runs here.
+pub fn on_cpu_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
+    keep_freed_memory();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .thread_name(|index| format!("haares-cpu-{index}"))
+        .stack_size(CPU_POOL_STACK)
+        .build();
+    match pool {
+        Ok(pool) => pool.install(work),
+        Err(error) => {
+            eprintln!("warning: no CPU thread pool ({error}); the job runs on the main thread");
+            work()
+        }
+    }
+}
+
+/// glibc's malloc hands a freed block of more than 128 KiB (at first) back to the kernel, and
+/// trims its heaps when their free top passes a threshold. A training step frees and allocates
+/// the same `[tokens, d]` buffers hundreds of times, so each came back as fresh pages, faulted in
+/// again on first write: ≈ 3% of a step's samples, and with two threads each fault also stops the
+/// other core to flush its TLB. Here blocks up to 64 MiB come from the heap, and a heap is
+/// trimmed only when 1 GiB at its top is free. The process keeps the memory of its peak step;
+/// its peak does not change.
+///
+/// Does nothing where `GLIBC_TUNABLES` already sets malloc options (the user's choice wins), and
+/// on other C libraries.
+pub fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let user_set = std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc."));
+        if !user_set {
+            // SAFETY: mallopt only sets the allocator's parameters; both values are in range.
+            unsafe {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
+                libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+            }
+        }
+    }
+}
