@@ -15,6 +15,7 @@ use haares_core::rms_match::rms_match;
 use haares_core::router::DepthRouterConfig;
 use haares_core::{ModelFamily, RoutingPath, SlotKind, Source, SourceBank};
 use haares_train::config::parse_method;
+use haares_train::cpu::on_cpu_pool;
 
 type B = Autodiff<Flex>;
 
@@ -57,11 +58,12 @@ fn router(c: &mut Criterion) {
             }
             bank
         };
+        // On the CPU pool, as a training step runs (haares_train::cpu::on_cpu_pool).
         group.bench_function(BenchmarkId::new(format!("{label}/reference"), slots), |b| {
-            b.iter(|| router.forward(&bank(false)).mixture.sum().backward())
+            on_cpu_pool(|| b.iter(|| router.forward(&bank(false)).mixture.sum().backward()))
         });
         group.bench_function(BenchmarkId::new(format!("{label}/fused"), slots), |b| {
-            b.iter(|| router.forward_fused(&bank(true)).mixture.sum().backward())
+            on_cpu_pool(|| b.iter(|| router.forward_fused(&bank(true)).mixture.sum().backward()))
         });
     }
     group.finish();

@@ -110,13 +110,13 @@ where
     use burn::backend::Autodiff;
     match kind {
         #[cfg(feature = "flex")]
-        BackendKind::Flex => on_cpu_pool(|| {
-            job.run::<Autodiff<burn::backend::Flex>>(Default::default(), kind)
-        }),
+        BackendKind::Flex => {
+            on_cpu_pool(|| job.run::<Autodiff<burn::backend::Flex>>(Default::default(), kind))
+        }
         #[cfg(feature = "ndarray")]
-        BackendKind::Ndarray => on_cpu_pool(|| {
-            job.run::<Autodiff<burn::backend::NdArray>>(Default::default(), kind)
-        }),
+        BackendKind::Ndarray => {
+            on_cpu_pool(|| job.run::<Autodiff<burn::backend::NdArray>>(Default::default(), kind))
+        }
         #[cfg(feature = "wgpu")]
         BackendKind::Wgpu => {
             share_kernel_caches();

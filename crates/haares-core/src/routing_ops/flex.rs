@@ -262,7 +262,9 @@ impl<F: HostFloat> Target<F> {
 
     fn values(&mut self) -> Option<&mut [F]> {
         match self {
-            Self::InPlace(buffer, range) => Some(&mut buffer.try_storage_mut::<F>()?[range.clone()]),
+            Self::InPlace(buffer, range) => {
+                Some(&mut buffer.try_storage_mut::<F>()?[range.clone()])
+            }
             Self::Fresh(values) => Some(values),
             Self::Unwanted | Self::Plain(_) => None,
         }

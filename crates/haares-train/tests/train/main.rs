@@ -1,6 +1,7 @@
 //! haares-train integration tests (NdArray f32, the reference CPU backend).
 
 mod common;
+mod cpu;
 mod errors;
 mod inference;
 mod learner;

@@ -1,0 +1,43 @@
+//! How CPU jobs run (`cpu.rs`): on a thread of a Rayon pool that their parallel operations share.
+
+use haares_core::TrainingBackend;
+use haares_train::backend::{BackendJob, BackendKind, dispatch};
+use haares_train::cpu::on_cpu_pool;
+use haares_train::error::Result;
+
+/// Where a job ran: its thread's name and its index in the current Rayon pool.
+struct WhereItRan;
+
+impl BackendJob for WhereItRan {
+    type Output = (Option<String>, Option<usize>, usize);
+    fn run<B: TrainingBackend>(self, _: B::Device, _: BackendKind) -> Result<Self::Output> {
+        let name = std::thread::current().name().map(str::to_owned);
+        Ok((
+            name,
+            rayon::current_thread_index(),
+            rayon::current_num_threads(),
+        ))
+    }
+}
+
+#[test]
+fn cpu_jobs_run_on_a_pool_thread_with_as_many_threads_as_rayons_own_pool() {
+    for backend in [BackendKind::Flex, BackendKind::Ndarray] {
+        let (name, index, threads) = dispatch(backend, WhereItRan).unwrap();
+        // The test harness runs each test on a thread named after the test, outside any pool.
+        assert!(
+            name.as_deref()
+                .is_some_and(|n| n.starts_with("haares-cpu-")),
+            "{backend}: ran on {name:?}"
+        );
+        assert!(index.is_some(), "{backend}: not on a pool thread");
+        assert_eq!(threads, rayon::current_num_threads(), "{backend}");
+    }
+}
+
+#[test]
+fn a_panic_in_the_pool_reaches_the_caller() {
+    let outcome = std::panic::catch_unwind(|| on_cpu_pool(|| panic!("inside the pool")));
+    let message = outcome.unwrap_err();
+    assert_eq!(message.downcast_ref::<&str>(), Some(&"inside the pool"));
+}
