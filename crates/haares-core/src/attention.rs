@@ -71,12 +71,12 @@ impl<B: ActivationBackend> CausalSelfAttention<B> {
         let query = rope.apply(heads(&self.wq).mul_scalar(1.0 / (head_dim as f64).sqrt()));
         let key = rope.apply(heads(&self.wk));
         let context = causal_attention(
-            query.swap_dims(1, 2),
-            key.swap_dims(1, 2),
-            heads(&self.wv).swap_dims(1, 2),
+            B::swap_heads(query),
+            B::swap_heads(key),
+            B::swap_heads(heads(&self.wv)),
         );
         self.wo
-            .forward(context.swap_dims(1, 2).reshape([batch, seq, d_model]))
+            .forward(B::swap_heads(context).reshape([batch, seq, d_model]))
     }
 }
 

@@ -26,6 +26,11 @@ impl<B: ActivationBackend, C: CheckpointStrategy> ActivationBackend for Autodiff
         let probabilities = output.clone();
         finish(CausalSoftmaxBackward::<D>, parents, probabilities, output)
     }
+
+    fn swap_heads(x: Tensor<Self, 4>) -> Tensor<Self, 4> {
+        let parents = [primitive(x.clone())];
+        finish(SwapHeadsBackward, parents, (), B::swap_heads(x.inner()))
+    }
 }
 
 /// Registers `gradient` for the parent at `position`, when that parent is tracked.
@@ -67,5 +72,17 @@ impl<B: ActivationBackend, const D: usize> Backward<B, 1> for CausalSoftmaxBackw
         let grad = from_primitive(grads.consume::<B>(&ops.node));
         let scores_grad = B::causal_softmax_backward(ops.state.clone(), grad);
         register(grads, &ops, 0, scores_grad);
+    }
+}
+
+#[derive(Debug)]
+struct SwapHeadsBackward;
+
+impl<B: ActivationBackend> Backward<B, 1> for SwapHeadsBackward {
+    type State = ();
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = from_primitive(grads.consume::<B>(&ops.node));
+        register(grads, &ops, 0, B::swap_heads(grad));
     }
 }

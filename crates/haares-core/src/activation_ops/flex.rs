@@ -1,12 +1,14 @@
 //! The fused activations on Burn's Flex backend as SIMD loops over its f32 buffers, with the
 //! vectorised exponential of [`crate::simd::exp`]; other float types and non-contiguous operands
 //! take the plain operations. Each loop reads its operands once and writes each output once, on
-//! one thread (Flex's own elementwise kernels split over threads only past 4M elements).
+//! one thread (Flex's own elementwise kernels split over threads only past 4M elements). The
+//! heads' swap copies runs of `d_h` elements, split over Rayon's pool.
 
 use burn::backend::Flex;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use burn_flex::FlexTensor;
 use macerator::Simd;
+use rayon::prelude::*;
 
 use super::{ActivationBackend, naive};
 use crate::simd::{dot_product, exp, max, sum};
@@ -71,6 +73,34 @@ impl ActivationBackend for Flex {
             }
             None => naive::causal_softmax_backward(probabilities, grad),
         }
+    }
+
+    fn swap_heads(x: Tensor<Self, 4>) -> Tensor<Self, 4> {
+        let [a, b, c, e] = x.dims();
+        let buffer = x.clone().into_primitive().tensor();
+        let layout = buffer.layout();
+        let strides: Vec<usize> = layout.strides().iter().map(|&s| s as usize).collect();
+        // Runs of `e` elements, strides that do not step backwards, f32, something to copy.
+        let readable = x.dtype() == DType::F32
+            && layout.strides()[..3].iter().all(|&s| s >= 0)
+            && strides[3] == 1
+            && a * b * c * e > 0;
+        if !readable {
+            return naive::swap_heads(x);
+        }
+        let values = &buffer.storage::<f32>()[layout.start_offset()..];
+        let mut swapped = vec![0.0; a * b * c * e];
+        // One task per (i, k): the `b` runs of `x[i, ·, k, ·]`, which become `out[i, k]`.
+        swapped
+            .par_chunks_mut(b * e)
+            .enumerate()
+            .for_each(|(ik, out)| {
+                let first = (ik / c) * strides[0] + (ik % c) * strides[2];
+                for (j, run) in out.chunks_exact_mut(e).enumerate() {
+                    run.copy_from_slice(&values[first + j * strides[1]..][..e]);
+                }
+            });
+        tensor(swapped, [a, c, b, e])
     }
 }
 

@@ -9,6 +9,7 @@ mod checkpoint;
 mod common;
 mod errors;
 mod fused;
+mod heads;
 mod primitives;
 mod readme;
 mod reference;

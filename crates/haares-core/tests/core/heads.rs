@@ -1,0 +1,81 @@
+//! Attention's swap of heads and positions (`ActivationBackend::swap_heads`): Flex's copy against
+//! Burn's `swap_dims` on inputs laid out every way attention hands them over, and the autodiff
+//! node's gradient against Burn's autodiff of `swap_dims`.
+
+use burn::backend::{Autodiff, Flex};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{Tensor, TensorData};
+use haares_core::ActivationBackend;
+use haares_core::activation_ops::naive;
+
+use crate::common::{Ad64, Rng, tensor_values};
+
+fn random<B: Backend>(rng: &mut Rng, shape: [usize; 4]) -> Tensor<B, 4> {
+    let values = rng.normals(shape.iter().product(), 1.0);
+    Tensor::from_data(TensorData::new(values, shape), &Default::default())
+}
+
+/// Inputs of shape `[2, 5, 3, 4]` (or `[0, 5, 3, 4]`), each with its label: contiguous, a swapped
+/// view (strided, runs of 4 intact), a narrowed one (starting inside its buffer), one whose last
+/// dimension is strided (the plain fallback), and an empty one.
+fn inputs<B: Backend>(rng: &mut Rng) -> Vec<(&'static str, Tensor<B, 4>)> {
+    vec![
+        ("contiguous", random(rng, [2, 5, 3, 4])),
+        ("swapped view", random(rng, [2, 3, 5, 4]).swap_dims(1, 2)),
+        ("narrowed", random(rng, [3, 5, 3, 4]).narrow(0, 1, 2)),
+        (
+            "strided last dim",
+            random(rng, [2, 5, 4, 3]).swap_dims(2, 3),
+        ),
+        ("empty", random(rng, [0, 5, 3, 4])),
+    ]
+}
+
+#[test]
+fn flex_swaps_heads_like_burns_swap_dims() {
+    let mut rng = Rng::new(61);
+    for (label, x) in inputs::<Flex>(&mut rng) {
+        let swapped = Flex::swap_heads(x.clone());
+        let expected = naive::swap_heads(x);
+        assert_eq!(swapped.dims(), expected.dims(), "{label}");
+        // A copy: the same numbers, bit for bit.
+        assert_eq!(tensor_values(swapped), tensor_values(expected), "{label}");
+    }
+    // f64 takes the plain view.
+    let x = random::<Flex>(&mut rng, [2, 5, 3, 4]).cast(burn::tensor::DType::F64);
+    let expected = tensor_values(naive::swap_heads(x.clone()));
+    assert_eq!(tensor_values(Flex::swap_heads(x)), expected);
+}
+
+/// `Σ w ⊙ f(x)` for random `w`, so that every element's gradient differs.
+fn gradient_through<B: AutodiffBackend>(
+    x: Tensor<B, 4>,
+    swap: fn(Tensor<B, 4>) -> Tensor<B, 4>,
+) -> Vec<f64> {
+    let x = x.require_grad();
+    let output = swap(x.clone());
+    let shape = output.dims();
+    let weights = Rng::new(7).normals(shape.iter().product(), 1.0);
+    let weights = Tensor::from_data(TensorData::new(weights, shape), &Default::default());
+    let grads = (output * weights).sum().backward();
+    tensor_values(x.grad(&grads).expect("a tracked input has a gradient"))
+}
+
+fn node_agrees_with_autodiff_of_swap_dims<B: AutodiffBackend + ActivationBackend>() {
+    let mut rng = Rng::new(62);
+    for (label, x) in inputs::<B>(&mut rng) {
+        let node = gradient_through(x.clone(), B::swap_heads);
+        let plain = gradient_through(x, naive::swap_heads);
+        assert_eq!(node, plain, "{label}");
+    }
+}
+
+#[test]
+fn the_node_agrees_with_autodiff_of_swap_dims_on_flex() {
+    node_agrees_with_autodiff_of_swap_dims::<Autodiff<Flex>>();
+}
+
+#[test]
+fn the_node_agrees_with_autodiff_of_swap_dims_in_f64() {
+    node_agrees_with_autodiff_of_swap_dims::<Ad64>();
+}
