@@ -1,8 +1,8 @@
 //! The fused activations on Burn's Flex backend as SIMD loops over its f32 buffers, with the
 //! vectorised exponential of [`crate::simd::exp`]; other float types and non-contiguous operands
-//! take the plain operations. Each loop reads its operands once and writes each output once, on
-//! one thread (Flex's own elementwise kernels split over threads only past 4M elements). The
-//! heads' swap copies runs of `d_h` elements, split over Rayon's pool.
+//! take the plain operations. Each loop reads its operands once and writes each output once, in
+//! tasks of a fixed size on Rayon's pool (Flex's own elementwise kernels split over threads only
+//! past 4M elements). The heads' swap copies runs of `d_h` elements, split the same way.
 
 use burn::backend::Flex;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
@@ -20,7 +20,10 @@ impl ActivationBackend for Flex {
             Some([gate_buffer, up_buffer]) => {
                 let (gate, up) = (slice(&gate_buffer), slice(&up_buffer));
                 let mut output = vec![0.0; gate.len()];
-                swiglu_loop(gate, up, &mut output);
+                output
+                    .par_chunks_mut(TASK)
+                    .zip(gate.par_chunks(TASK).zip(up.par_chunks(TASK)))
+                    .for_each(|(output, (gate, up))| swiglu_loop(gate, up, output));
                 tensor(output, dims)
             }
             None => naive::swiglu(gate, up),
@@ -38,7 +41,14 @@ impl ActivationBackend for Flex {
                 let operands = [&gate_buffer, &up_buffer, &grad_buffer].map(slice);
                 let mut gate_grad = vec![0.0; operands[0].len()];
                 let mut up_grad = vec![0.0; operands[0].len()];
-                swiglu_backward_loop(operands, &mut gate_grad, &mut up_grad);
+                let [gate, up, grad] = operands.map(|operand| operand.par_chunks(TASK));
+                gate_grad
+                    .par_chunks_mut(TASK)
+                    .zip(up_grad.par_chunks_mut(TASK))
+                    .zip(gate.zip(up).zip(grad))
+                    .for_each(|((gate_grad, up_grad), ((gate, up), grad))| {
+                        swiglu_backward_loop([gate, up, grad], gate_grad, up_grad)
+                    });
                 (tensor(gate_grad, dims), tensor(up_grad, dims))
             }
             None => naive::swiglu_backward(gate, up, grad),
@@ -52,7 +62,13 @@ impl ActivationBackend for Flex {
                 let scores = slice(&buffer);
                 // Zero-initialised: the entries above the diagonal are never written.
                 let mut probabilities = vec![0.0; scores.len()];
-                causal_softmax_loop(scores, dims[D - 1], &mut probabilities);
+                let (seq, task) = (dims[D - 1], matrices_per_task(dims[D - 1]));
+                probabilities
+                    .par_chunks_mut(task)
+                    .zip(scores.par_chunks(task))
+                    .for_each(|(probabilities, scores)| {
+                        causal_softmax_loop(scores, seq, probabilities)
+                    });
                 tensor(probabilities, dims)
             }
             None => naive::causal_softmax(scores),
@@ -68,7 +84,13 @@ impl ActivationBackend for Flex {
             Some([probabilities_buffer, grad_buffer]) => {
                 let (probabilities, grad) = (slice(&probabilities_buffer), slice(&grad_buffer));
                 let mut scores_grad = vec![0.0; probabilities.len()];
-                causal_softmax_backward_loop(probabilities, grad, dims[D - 1], &mut scores_grad);
+                let (seq, task) = (dims[D - 1], matrices_per_task(dims[D - 1]));
+                scores_grad
+                    .par_chunks_mut(task)
+                    .zip(probabilities.par_chunks(task).zip(grad.par_chunks(task)))
+                    .for_each(|(scores_grad, (probabilities, grad))| {
+                        causal_softmax_backward_loop(probabilities, grad, seq, scores_grad)
+                    });
                 tensor(scores_grad, dims)
             }
             None => naive::causal_softmax_backward(probabilities, grad),
@@ -102,6 +124,15 @@ impl ActivationBackend for Flex {
             });
         tensor(swapped, [a, c, b, e])
     }
+}
+
+/// Elements per task of the parallel loops (64 KiB of f32), fixed so that every result is the
+/// same however many threads run.
+const TASK: usize = 16 * 1024;
+
+/// Elements per task of the softmax loops: whole `[seq, seq]` matrices, about [`TASK`] of them.
+fn matrices_per_task(seq: usize) -> usize {
+    (TASK / (seq * seq)).max(1) * seq * seq
 }
 
 /// Flex's buffers behind tensors of one shape, when all are f32, contiguous and not empty.

@@ -11,9 +11,12 @@ use haares_core::activation_ops::naive;
 use crate::common::{Ad64, B64, Rng, max_abs_diff, tensor_values};
 
 /// Elementwise shapes: below and past a SIMD vector, with and without a remainder.
-const SHAPES: [[usize; 2]; 4] = [[1, 1], [7, 5], [33, 131], [64, 256]];
+/// The last is two of Flex's parallel tasks (16384 elements each), the second one partial.
+const SHAPES: [[usize; 2]; 4] = [[1, 1], [7, 5], [33, 131], [67, 256]];
 /// Score shapes `[matrices, seq, seq]`.
-const SCORE_SHAPES: [[usize; 3]; 4] = [[1, 1, 1], [3, 2, 2], [5, 17, 17], [4, 128, 128]];
+/// Flex's softmax tasks hold whole matrices: 56 of 17 × 17, so 60 are two tasks, the second
+/// partial; 128 × 128 is one matrix a task.
+const SCORE_SHAPES: [[usize; 3]; 4] = [[1, 1, 1], [3, 2, 2], [60, 17, 17], [4, 128, 128]];
 
 fn tensor<B: Backend, const D: usize>(values: Vec<f64>, shape: [usize; D]) -> Tensor<B, D> {
     Tensor::from_data(TensorData::new(values, shape), &Default::default())
