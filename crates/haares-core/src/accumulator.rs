@@ -4,6 +4,7 @@
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::config::DetailSource;
+use crate::routing_ops::RoutingBackend;
 
 /// The first-half size `k = ⌈m/2⌉` of a block of `m` events (odd `m`: the early half takes the
 /// extra event).
@@ -95,7 +96,7 @@ impl<B: Backend, const D: usize> Default for BlockAccumulator<B, D> {
     }
 }
 
-impl<B: Backend, const D: usize> BlockAccumulator<B, D> {
+impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
     /// An empty accumulator (the reset state at a block boundary).
     pub fn new() -> Self {
         Self::default()
@@ -113,12 +114,12 @@ impl<B: Backend, const D: usize> BlockAccumulator<B, D> {
             (Detail::Zero, _) => Detail::Own(output.clone().mul_scalar(sign)),
             (Detail::Cumulative, false) => {
                 let cumulative = previous.clone().expect("a shared detail follows a write");
-                Detail::Own(add_signed(cumulative, output.clone(), sign))
+                Detail::Own(B::signed_sum(cumulative, output.clone(), sign))
             }
-            (Detail::Own(detail), _) => Detail::Own(add_signed(detail, output.clone(), sign)),
+            (Detail::Own(detail), _) => Detail::Own(B::signed_sum(detail, output.clone(), sign)),
         };
         self.cumulative = Some(match previous {
-            Some(cumulative) => cumulative + output,
+            Some(cumulative) => B::signed_sum(cumulative, output, 1.0),
             None => output,
         });
         self.writes += 1;
@@ -127,7 +128,7 @@ impl<B: Backend, const D: usize> BlockAccumulator<B, D> {
     /// eq:update without a detail: `C ← C + u` only (Block AttnRes keeps no `D`).
     pub fn write_cumulative(&mut self, output: Tensor<B, D>) {
         self.cumulative = Some(match self.cumulative.take() {
-            Some(cumulative) => cumulative + output,
+            Some(cumulative) => B::signed_sum(cumulative, output, 1.0),
             None => output,
         });
         self.writes += 1;
@@ -165,22 +166,6 @@ impl<B: Backend, const D: usize> BlockAccumulator<B, D> {
         self.writes = 0;
         self.detail = Detail::Zero;
         Some((self.cumulative.take()?, detail))
-    }
-}
-
-/// `sum + s·u`; for the half-split signs `±1` one addition or subtraction, which is the same
-/// number as multiplying by the sign first, without that extra pass.
-fn add_signed<B: Backend, const D: usize>(
-    sum: Tensor<B, D>,
-    output: Tensor<B, D>,
-    sign: f64,
-) -> Tensor<B, D> {
-    if sign == 1.0 {
-        sum + output
-    } else if sign == -1.0 {
-        sum - output
-    } else {
-        sum + output.mul_scalar(sign)
     }
 }
 

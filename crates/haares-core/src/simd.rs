@@ -7,6 +7,10 @@
 use burn::tensor::Element;
 use macerator::{ReduceAdd, Scalar, Simd, VAdd, VMul, VMulAdd, vload_unaligned, vstore_unaligned};
 
+/// Elements per task of the parallel loops (64 KiB of f32). Fixed, not derived from the number of
+/// threads, so that every result is the same however many threads run.
+pub(crate) const TASK_ELEMENTS: usize = 16 * 1024;
+
 /// A float type the loops run on (macerator's scalars are `bytemuck::Pod`, as Flex's slices need).
 pub(crate) trait HostFloat: Element + VAdd + VMul + VMulAdd + ReduceAdd {}
 

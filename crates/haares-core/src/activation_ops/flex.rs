@@ -11,7 +11,7 @@ use macerator::Simd;
 use rayon::prelude::*;
 
 use super::{ActivationBackend, naive};
-use crate::simd::{dot_product, exp, max, sum};
+use crate::simd::{TASK_ELEMENTS, dot_product, exp, max, sum};
 
 impl ActivationBackend for Flex {
     fn swiglu<const D: usize>(gate: Tensor<Self, D>, up: Tensor<Self, D>) -> Tensor<Self, D> {
@@ -21,8 +21,11 @@ impl ActivationBackend for Flex {
                 let (gate, up) = (slice(&gate_buffer), slice(&up_buffer));
                 let mut output = vec![0.0; gate.len()];
                 output
-                    .par_chunks_mut(TASK)
-                    .zip(gate.par_chunks(TASK).zip(up.par_chunks(TASK)))
+                    .par_chunks_mut(TASK_ELEMENTS)
+                    .zip(
+                        gate.par_chunks(TASK_ELEMENTS)
+                            .zip(up.par_chunks(TASK_ELEMENTS)),
+                    )
                     .for_each(|(output, (gate, up))| swiglu_loop(gate, up, output));
                 tensor(output, dims)
             }
@@ -41,10 +44,10 @@ impl ActivationBackend for Flex {
                 let operands = [&gate_buffer, &up_buffer, &grad_buffer].map(slice);
                 let mut gate_grad = vec![0.0; operands[0].len()];
                 let mut up_grad = vec![0.0; operands[0].len()];
-                let [gate, up, grad] = operands.map(|operand| operand.par_chunks(TASK));
+                let [gate, up, grad] = operands.map(|operand| operand.par_chunks(TASK_ELEMENTS));
                 gate_grad
-                    .par_chunks_mut(TASK)
-                    .zip(up_grad.par_chunks_mut(TASK))
+                    .par_chunks_mut(TASK_ELEMENTS)
+                    .zip(up_grad.par_chunks_mut(TASK_ELEMENTS))
                     .zip(gate.zip(up).zip(grad))
                     .for_each(|((gate_grad, up_grad), ((gate, up), grad))| {
                         swiglu_backward_loop([gate, up, grad], gate_grad, up_grad)
@@ -126,13 +129,9 @@ impl ActivationBackend for Flex {
     }
 }
 
-/// Elements per task of the parallel loops (64 KiB of f32), fixed so that every result is the
-/// same however many threads run.
-const TASK: usize = 16 * 1024;
-
-/// Elements per task of the softmax loops: whole `[seq, seq]` matrices, about [`TASK`] of them.
+/// Elements per task of the softmax loops: whole `[seq, seq]` matrices, about [`TASK_ELEMENTS`] elements.
 fn matrices_per_task(seq: usize) -> usize {
-    (TASK / (seq * seq)).max(1) * seq * seq
+    (TASK_ELEMENTS / (seq * seq)).max(1) * seq * seq
 }
 
 /// Flex's buffers behind tensors of one shape, when all are f32, contiguous and not empty.

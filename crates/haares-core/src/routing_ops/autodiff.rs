@@ -58,6 +58,16 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
         mean_square_node(rows)
     }
 
+    fn signed_sum<const D: usize>(
+        sum: Tensor<Self, D>,
+        term: Tensor<Self, D>,
+        sign: f64,
+    ) -> Tensor<Self, D> {
+        let parents = [primitive(term.clone()), primitive(sum.clone())];
+        let output = B::signed_sum(sum.inner(), term.inner(), sign);
+        finish(SignedSumBackward::<D>, parents, sign, output)
+    }
+
     fn routing_mixture(slots: &[SlotRows<Self>], weights: Tensor<Self, 2>) -> Tensor<Self, 2> {
         slots
             .chunks(SLOTS_PER_NODE)
@@ -110,15 +120,15 @@ fn register<B: RoutingBackend, const D: usize>(
 /// Takes out of the container the gradient that each of the first `slots` parents has
 /// accumulated so far (`None` for untracked parents and those without one yet); the caller adds
 /// its own share and registers the sums.
-fn take_accumulated<B: Backend, S, const N: usize>(
+fn take_accumulated<B: Backend, S, const N: usize, const D: usize>(
     grads: &mut Gradients,
     ops: &Ops<S, N>,
     slots: usize,
-    like: &Tensor<B, 2>,
-) -> Vec<Option<Tensor<B, 2>>> {
+    like: &Tensor<B, D>,
+) -> Vec<Option<Tensor<B, D>>> {
     // `Gradients::remove` looks a gradient up by the node of an autodiff tensor: an untracked one
     // over any inner tensor, pointed at each parent in turn.
-    let mut key = Tensor::<Autodiff<B>, 2>::from_inner(like.clone())
+    let mut key = Tensor::<Autodiff<B>, D>::from_inner(like.clone())
         .into_primitive()
         .tensor();
     ops.parents[..slots]
@@ -279,4 +289,26 @@ fn mean_square_node<B: RoutingBackend, C: CheckpointStrategy>(
     let inner_rows = rows.inner();
     let output = B::row_mean_square(inner_rows.clone());
     finish(MeanSquareBackward, parents, inner_rows, output)
+}
+
+/// The backward pass of [`RoutingBackend::signed_sum`]; its parents are `[term, sum]`.
+#[derive(Debug)]
+struct SignedSumBackward<const D: usize>;
+
+impl<B: RoutingBackend, const D: usize> Backward<B, 2> for SignedSumBackward<D> {
+    /// The sign.
+    type State = f64;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad: Tensor<B, D> = from_primitive(grads.consume::<B>(&ops.node));
+        let sign = ops.state;
+        let accumulated = take_accumulated(grads, &ops, 1, &grad).pop().flatten();
+        let parents = ops.parents.map(|parent| parent.map(|node| node.id));
+        let term = parents[0].map(|_| match accumulated {
+            Some(accumulated) => B::signed_sum(accumulated, grad.clone(), sign),
+            None if sign == 1.0 => grad.clone(),
+            None => grad.clone().mul_scalar(sign),
+        });
+        register(grads, &parents, vec![term, Some(grad)]);
+    }
 }

@@ -27,8 +27,9 @@ use burn_flex::FlexTensor;
 use macerator::Simd;
 use rayon::prelude::*;
 
+use super::flex_sums::{Added, host_add_scaled_rows, host_signed_sum};
 use super::{RoutingBackend, naive};
-use crate::simd::{HostFloat, dot_product, scaled_add};
+use crate::simd::{HostFloat, TASK_ELEMENTS, dot_product, scaled_add};
 
 impl RoutingBackend for Flex {
     fn row_dots(slots: &[Tensor<Self, 2>], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
@@ -56,6 +57,19 @@ impl RoutingBackend for Flex {
             || host_weighted_total::<f64>(slots, &weights),
         )
         .unwrap_or_else(|| naive::weighted_total(slots, weights))
+    }
+
+    fn signed_sum<const D: usize>(
+        sum: Tensor<Self, D>,
+        term: Tensor<Self, D>,
+        sign: f64,
+    ) -> Tensor<Self, D> {
+        let looped = match sum.dtype() {
+            DType::F32 => host_signed_sum::<f32, D>(&sum, &term, sign),
+            DType::F64 => host_signed_sum::<f64, D>(&sum, &term, sign),
+            _ => None,
+        };
+        looped.unwrap_or_else(|| naive::signed_sum(sum, term, sign))
     }
 
     fn add_scaled_rows(
@@ -101,7 +115,7 @@ fn by_dtype<T>(
 }
 
 /// Flex's buffers behind some tensors.
-fn buffers(tensors: &[Tensor<Flex, 2>]) -> Vec<FlexTensor> {
+pub(super) fn buffers(tensors: &[Tensor<Flex, 2>]) -> Vec<FlexTensor> {
     tensors
         .iter()
         .map(|tensor| tensor.clone().into_primitive().tensor())
@@ -109,11 +123,14 @@ fn buffers(tensors: &[Tensor<Flex, 2>]) -> Vec<FlexTensor> {
 }
 
 /// Every buffer's elements as one contiguous slice, or `None`.
-fn slices<F: HostFloat>(buffers: &[FlexTensor]) -> Option<Vec<&[F]>> {
+pub(super) fn slices<F: HostFloat>(buffers: &[FlexTensor]) -> Option<Vec<&[F]>> {
     buffers.iter().map(FlexTensor::as_slice::<F>).collect()
 }
 
-fn tensor<F: HostFloat, const D: usize>(values: Vec<F>, shape: [usize; D]) -> Tensor<Flex, D> {
+pub(super) fn tensor<F: HostFloat, const D: usize>(
+    values: Vec<F>,
+    shape: [usize; D],
+) -> Tensor<Flex, D> {
     let buffer = FlexTensor::from_data(TensorData::new(values, shape));
     Tensor::from_primitive(TensorPrimitive::Float(buffer))
 }
@@ -128,16 +145,16 @@ fn common_shape(slots: &[Tensor<Flex, 2>]) -> Option<[usize; 2]> {
 
 /// A `[tokens, d]` buffer, or one `[d]` row shared by all tokens.
 #[derive(Clone, Copy)]
-struct Rows<'a, F> {
+pub(super) struct Rows<'a, F> {
     values: &'a [F],
     per_token: bool,
-    d_model: usize,
+    pub(super) d_model: usize,
 }
 
 impl<'a, F> Rows<'a, F> {
     /// `rows` as the loops read them, for `tokens` tokens; `None` for any other shape and for
     /// empty rows.
-    fn new(rows: &Tensor<Flex, 2>, values: &'a [F], tokens: usize) -> Option<Self> {
+    pub(super) fn new(rows: &Tensor<Flex, 2>, values: &'a [F], tokens: usize) -> Option<Self> {
         let [count, d_model] = rows.dims();
         let per_token = match count {
             _ if d_model == 0 || tokens == 0 => return None,
@@ -152,7 +169,7 @@ impl<'a, F> Rows<'a, F> {
         })
     }
 
-    fn row(&self, token: usize) -> &'a [F] {
+    pub(super) fn row(&self, token: usize) -> &'a [F] {
         match self.per_token {
             true => &self.values[token * self.d_model..][..self.d_model],
             false => self.values,
@@ -222,117 +239,11 @@ fn weighted<'a, F: HostFloat>(
     })
 }
 
-/// A slot's gradient from [`host_add_scaled_rows`].
-enum Added {
-    /// `into + column ⊗ rows`, formed by the loop.
-    Done(Tensor<Flex, 2>),
-    /// `into`, handed back untouched: the loop cannot read an operand, the plain primitive runs.
-    Plain(Option<Tensor<Flex, 2>>),
-}
-
-/// Where the loop writes one slot's `into + column ⊗ rows`.
-enum Target<F> {
-    /// Not wanted.
-    Unwanted,
-    /// Into `into`'s own buffer: Flex holds it unshared, its elements in `range`.
-    InPlace(FlexTensor, std::ops::Range<usize>),
-    /// Into a new buffer: zero, or a copy of a shared `into`.
-    Fresh(Vec<F>),
-    /// Nowhere: `into` has a shape or type the loop does not take.
-    Plain(Option<Tensor<Flex, 2>>),
-}
-
-impl<F: HostFloat> Target<F> {
-    fn new(into: Option<Tensor<Flex, 2>>, wanted: bool, shape: [usize; 2]) -> Self {
-        match into {
-            _ if !wanted => Self::Unwanted,
-            None => Self::Fresh(vec![F::default(); shape[0] * shape[1]]),
-            Some(sum) if sum.dims() == shape && sum.dtype() == F::dtype() => {
-                let mut buffer = sum.into_primitive().tensor();
-                match buffer.layout().contiguous_offsets() {
-                    Some((start, end)) if buffer.try_storage_mut::<F>().is_some() => {
-                        Self::InPlace(buffer, start..end)
-                    }
-                    _ => Self::Fresh(buffer.to_contiguous().storage::<F>().to_vec()),
-                }
-            }
-            other => Self::Plain(other),
-        }
-    }
-
-    fn values(&mut self) -> Option<&mut [F]> {
-        match self {
-            Self::InPlace(buffer, range) => {
-                Some(&mut buffer.try_storage_mut::<F>()?[range.clone()])
-            }
-            Self::Fresh(values) => Some(values),
-            Self::Unwanted | Self::Plain(_) => None,
-        }
-    }
-
-    fn finish(self, shape: [usize; 2]) -> Added {
-        match self {
-            Self::InPlace(buffer, _) => {
-                Added::Done(Tensor::from_primitive(TensorPrimitive::Float(buffer)))
-            }
-            Self::Fresh(values) => Added::Done(tensor(values, shape)),
-            Self::Unwanted => Added::Plain(None),
-            Self::Plain(into) => Added::Plain(into),
-        }
-    }
-}
-
-/// Every wanted slot's `into_s + columns[s, ·] ⊗ rows`, in one parallel pass over all slots:
-/// written into `into_s`'s buffer when Flex holds it unshared and contiguous, into a new one
-/// otherwise. Hands every `into` back untouched when the loop cannot read the columns or rows.
-fn host_add_scaled_rows<F: HostFloat>(
-    into: Vec<Option<Tensor<Flex, 2>>>,
-    columns: &Tensor<Flex, 2>,
-    rows: &Tensor<Flex, 2>,
-    wanted: &[bool],
-) -> Vec<Added> {
-    let [_, tokens] = columns.dims();
-    let shape = [tokens, rows.dims()[1]];
-    let (column_buffer, row_buffer) = (
-        buffers(slice::from_ref(columns)),
-        buffers(slice::from_ref(rows)),
-    );
-    let readable = slices::<F>(&column_buffer).zip(slices::<F>(&row_buffer));
-    let Some((columns, rows)) = readable.and_then(|(columns, row_values)| {
-        Some((columns[0], Rows::new(rows, row_values[0], tokens)?))
-    }) else {
-        return into.into_iter().map(Added::Plain).collect();
-    };
-    let mut targets: Vec<Target<F>> = into
-        .into_iter()
-        .zip(wanted)
-        .map(|(into, &wanted)| Target::new(into, wanted, shape))
-        .collect();
-    let chunk = tokens_per_task(rows.d_model);
-    let mut tasks = Vec::new();
-    for (slot, target) in targets.iter_mut().enumerate() {
-        if let Some(values) = target.values() {
-            let column = &columns[slot * tokens..][..tokens];
-            let outs = values.chunks_mut(chunk * rows.d_model);
-            for (task, (out, column)) in outs.zip(column.chunks(chunk)).enumerate() {
-                tasks.push((task * chunk, column, out));
-            }
-        }
-    }
-    tasks
-        .into_par_iter()
-        .for_each(|(first, column, out)| add_scaled_rows_task(column, rows, first, out));
-    targets
-        .into_iter()
-        .map(|target| target.finish(shape))
-        .collect()
-}
-
 /// Tokens per task of the parallel loops: about 64 KiB of one slot's rows. It depends on the
 /// width alone, not on the number of threads, so every result is the same however many threads
 /// run (`weighted_total` adds its per-task sums in task order).
-fn tokens_per_task(d_model: usize) -> usize {
-    (16 * 1024 / d_model).max(1)
+pub(super) fn tokens_per_task(d_model: usize) -> usize {
+    (TASK_ELEMENTS / d_model).max(1)
 }
 
 /// `dots[s·tokens + n] = slots[s][n, ·] · rows[n or 0, ·]`, one task per slot and token range.
@@ -422,19 +333,5 @@ fn weighted_total_task<'a, S: Simd, F: HostFloat>(
             let weight = weighted.weights[slot * tokens + token];
             scaled_add::<S, F>(total, weight, &rows[token * d_model..][..d_model]);
         }
-    }
-}
-
-/// `out[n, ·] += column[n] · rows[n or 0, ·]` for the tokens from `first` on.
-#[macerator::with_simd]
-fn add_scaled_rows_task<'a, S: Simd, F: HostFloat>(
-    column: &[F],
-    rows: Rows<'a, F>,
-    first: usize,
-    out: &mut [F],
-) {
-    let out_rows = out.chunks_exact_mut(rows.d_model);
-    for (token, (out, &factor)) in (first..).zip(out_rows.zip(column)) {
-        scaled_add::<S, F>(out, factor, rows.row(token));
     }
 }

@@ -33,6 +33,8 @@ mod autodiff;
 mod cube;
 #[cfg(feature = "flex")]
 mod flex;
+#[cfg(feature = "flex")]
+mod flex_sums;
 #[cfg(feature = "ndarray")]
 mod host;
 
@@ -128,6 +130,21 @@ pub trait RoutingBackend: ActivationBackend {
     /// - output: `[d]`
     fn weighted_total(slots: &[Tensor<Self, 2>], weights: Tensor<Self, 2>) -> Tensor<Self, 1> {
         naive::weighted_total(slots, weights)
+    }
+
+    /// `sum + sign · term`: the block accumulator's write (eq:update), `C ← C + u` and
+    /// `D ← D + s·u`. On the autodiff backend one node whose backward pass adds `sign · ∂L/∂out`
+    /// to the gradient `term` has accumulated so far, in one pass: Burn's subtraction negates the
+    /// gradient in one pass, and its container adds the result in another.
+    ///
+    /// # Shapes
+    /// - sum, term, output: the same shape
+    fn signed_sum<const D: usize>(
+        sum: Tensor<Self, D>,
+        term: Tensor<Self, D>,
+        sign: f64,
+    ) -> Tensor<Self, D> {
+        naive::signed_sum(sum, term, sign)
     }
 
     /// `mean(rows²)` per token: the mean square a source's key norm divides by
@@ -356,6 +373,22 @@ pub mod naive {
             .reduce(|sum, term| sum + term)
             .expect("a read has at least one slot")
             .reshape([d_model])
+    }
+
+    /// [`RoutingBackend::signed_sum`](super::RoutingBackend::signed_sum): for the half-split
+    /// signs `±1` one addition or subtraction, the same number as multiplying by the sign first.
+    pub fn signed_sum<B: Backend, const D: usize>(
+        sum: Tensor<B, D>,
+        term: Tensor<B, D>,
+        sign: f64,
+    ) -> Tensor<B, D> {
+        if sign == 1.0 {
+            sum + term
+        } else if sign == -1.0 {
+            sum - term
+        } else {
+            sum + term.mul_scalar(sign)
+        }
     }
 
     /// [`RoutingBackend::scaled_rows`](super::RoutingBackend::scaled_rows) with Burn tensor

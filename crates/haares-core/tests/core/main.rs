@@ -17,3 +17,4 @@ mod reference_tests;
 mod rms_match;
 mod routing;
 mod routing_stats;
+mod signed_sum;
