@@ -13,7 +13,8 @@ use haares_core::accumulator::BlockAccumulator;
 use haares_core::config::DetailBias;
 use haares_core::rms_match::rms_match;
 use haares_core::router::DepthRouterConfig;
-use haares_core::{ModelFamily, RoutingPath, SlotKind, Source, SourceBank};
+use haares_core::routing_ops::naive;
+use haares_core::{ModelFamily, RoutingBackend, RoutingPath, SlotKind, Source, SourceBank};
 use haares_train::config::parse_method;
 use haares_train::cpu::on_cpu_pool;
 
@@ -104,24 +105,48 @@ fn rms_matching(c: &mut Criterion) {
     });
 }
 
-/// eq:update over a block of 24 events (48 layers, N = 4): `C` only, and `C` with `D`.
+/// eq:update over a block of 24 events (48 layers, N = 4): `C` only, and `C` with `D`; and the
+/// detail's running sum alone, by Burn's addition and subtraction (`plain`) and by the signed sum
+/// operation the accumulator uses (`signed_sum`). On the CPU pool, as a training step runs.
 fn accumulator(c: &mut Criterion) {
+    type Write = fn(Tensor<B, 3>, Tensor<B, 3>, f64) -> Tensor<B, 3>;
     let outputs: Vec<Tensor<B, 3>> = (0..24).map(|_| activation()).collect();
     let mut group = c.benchmark_group("accumulator");
+    let detail_sums: [(&str, Write); 2] = [
+        ("detail/plain", naive::signed_sum),
+        ("detail/signed_sum", B::signed_sum),
+    ];
+    for (label, write) in detail_sums {
+        group.bench_function(label, |b| {
+            on_cpu_pool(|| {
+                b.iter(|| {
+                    let sign = |r: usize| if r < 12 { 1.0 } else { -1.0 };
+                    let mut events = outputs.iter().enumerate();
+                    let (_, first) = events.next().expect("24 events");
+                    let detail = events.fold(first.clone(), |detail, (r, output)| {
+                        write(detail, output.clone(), sign(r))
+                    });
+                    detail.sum().backward()
+                })
+            })
+        });
+    }
     for (label, with_detail) in [("cumulative", false), ("cumulative+detail", true)] {
         group.bench_function(label, |b| {
-            b.iter(|| {
-                let mut active = BlockAccumulator::<B, 3>::new();
-                for (r, output) in outputs.iter().enumerate() {
-                    if with_detail {
-                        active.write(output.clone(), if r < 12 { 1.0 } else { -1.0 });
-                    } else {
-                        active.write_cumulative(output.clone());
+            on_cpu_pool(|| {
+                b.iter(|| {
+                    let mut active = BlockAccumulator::<B, 3>::new();
+                    for (r, output) in outputs.iter().enumerate() {
+                        if with_detail {
+                            active.write(output.clone(), if r < 12 { 1.0 } else { -1.0 });
+                        } else {
+                            active.write_cumulative(output.clone());
+                        }
                     }
-                }
-                let (cumulative, detail) = active.take().expect("24 writes");
-                let total = detail.map_or(cumulative.clone(), |d| cumulative + d);
-                total.sum().backward()
+                    let (cumulative, detail) = active.take().expect("24 writes");
+                    let total = detail.map_or(cumulative.clone(), |d| cumulative + d);
+                    total.sum().backward()
+                })
             })
         });
     }

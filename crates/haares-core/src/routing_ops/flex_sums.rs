@@ -4,12 +4,13 @@
 //! ([`RoutingBackend::signed_sum`](super::RoutingBackend::signed_sum)). Like the loops of
 //! `flex.rs`, in tasks of a fixed size on Rayon's pool.
 
+use std::mem::MaybeUninit;
 use std::slice;
 
 use burn::backend::Flex;
 use burn::tensor::{ElementConversion, Tensor, TensorPrimitive};
 use burn_flex::FlexTensor;
-use macerator::Simd;
+use macerator::{Simd, vload_unaligned, vstore_unaligned};
 use rayon::prelude::*;
 
 use super::flex::{Rows, buffers, slices, tensor, tokens_per_task};
@@ -150,22 +151,41 @@ pub(super) fn host_signed_sum<F: HostFloat, const D: usize>(
         [sum, term].map(|tensor| tensor.clone().into_primitive().tensor());
     let (sums, terms) = (sum_buffer.as_slice::<F>()?, term_buffer.as_slice::<F>()?);
     let sign: F = sign.elem();
-    let mut out = vec![F::default(); sums.len()];
-    out.par_chunks_mut(TASK_ELEMENTS)
+    let mut out: Vec<F> = Vec::with_capacity(sums.len());
+    out.spare_capacity_mut()
+        .par_chunks_mut(TASK_ELEMENTS)
         .zip(sums.par_chunks(TASK_ELEMENTS))
         .zip(terms.par_chunks(TASK_ELEMENTS))
         .for_each(|((out, sums), terms)| signed_sum_task(sums, sign, terms, out));
+    // SAFETY: the tasks above wrote every element of the `sums.len()` reserved.
+    unsafe { out.set_len(sums.len()) };
     Some(tensor(out, dims))
 }
 
-/// `out = sums + sign · terms`, one fused multiply–add per element (exact for `sign = ±1`).
+/// `out = sums + sign · terms`, a fused multiply–add per vector (exact for `sign = ±1`),
+/// written into memory not yet initialised (a zero fill first would be one more pass).
 #[macerator::with_simd]
 fn signed_sum_task<'a, S: Simd, F: HostFloat>(
     sums: &'a [F],
     sign: F,
     terms: &'a [F],
-    out: &mut [F],
+    out: &mut [MaybeUninit<F>],
 ) {
-    out.copy_from_slice(sums);
-    scaled_add::<S, F>(out, sign, terms);
+    assert!(sums.len() == out.len() && terms.len() == out.len());
+    let lanes = F::lanes::<S>();
+    let signs = sign.splat::<S>();
+    let out_ptr = out.as_mut_ptr().cast::<F>();
+    let mut at = 0;
+    while at + lanes <= out.len() {
+        // SAFETY: `at + lanes ≤ len` for all three slices; `MaybeUninit<F>` has `F`'s layout.
+        unsafe {
+            let x = vload_unaligned::<S, F>(sums.as_ptr().add(at));
+            let y = vload_unaligned::<S, F>(terms.as_ptr().add(at));
+            vstore_unaligned::<S, F>(out_ptr.add(at), y.mul_add(signs, x));
+        }
+        at += lanes;
+    }
+    for ((out, &x), &y) in out[at..].iter_mut().zip(&sums[at..]).zip(&terms[at..]) {
+        out.write(x + sign * y);
+    }
 }
