@@ -4,6 +4,8 @@
 //! tasks of a fixed size on Rayon's pool (Flex's own elementwise kernels split over threads only
 //! past 4M elements). The heads' swap copies runs of `d_h` elements, split the same way.
 
+use std::mem::MaybeUninit;
+
 use burn::backend::Flex;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use burn_flex::FlexTensor;
@@ -19,14 +21,17 @@ impl ActivationBackend for Flex {
         match f32_buffers([&gate, &up]) {
             Some([gate_buffer, up_buffer]) => {
                 let (gate, up) = (slice(&gate_buffer), slice(&up_buffer));
-                let mut output = vec![0.0; gate.len()];
+                let mut output = Vec::with_capacity(gate.len());
                 output
+                    .spare_capacity_mut()
                     .par_chunks_mut(TASK_ELEMENTS)
                     .zip(
                         gate.par_chunks(TASK_ELEMENTS)
                             .zip(up.par_chunks(TASK_ELEMENTS)),
                     )
                     .for_each(|(output, (gate, up))| swiglu_loop(gate, up, output));
+                // SAFETY: every task wrote each element of its chunk.
+                unsafe { output.set_len(gate.len()) };
                 tensor(output, dims)
             }
             None => naive::swiglu(gate, up),
@@ -42,16 +47,23 @@ impl ActivationBackend for Flex {
         match f32_buffers([&gate, &up, &grad]) {
             Some([gate_buffer, up_buffer, grad_buffer]) => {
                 let operands = [&gate_buffer, &up_buffer, &grad_buffer].map(slice);
-                let mut gate_grad = vec![0.0; operands[0].len()];
-                let mut up_grad = vec![0.0; operands[0].len()];
+                let len = operands[0].len();
+                let (mut gate_grad, mut up_grad) =
+                    (Vec::with_capacity(len), Vec::with_capacity(len));
                 let [gate, up, grad] = operands.map(|operand| operand.par_chunks(TASK_ELEMENTS));
                 gate_grad
+                    .spare_capacity_mut()
                     .par_chunks_mut(TASK_ELEMENTS)
-                    .zip(up_grad.par_chunks_mut(TASK_ELEMENTS))
+                    .zip(up_grad.spare_capacity_mut().par_chunks_mut(TASK_ELEMENTS))
                     .zip(gate.zip(up).zip(grad))
                     .for_each(|((gate_grad, up_grad), ((gate, up), grad))| {
                         swiglu_backward_loop([gate, up, grad], gate_grad, up_grad)
                     });
+                // SAFETY: every task wrote each element of its two chunks.
+                unsafe {
+                    gate_grad.set_len(len);
+                    up_grad.set_len(len);
+                }
                 (tensor(gate_grad, dims), tensor(up_grad, dims))
             }
             None => naive::swiglu_backward(gate, up, grad),
@@ -172,30 +184,34 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + exp(-x))
 }
 
-/// `h = g σ(g) ⊙ u`. (`S`, unused in the body, picks the instruction set it is compiled for.)
+/// `h = g σ(g) ⊙ u`, into memory not yet initialised: a zero fill first would be one more pass
+/// over `[tokens, d_ff]`. (`S`, unused in the body, picks the instruction set it is compiled for.)
 #[allow(clippy::extra_unused_type_parameters)]
 #[macerator::with_simd]
-fn swiglu_loop<S: Simd>(gate: &[f32], up: &[f32], output: &mut [f32]) {
+fn swiglu_loop<S: Simd>(gate: &[f32], up: &[f32], output: &mut [MaybeUninit<f32>]) {
+    assert!(gate.len() == output.len() && up.len() == output.len());
     for ((h, &g), &u) in output.iter_mut().zip(gate).zip(up) {
-        *h = g * sigmoid(g) * u;
+        h.write(g * sigmoid(g) * u);
     }
 }
 
-/// `∂g = ∂h ⊙ u ⊙ (σ + g σ (1 − σ))` and `∂u = ∂h ⊙ g σ`, from `[gate, up, ∂h]`.
+/// `∂g = ∂h ⊙ u ⊙ (σ + g σ (1 − σ))` and `∂u = ∂h ⊙ g σ`, from `[gate, up, ∂h]`, into memory not
+/// yet initialised.
 #[allow(clippy::extra_unused_type_parameters)]
 #[macerator::with_simd]
 fn swiglu_backward_loop<S: Simd>(
     operands: [&[f32]; 3],
-    gate_grad: &mut [f32],
-    up_grad: &mut [f32],
+    gate_grad: &mut [MaybeUninit<f32>],
+    up_grad: &mut [MaybeUninit<f32>],
 ) {
     let [gate, up, grad] = operands;
+    assert!([gate.len(), up.len(), grad.len(), up_grad.len()] == [gate_grad.len(); 4]);
     let inputs = gate.iter().zip(up).zip(grad);
     for ((gate_grad, up_grad), ((&g, &u), &dh)) in gate_grad.iter_mut().zip(up_grad).zip(inputs) {
         let s = sigmoid(g);
         let silu = g * s;
-        *up_grad = dh * silu;
-        *gate_grad = dh * u * (s + silu * (1.0 - s));
+        up_grad.write(dh * silu);
+        gate_grad.write(dh * u * (s + silu * (1.0 - s)));
     }
 }
 
