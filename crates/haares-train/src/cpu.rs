@@ -1,8 +1,10 @@
 //! How a CPU job runs: on a thread of a Rayon pool, with glibc's allocator keeping freed memory.
 //!
 //! Both are about what a training step on Flex or NdArray pays besides its arithmetic
-//! (docs/benchmarks.md, "The CPU job's threads and allocator"): on the cpu preset of the cost
-//! protocol they took a step from 0.26–0.31 s to 0.24 s.
+//! (docs/benchmarks.md, "The CPU job on Rayon's pool"). With the routing loops split over the
+//! pool, the pool took a step of the cost protocol's cpu preset from 0.26 / 0.29 / 0.32 s to
+//! 0.24 / 0.25 / 0.27 s (Standard / Block AttnRes / HAARES, 2 cores); the allocator's setting
+//! saved a further 1–6% in one run of two and nothing measurable in the other.
 
 /// Stack of each thread of [`on_cpu_pool`]'s pool. The job runs there instead of on the main
 /// thread, whose stack is 8 MiB on Linux; this reserves address space, not memory.
@@ -36,8 +38,8 @@ pub fn on_cpu_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
 /// the same `[tokens, d]` buffers hundreds of times, so each came back as fresh pages, faulted in
 /// again on first write: ≈ 3% of a step's samples, and with two threads each fault also stops the
 /// other core to flush its TLB. Here blocks up to 64 MiB come from the heap, and a heap is
-/// trimmed only when 1 GiB at its top is free. The process keeps the memory of its peak step;
-/// its peak does not change.
+/// trimmed only when 1 GiB at its top is free. The process keeps what it freed: peak RSS on the
+/// cpu preset rose by about 6% (HAARES 394 → 418 MB), allocated memory not at all.
 ///
 /// Does nothing where `GLIBC_TUNABLES` already sets malloc options (the user's choice wins), and
 /// on other C libraries.

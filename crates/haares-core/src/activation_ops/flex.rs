@@ -22,8 +22,8 @@ impl ActivationBackend for Flex {
             Some([gate_buffer, up_buffer]) => {
                 let (gate, up) = (slice(&gate_buffer), slice(&up_buffer));
                 let mut output = Vec::with_capacity(gate.len());
-                output
-                    .spare_capacity_mut()
+                // `with_capacity` may reserve more than asked: only the first `len` are written.
+                output.spare_capacity_mut()[..gate.len()]
                     .par_chunks_mut(TASK_ELEMENTS)
                     .zip(
                         gate.par_chunks(TASK_ELEMENTS)
@@ -51,10 +51,9 @@ impl ActivationBackend for Flex {
                 let (mut gate_grad, mut up_grad) =
                     (Vec::with_capacity(len), Vec::with_capacity(len));
                 let [gate, up, grad] = operands.map(|operand| operand.par_chunks(TASK_ELEMENTS));
-                gate_grad
-                    .spare_capacity_mut()
+                gate_grad.spare_capacity_mut()[..len]
                     .par_chunks_mut(TASK_ELEMENTS)
-                    .zip(up_grad.spare_capacity_mut().par_chunks_mut(TASK_ELEMENTS))
+                    .zip(up_grad.spare_capacity_mut()[..len].par_chunks_mut(TASK_ELEMENTS))
                     .zip(gate.zip(up).zip(grad))
                     .for_each(|((gate_grad, up_grad), ((gate, up), grad))| {
                         swiglu_backward_loop([gate, up, grad], gate_grad, up_grad)

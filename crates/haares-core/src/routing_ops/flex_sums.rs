@@ -152,7 +152,8 @@ pub(super) fn host_signed_sum<F: HostFloat, const D: usize>(
     let (sums, terms) = (sum_buffer.as_slice::<F>()?, term_buffer.as_slice::<F>()?);
     let sign: F = sign.elem();
     let mut out: Vec<F> = Vec::with_capacity(sums.len());
-    out.spare_capacity_mut()
+    // `with_capacity` may reserve more than asked: only the first `sums.len()` are written.
+    out.spare_capacity_mut()[..sums.len()]
         .par_chunks_mut(TASK_ELEMENTS)
         .zip(sums.par_chunks(TASK_ELEMENTS))
         .zip(terms.par_chunks(TASK_ELEMENTS))
