@@ -4,7 +4,9 @@
 //! instruction set and inlines these helpers, so even their scalar parts (the exponential below)
 //! are vectorised by the compiler for the set it runs on.
 
-use burn::tensor::Element;
+use burn::backend::Flex;
+use burn::tensor::{Element, Tensor, TensorData, TensorPrimitive};
+use burn_flex::FlexTensor;
 use macerator::{ReduceAdd, Scalar, Simd, VAdd, VMul, VMulAdd, vload_unaligned, vstore_unaligned};
 
 /// Elements per task of the parallel loops (64 KiB of f32). Fixed, not derived from the number of
@@ -16,6 +18,15 @@ pub(crate) trait HostFloat: Element + VAdd + VMul + VMulAdd + ReduceAdd {}
 
 impl HostFloat for f32 {}
 impl HostFloat for f64 {}
+
+/// A Flex float tensor over a loop's output buffer.
+pub(crate) fn flex_tensor<F: HostFloat, const D: usize>(
+    values: Vec<F>,
+    shape: [usize; D],
+) -> Tensor<Flex, D> {
+    let buffer = FlexTensor::from_data(TensorData::new(values, shape));
+    Tensor::from_primitive(TensorPrimitive::Float(buffer))
+}
 
 /// `a · b` with four vector accumulators: a scalar loop cannot be vectorised without reordering
 /// its additions, so it would run as one chain of dependent adds.

@@ -7,13 +7,13 @@
 use std::mem::MaybeUninit;
 
 use burn::backend::Flex;
-use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{DType, Tensor};
 use burn_flex::FlexTensor;
 use macerator::Simd;
 use rayon::prelude::*;
 
 use super::{ActivationBackend, naive};
-use crate::simd::{TASK_ELEMENTS, dot_product, exp, max, sum};
+use crate::simd::{TASK_ELEMENTS, dot_product, exp, flex_tensor, max, sum};
 
 impl ActivationBackend for Flex {
     fn swiglu<const D: usize>(gate: Tensor<Self, D>, up: Tensor<Self, D>) -> Tensor<Self, D> {
@@ -32,7 +32,7 @@ impl ActivationBackend for Flex {
                     .for_each(|(output, (gate, up))| swiglu_loop(gate, up, output));
                 // SAFETY: every task wrote each element of its chunk.
                 unsafe { output.set_len(gate.len()) };
-                tensor(output, dims)
+                flex_tensor(output, dims)
             }
             None => naive::swiglu(gate, up),
         }
@@ -63,7 +63,7 @@ impl ActivationBackend for Flex {
                     gate_grad.set_len(len);
                     up_grad.set_len(len);
                 }
-                (tensor(gate_grad, dims), tensor(up_grad, dims))
+                (flex_tensor(gate_grad, dims), flex_tensor(up_grad, dims))
             }
             None => naive::swiglu_backward(gate, up, grad),
         }
@@ -83,7 +83,7 @@ impl ActivationBackend for Flex {
                     .for_each(|(probabilities, scores)| {
                         causal_softmax_loop(scores, seq, probabilities)
                     });
-                tensor(probabilities, dims)
+                flex_tensor(probabilities, dims)
             }
             None => naive::causal_softmax(scores),
         }
@@ -105,7 +105,7 @@ impl ActivationBackend for Flex {
                     .for_each(|(scores_grad, (probabilities, grad))| {
                         causal_softmax_backward_loop(probabilities, grad, seq, scores_grad)
                     });
-                tensor(scores_grad, dims)
+                flex_tensor(scores_grad, dims)
             }
             None => naive::causal_softmax_backward(probabilities, grad),
         }
@@ -136,7 +136,7 @@ impl ActivationBackend for Flex {
                     run.copy_from_slice(&values[first + j * strides[1]..][..e]);
                 }
             });
-        tensor(swapped, [a, c, b, e])
+        flex_tensor(swapped, [a, c, b, e])
     }
 }
 
@@ -170,11 +170,6 @@ fn slice(buffer: &FlexTensor) -> &[f32] {
 /// Whether the last two dimensions are equal (queries and keys of one sequence).
 fn square<const D: usize>(dims: &[usize; D]) -> bool {
     D >= 2 && dims[D - 1] == dims[D - 2]
-}
-
-fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<Flex, D> {
-    let buffer = FlexTensor::from_data(TensorData::new(values, shape));
-    Tensor::from_primitive(TensorPrimitive::Float(buffer))
 }
 
 /// `σ(x) = 1 / (1 + e^{−x})`.

@@ -23,14 +23,14 @@
 use std::slice;
 
 use burn::backend::Flex;
-use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{DType, Tensor};
 use burn_flex::FlexTensor;
 use macerator::Simd;
 use rayon::prelude::*;
 
 use super::flex_sums::{Added, host_add_scaled_rows, host_signed_sum};
 use super::{RoutingBackend, naive};
-use crate::simd::{HostFloat, TASK_ELEMENTS, dot_product, scaled_add};
+use crate::simd::{HostFloat, TASK_ELEMENTS, dot_product, flex_tensor, scaled_add};
 
 impl RoutingBackend for Flex {
     fn row_dots(slots: &[Tensor<Self, 2>], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
@@ -128,14 +128,6 @@ pub(super) fn slices<F: HostFloat>(buffers: &[FlexTensor]) -> Option<Vec<&[F]>> 
     buffers.iter().map(FlexTensor::as_slice::<F>).collect()
 }
 
-pub(super) fn tensor<F: HostFloat, const D: usize>(
-    values: Vec<F>,
-    shape: [usize; D],
-) -> Tensor<Flex, D> {
-    let buffer = FlexTensor::from_data(TensorData::new(values, shape));
-    Tensor::from_primitive(TensorPrimitive::Float(buffer))
-}
-
 /// The slots' common `[tokens, d]`, or `None` when they differ (the plain primitive then reports
 /// Burn's shape error) or are empty (the loops step through whole rows).
 fn common_shape(slots: &[Tensor<Flex, 2>]) -> Option<[usize; 2]> {
@@ -188,7 +180,7 @@ fn host_row_dots<F: HostFloat>(
     let rows = Rows::new(rows, row_values[0], tokens).filter(|rows| rows.d_model == d_model)?;
     let mut dots = vec![F::default(); slots.len() * tokens];
     row_dots_loop(&slot_values, rows, &mut dots);
-    Some(tensor(dots, [slots.len(), tokens]))
+    Some(flex_tensor(dots, [slots.len(), tokens]))
 }
 
 /// The slots and weights of a weighted sum, when the loops can read them.
@@ -208,7 +200,7 @@ fn host_weighted_sum<F: HostFloat>(
     let (tokens, d_model) = (weighted.tokens, weighted.d_model);
     let mut sum = vec![F::default(); tokens * d_model];
     weighted_sum_loop(&weighted, &mut sum);
-    Some(tensor(sum, [tokens, d_model]))
+    Some(flex_tensor(sum, [tokens, d_model]))
 }
 
 fn host_weighted_total<F: HostFloat>(
@@ -219,7 +211,7 @@ fn host_weighted_total<F: HostFloat>(
     let weighted = weighted::<F>(slots, weights, &slot_buffers, &weight_buffer)?;
     let mut total = vec![F::default(); weighted.d_model];
     weighted_total_loop(&weighted, &mut total);
-    Some(tensor(total, [weighted.d_model]))
+    Some(flex_tensor(total, [weighted.d_model]))
 }
 
 fn weighted<'a, F: HostFloat>(
@@ -305,10 +297,10 @@ fn weighted_sum_task<'a, S: Simd, F: HostFloat>(
 /// row that stays in cache, and the tasks' rows are added in order.
 fn weighted_total_loop<F: HostFloat>(weighted: &Weighted<'_, F>, total: &mut [F]) {
     let chunk = tokens_per_task(weighted.d_model);
-    let starts: Vec<usize> = (0..weighted.tokens).step_by(chunk).collect();
-    let partials: Vec<Vec<F>> = starts
-        .par_iter()
-        .map(|&first| {
+    let partials: Vec<Vec<F>> = (0..weighted.tokens)
+        .into_par_iter()
+        .step_by(chunk)
+        .map(|first| {
             let mut partial = vec![F::default(); weighted.d_model];
             let range = first..(first + chunk).min(weighted.tokens);
             weighted_total_task(weighted, range, &mut partial);

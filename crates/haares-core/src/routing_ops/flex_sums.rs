@@ -13,8 +13,8 @@ use burn_flex::FlexTensor;
 use macerator::{Simd, vload_unaligned, vstore_unaligned};
 use rayon::prelude::*;
 
-use super::flex::{Rows, buffers, slices, tensor, tokens_per_task};
-use crate::simd::{HostFloat, TASK_ELEMENTS, scaled_add};
+use super::flex::{Rows, buffers, slices, tokens_per_task};
+use crate::simd::{HostFloat, TASK_ELEMENTS, flex_tensor, scaled_add};
 
 /// A slot's gradient from [`host_add_scaled_rows`].
 pub(super) enum Added {
@@ -69,7 +69,7 @@ impl<F: HostFloat> Target<F> {
             Self::InPlace(buffer, _) => {
                 Added::Done(Tensor::from_primitive(TensorPrimitive::Float(buffer)))
             }
-            Self::Fresh(values) => Added::Done(tensor(values, shape)),
+            Self::Fresh(values) => Added::Done(flex_tensor(values, shape)),
             Self::Unwanted => Added::Plain(None),
             Self::Plain(into) => Added::Plain(into),
         }
@@ -160,7 +160,7 @@ pub(super) fn host_signed_sum<F: HostFloat, const D: usize>(
         .for_each(|((out, sums), terms)| signed_sum_task(sums, sign, terms, out));
     // SAFETY: the tasks above wrote every element of the `sums.len()` reserved.
     unsafe { out.set_len(sums.len()) };
-    Some(tensor(out, dims))
+    Some(flex_tensor(out, dims))
 }
 
 /// `out = sums + sign · terms`, a fused multiply–add per vector (exact for `sign = ±1`),
