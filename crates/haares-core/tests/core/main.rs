@@ -10,6 +10,7 @@ mod common;
 mod errors;
 mod fused;
 mod primitives;
+mod read;
 mod readme;
 mod reference;
 mod reference_tests;
