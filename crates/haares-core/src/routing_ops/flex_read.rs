@@ -13,7 +13,7 @@ use macerator::Simd;
 
 use super::SlotRows;
 use super::read::{ReadBackward, ReadForward, ReadGradients, compose, compose_backward};
-use crate::simd::{dot_product, exp, scaled_add};
+use crate::simd::{dot_product, exp, scaled_add, two_scaled_adds};
 
 /// Flex's buffer behind a tensor of `shape`, when it is f32 and contiguous.
 fn f32_buffer<const D: usize>(tensor: &Tensor<Flex, D>, shape: [usize; D]) -> Option<FlexTensor> {
@@ -337,8 +337,7 @@ fn read_backward_loop<'a, 'b, S: Simd>(inputs: &BackwardInputs<'a>, out: &mut Ba
             }
             if let Some(raw_grad) = &mut out.raws[slot] {
                 let raw_grad = &mut raw_grad[token * d_model..][..d_model];
-                scaled_add::<S, f32>(raw_grad, weight * scale, grad);
-                scaled_add::<S, f32>(raw_grad, dot_grad, inputs.query);
+                two_scaled_adds::<S>(raw_grad, weight * scale, grad, dot_grad, inputs.query);
             }
             scaled_add::<S, f32>(&mut out.folded_query, dot_grad, slots.row(slot, token));
         }
