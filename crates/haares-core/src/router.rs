@@ -162,9 +162,14 @@ impl<B: RoutingBackend> DepthRouter<B> {
     /// - output mixture: `[batch, seq, d]`; weights: `[batch, seq, S]`
     pub fn forward_fused(&self, bank: &SourceBank<B>) -> RouterOutput<B> {
         let [batch, seq, d_model] = bank.sources()[0].raw().dims();
-        let slots = slot_rows(bank);
-        let weights = softmax(self.logits_fused(&slots, bank), 0);
-        let mixture = B::routing_mixture(&slots, weights.clone()).reshape([batch, seq, d_model]);
+        let folded_query = self.query.val() * self.key_norm.weight.val();
+        let (mixture, weights) = B::routing_read(
+            &slot_rows(bank),
+            folded_query,
+            self.bias_column(bank),
+            self.key_norm.epsilon,
+        );
+        let mixture = mixture.reshape([batch, seq, d_model]);
         // One slot needs no transpose, and must not get one: Burn 0.21's cube backend returns a
         // `[1, tokens]` tensor transposed and reshaped with only its first element intact
         // (found by tests/portability.rs on wgpu).

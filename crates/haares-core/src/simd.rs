@@ -164,3 +164,26 @@ pub(crate) fn exp(x: f32) -> f32 {
     let two_to_n = f32::from_bits(n_bits.wrapping_add(127) << 23);
     e_r * two_to_n
 }
+
+/// `out += a·x + b·y`, one pass over `out`.
+#[inline(always)]
+pub(crate) fn two_scaled_adds<S: Simd>(out: &mut [f32], a: f32, x: &[f32], b: f32, y: &[f32]) {
+    assert!(out.len() == x.len() && out.len() == y.len());
+    let lanes = f32::lanes::<S>();
+    let (a_lanes, b_lanes) = (a.splat::<S>(), b.splat::<S>());
+    let mut at = 0;
+    while at + lanes <= out.len() {
+        // SAFETY: `at + lanes ≤ out.len() = x.len() = y.len()` by the loop condition.
+        unsafe {
+            let x_lanes = vload_unaligned::<S, f32>(x.as_ptr().add(at));
+            let y_lanes = vload_unaligned::<S, f32>(y.as_ptr().add(at));
+            let sum = vload_unaligned::<S, f32>(out.as_ptr().add(at));
+            let sum = x_lanes.mul_add(a_lanes, sum);
+            vstore_unaligned::<S, f32>(out.as_mut_ptr().add(at), y_lanes.mul_add(b_lanes, sum));
+        }
+        at += lanes;
+    }
+    for ((out, &x), &y) in out[at..].iter_mut().zip(&x[at..]).zip(&y[at..]) {
+        *out = *out + a * x + b * y;
+    }
+}

@@ -25,13 +25,14 @@ use burn::tensor::backend::Backend;
 use crate::autodiff_node::{AutodiffPrimitive, finish, primitive};
 use crate::config::RoutingPath;
 
+use super::autodiff_read::read_node;
 use super::{
     RoutingBackend, ScoresForward, SlotRows, from_primitive, mixture_backward, scores_backward,
     scores_forward,
 };
 
 /// Slots one graph node takes.
-const SLOTS_PER_NODE: usize = 16;
+pub(super) const SLOTS_PER_NODE: usize = 16;
 /// Parents of a scores node: every slot's rows and mean square, then the folded query.
 const SCORES_PARENTS: usize = 2 * SLOTS_PER_NODE + 1;
 /// Parents of a mixture node: every slot's rows, then the weights.
@@ -68,6 +69,20 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
         finish(SignedSumBackward::<D>, parents, sign, output)
     }
 
+    fn routing_read(
+        slots: &[SlotRows<Self>],
+        folded_query: Tensor<Self, 1>,
+        bias: Option<Tensor<Self, 2>>,
+        epsilon: f64,
+    ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
+        if slots.len() <= SLOTS_PER_NODE {
+            return read_node(slots, folded_query, bias, epsilon);
+        }
+        // The softmax spans every slot, which one node cannot take: the two operations' nodes.
+        let read = super::read::compose(slots, folded_query, bias, epsilon);
+        (read.mixture, read.weights)
+    }
+
     fn routing_mixture(slots: &[SlotRows<Self>], weights: Tensor<Self, 2>) -> Tensor<Self, 2> {
         slots
             .chunks(SLOTS_PER_NODE)
@@ -84,7 +99,9 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
 }
 
 /// The slot on the inner backend (the values, without their graph).
-fn inner<B: RoutingBackend, C: CheckpointStrategy>(slot: &SlotRows<Autodiff<B, C>>) -> SlotRows<B> {
+pub(super) fn inner<B: RoutingBackend, C: CheckpointStrategy>(
+    slot: &SlotRows<Autodiff<B, C>>,
+) -> SlotRows<B> {
     SlotRows {
         raw: slot.raw.clone().inner(),
         scale: slot.scale.clone().map(Tensor::inner),
@@ -93,19 +110,19 @@ fn inner<B: RoutingBackend, C: CheckpointStrategy>(slot: &SlotRows<Autodiff<B, C
 }
 
 /// An untracked constant that fills unused parent positions.
-fn padding<B: RoutingBackend, C: CheckpointStrategy>(
+pub(super) fn padding<B: RoutingBackend, C: CheckpointStrategy>(
     like: &Tensor<Autodiff<B, C>, 2>,
 ) -> AutodiffPrimitive<B, C> {
     primitive(Tensor::<Autodiff<B, C>, 1>::zeros([1], &like.device()))
 }
 
 /// Which of these parents take a gradient (untracked inputs and padding do not).
-fn tracked(parents: &[Option<NodeId>]) -> Vec<bool> {
+pub(super) fn tracked(parents: &[Option<NodeId>]) -> Vec<bool> {
     parents.iter().map(Option::is_some).collect()
 }
 
 /// Hands each computed gradient to its parent, position by position.
-fn register<B: RoutingBackend, const D: usize>(
+pub(super) fn register<B: RoutingBackend, const D: usize>(
     grads: &mut Gradients,
     parents: &[Option<NodeId>],
     gradients: Vec<Option<Tensor<B, D>>>,
@@ -120,7 +137,7 @@ fn register<B: RoutingBackend, const D: usize>(
 /// Takes out of the container the gradient that each of the first `slots` parents has
 /// accumulated so far (`None` for untracked parents and those without one yet); the caller adds
 /// its own share and registers the sums.
-fn take_accumulated<B: Backend, S, const N: usize, const D: usize>(
+pub(super) fn take_accumulated<B: Backend, S, const N: usize, const D: usize>(
     grads: &mut Gradients,
     ops: &Ops<S, N>,
     slots: usize,

@@ -29,10 +29,28 @@ use macerator::Simd;
 use rayon::prelude::*;
 
 use super::flex_sums::{Added, host_add_scaled_rows, host_signed_sum};
-use super::{RoutingBackend, naive};
+use super::{ReadBackward, ReadForward, ReadGradients, RoutingBackend, SlotRows, naive};
 use crate::simd::{HostFloat, TASK_ELEMENTS, dot_product, flex_tensor, scaled_add};
 
 impl RoutingBackend for Flex {
+    fn routing_read_forward(
+        slots: &[SlotRows<Self>],
+        folded_query: Tensor<Self, 1>,
+        bias: Option<Tensor<Self, 2>>,
+        epsilon: f64,
+    ) -> ReadForward<Self> {
+        super::flex_read::read_forward(slots, folded_query, bias, epsilon)
+    }
+
+    fn routing_read_backward(
+        read: ReadBackward<Self>,
+        into: Vec<Option<Tensor<Self, 2>>>,
+        wanted: &[bool],
+        mean_squares_wanted: &[bool],
+    ) -> ReadGradients<Self> {
+        super::flex_read::read_backward(read, into, wanted, mean_squares_wanted)
+    }
+
     fn row_dots(slots: &[Tensor<Self, 2>], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
         by_dtype(
             &rows,

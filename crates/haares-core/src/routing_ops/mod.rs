@@ -29,14 +29,20 @@
 //! (which the bank holds anyway) and `[S, tokens]` scalars.
 
 mod autodiff;
+mod autodiff_read;
 #[cfg(feature = "cube")]
 mod cube;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]
 mod flex_sums;
+#[cfg(feature = "flex")]
+mod flex_read;
 #[cfg(feature = "ndarray")]
 mod host;
+mod read;
+
+pub use read::{ReadBackward, ReadForward, ReadGradients};
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -184,6 +190,47 @@ pub trait RoutingBackend: ActivationBackend {
         let raws = raws(slots);
         Self::weighted_sum(&raws, weights * scales(slots))
     }
+
+    /// A whole read: the scores, the bias `b` of every slot (`[S, 1]`, or none), the softmax
+    /// over slots and the mixture, as one operation (`read.rs`). Returns the mixture and the
+    /// weights; by default [`routing_read_forward`](Self::routing_read_forward)'s, and on the
+    /// autodiff backend two graph nodes with one backward pass.
+    ///
+    /// # Shapes
+    /// - folded_query: `[d]`; bias: `[S, 1]`
+    /// - output: mixture `[tokens, d]`; weights `[S, tokens]`
+    fn routing_read(
+        slots: &[SlotRows<Self>],
+        folded_query: Tensor<Self, 1>,
+        bias: Option<Tensor<Self, 2>>,
+        epsilon: f64,
+    ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
+        let read = Self::routing_read_forward(slots, folded_query, bias, epsilon);
+        (read.mixture, read.weights)
+    }
+
+    /// The forward pass of [`routing_read`](Self::routing_read), with the scores its backward
+    /// pass reuses. By default the composition of [`routing_scores`](Self::routing_scores),
+    /// Burn's softmax and [`routing_mixture`](Self::routing_mixture).
+    fn routing_read_forward(
+        slots: &[SlotRows<Self>],
+        folded_query: Tensor<Self, 1>,
+        bias: Option<Tensor<Self, 2>>,
+        epsilon: f64,
+    ) -> ReadForward<Self> {
+        read::compose(slots, folded_query, bias, epsilon)
+    }
+
+    /// The backward pass of [`routing_read`](Self::routing_read), each slot's gradient added to
+    /// `into` (what its source has accumulated), for the slots (and mean squares) wanted.
+    fn routing_read_backward(
+        read: ReadBackward<Self>,
+        into: Vec<Option<Tensor<Self, 2>>>,
+        wanted: &[bool],
+        mean_squares_wanted: &[bool],
+    ) -> ReadGradients<Self> {
+        read::compose_backward(read, into, wanted, mean_squares_wanted)
+    }
 }
 
 /// The forward pass of [`RoutingBackend::routing_scores`] with what its backward pass reuses.
@@ -292,14 +339,14 @@ fn slot_major<B: Backend>(columns: impl Iterator<Item = Tensor<B, 2>>) -> Tensor
 }
 
 /// Every slot's scale (1 where it has none), `[S, tokens]`.
-fn scales<B: Backend>(slots: &[SlotRows<B>]) -> Tensor<B, 2> {
+pub(crate) fn scales<B: Backend>(slots: &[SlotRows<B>]) -> Tensor<B, 2> {
     slot_major(slots.iter().map(|slot| match &slot.scale {
         Some(scale) => scale.clone(),
         None => slot.mean_square.ones_like(),
     }))
 }
 
-fn mean_squares<B: Backend>(slots: &[SlotRows<B>]) -> Tensor<B, 2> {
+pub(crate) fn mean_squares<B: Backend>(slots: &[SlotRows<B>]) -> Tensor<B, 2> {
     slot_major(slots.iter().map(|slot| slot.mean_square.clone()))
 }
 
@@ -308,6 +355,8 @@ pub(crate) use crate::autodiff_node::from_primitive;
 /// The plain tensor-operation primitives: the reference for every kernel.
 pub mod naive {
     use burn::tensor::Tensor;
+
+    pub use super::read::{compose as read_forward, compose_backward as read_backward};
     use burn::tensor::backend::Backend;
 
     /// [`RoutingBackend::row_dots`](super::RoutingBackend::row_dots) with Burn tensor operations:

@@ -11,6 +11,7 @@ mod errors;
 mod fused;
 mod heads;
 mod primitives;
+mod read;
 mod readme;
 mod reference;
 mod reference_tests;

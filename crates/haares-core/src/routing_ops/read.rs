@@ -1,0 +1,126 @@
+//! A whole read of eq:routingweights as one operation: scores, bias, softmax over the slots and
+//! mixture, with one backward pass for all of them.
+//!
+//! As two operations with a softmax between them, the forward pass reads every slot twice (the
+//! scores, then the mixture) and the backward pass reads it twice more and adds into its
+//! accumulated gradient twice (the mixture's share, then the scores'). As one operation a
+//! backend can go token by token instead: score, normalise and mix a token's slot rows while they
+//! are in cache, and in the backward pass form each slot row's whole gradient, both shares, in one
+//! update. The composition below is the default, and the reference the faster paths are tested
+//! against.
+
+use burn::tensor::Tensor;
+use burn::tensor::activation::softmax;
+use burn::tensor::backend::Backend;
+
+use super::{
+    RoutingBackend, ScoresForward, SlotRows, mean_squares, mixture_backward, scales,
+    scores_backward,
+};
+
+/// A read's outputs, and the scores its backward pass reuses.
+#[derive(Debug, Clone)]
+pub struct ReadForward<B: Backend> {
+    /// The mixture `h̃ = Σ_s α_s c_s ⊙ raw_s`, `[tokens, d]`.
+    pub mixture: Tensor<B, 2>,
+    /// The weights `α = softmax_s(z' + b)`, slot-major `[S, tokens]`.
+    pub weights: Tensor<B, 2>,
+    /// The scores `z'` before the bias, `[S, tokens]`.
+    pub scores: Tensor<B, 2>,
+}
+
+/// What a read's backward pass starts from: its inputs and forward pass, and the gradients of
+/// its outputs.
+#[derive(Debug, Clone)]
+pub struct ReadBackward<B: Backend> {
+    /// The slots read.
+    pub slots: Vec<SlotRows<B>>,
+    /// The folded query `u = q ⊙ w`, `[d]`.
+    pub folded_query: Tensor<B, 1>,
+    /// The key norm's ε.
+    pub epsilon: f64,
+    /// `z'`, `[S, tokens]`.
+    pub scores: Tensor<B, 2>,
+    /// `α`, `[S, tokens]`.
+    pub weights: Tensor<B, 2>,
+    /// `∂L/∂h̃`, `[tokens, d]`.
+    pub mixture_grad: Tensor<B, 2>,
+    /// `∂L/∂α`, `[S, tokens]`, where the weights reach the loss.
+    pub weights_grad: Option<Tensor<B, 2>>,
+}
+
+/// Gradients of a read with respect to its inputs.
+#[derive(Debug)]
+pub struct ReadGradients<B: Backend> {
+    /// `∂L/∂raw_s`, `[tokens, d]`, for the slots asked for, each added to what the slot's source
+    /// had accumulated.
+    pub raws: Vec<Option<Tensor<B, 2>>>,
+    /// `∂L/∂m_s`, `[tokens, 1]`, for the slots asked for.
+    pub mean_squares: Vec<Option<Tensor<B, 2>>>,
+    /// `∂L/∂u`, `[d]`.
+    pub folded_query: Tensor<B, 1>,
+    /// `∂L/∂b`, `[S, 1]`.
+    pub bias: Tensor<B, 2>,
+}
+
+/// The read as the scores, the bias, Burn's softmax over slots and the mixture.
+pub fn compose<B: RoutingBackend>(
+    slots: &[SlotRows<B>],
+    folded_query: Tensor<B, 1>,
+    bias: Option<Tensor<B, 2>>,
+    epsilon: f64,
+) -> ReadForward<B> {
+    let scores = B::routing_scores(slots, folded_query, epsilon);
+    let logits = match bias {
+        Some(bias) => scores.clone() + bias,
+        None => scores.clone(),
+    };
+    let weights = softmax(logits, 0);
+    let mixture = B::routing_mixture(slots, weights.clone());
+    ReadForward {
+        mixture,
+        weights,
+        scores,
+    }
+}
+
+/// The backward pass of [`compose`]: the mixture's, the softmax's
+/// (`∂(z' + b) = α ⊙ (∂α − Σ_s α_s ∂α_s)`), then the scores'. Slot gradients are added to `into`.
+pub fn compose_backward<B: RoutingBackend>(
+    read: ReadBackward<B>,
+    into: Vec<Option<Tensor<B, 2>>>,
+    wanted: &[bool],
+    mean_squares_wanted: &[bool],
+) -> ReadGradients<B> {
+    let slots = &read.slots;
+    let (into, mixture_weights_grad) =
+        mixture_backward(slots, read.weights.clone(), read.mixture_grad, into, wanted);
+    let weights_grad = match read.weights_grad {
+        Some(grad) => mixture_weights_grad + grad,
+        None => mixture_weights_grad,
+    };
+    let along_slots = (read.weights.clone() * weights_grad.clone()).sum_dim(0);
+    let logits_grad = read.weights * (weights_grad - along_slots);
+    let coefficients = scales(slots) / (mean_squares(slots) + read.epsilon).sqrt();
+    let forward = ScoresForward {
+        scores: read.scores,
+        coefficients,
+        epsilon: read.epsilon,
+    };
+    let bias = logits_grad.clone().sum_dim(1);
+    let scores = scores_backward(
+        slots,
+        read.folded_query,
+        forward,
+        logits_grad,
+        into,
+        wanted,
+        mean_squares_wanted,
+    );
+    ReadGradients {
+        raws: scores.raws,
+        mean_squares: scores.mean_squares,
+        folded_query: scores.folded_query,
+        bias,
+    }
+}

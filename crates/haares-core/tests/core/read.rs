@@ -1,0 +1,138 @@
+//! The whole read as one operation (`routing_ops/read.rs`): Flex's token-by-token loops against
+//! the composition of the two operations (`naive::read_forward`, `naive::read_backward`), with
+//! and without a bias, scaled and plain slots, a gradient on the weights or none, and slot
+//! gradients added into nothing, into one held only by the call (updated in place) and into one
+//! also held elsewhere (left unchanged).
+
+use burn::backend::Flex;
+use burn::tensor::{Tensor, TensorData};
+use haares_core::routing_ops::{ReadBackward, naive};
+use haares_core::{RoutingBackend, SlotRows};
+
+use crate::common::{Rng, max_abs_diff, tensor_values};
+
+/// (slots, tokens, d): one slot, a Block AttnRes and a HAARES bank, a width with a SIMD
+/// remainder.
+const CASES: [(usize, usize, usize); 4] = [(1, 5, 8), (5, 33, 24), (9, 64, 128), (4, 7, 131)];
+
+fn tensor<const D: usize>(values: Vec<f64>, shape: [usize; D]) -> Tensor<Flex, D> {
+    Tensor::from_data(TensorData::new(values, shape), &Default::default())
+}
+
+fn random<const D: usize>(rng: &mut Rng, shape: [usize; D]) -> Tensor<Flex, D> {
+    tensor(rng.normals(shape.iter().product(), 1.0), shape)
+}
+
+/// Positive per-token columns (mean squares, RMS-matching scales) around `centre`.
+fn positive(rng: &mut Rng, tokens: usize, centre: f64) -> Tensor<Flex, 2> {
+    let values = (0..tokens)
+        .map(|_| centre * (0.5 + rng.uniform()))
+        .collect();
+    tensor(values, [tokens, 1])
+}
+
+fn assert_agree<const D: usize>(fused: Tensor<Flex, D>, plain: Tensor<Flex, D>, what: &str) {
+    assert_eq!(fused.dims(), plain.dims(), "{what}: shapes differ");
+    let (fused, plain) = (tensor_values(fused), tensor_values(plain));
+    let scale = plain.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    let diff = max_abs_diff(&fused, &plain);
+    assert!(
+        diff <= 1e-5 * scale,
+        "{what}: max difference {diff:e} at scale {scale:.2}"
+    );
+}
+
+fn slots(rng: &mut Rng, count: usize, tokens: usize, d: usize) -> Vec<SlotRows<Flex>> {
+    (0..count)
+        .map(|slot| SlotRows {
+            raw: random(rng, [tokens, d]),
+            scale: (slot % 3 == 2).then(|| positive(rng, tokens, 0.7)),
+            mean_square: positive(rng, tokens, 1.0),
+        })
+        .collect()
+}
+
+#[test]
+fn flex_reads_agree_with_the_composition() {
+    let mut rng = Rng::new(515);
+    for (count, tokens, d) in CASES {
+        for (with_bias, with_weights_grad) in [(true, true), (false, false), (true, false)] {
+            let what = |name: &str| {
+                format!(
+                    "{name}: S = {count}, {tokens} × {d}, bias {with_bias}, ∂α {with_weights_grad}"
+                )
+            };
+            let slots = slots(&mut rng, count, tokens, d);
+            let query = random(&mut rng, [d]);
+            let bias = with_bias.then(|| random(&mut rng, [count, 1]));
+            let fused = Flex::routing_read_forward(&slots, query.clone(), bias.clone(), 1e-6);
+            let plain = naive::read_forward(&slots, query.clone(), bias, 1e-6);
+            assert_agree(fused.mixture.clone(), plain.mixture, &what("mixture"));
+            assert_agree(fused.weights.clone(), plain.weights, &what("weights"));
+            assert_agree(fused.scores.clone(), plain.scores, &what("scores"));
+
+            let read = ReadBackward {
+                slots,
+                folded_query: query,
+                epsilon: 1e-6,
+                scores: fused.scores,
+                weights: fused.weights,
+                mixture_grad: random(&mut rng, [tokens, d]),
+                weights_grad: with_weights_grad.then(|| random(&mut rng, [count, tokens])),
+            };
+            // Slot `s` adds into: nothing (s % 3 = 0), a gradient held only by the call, or one
+            // also held here; every fourth slot wants no gradient.
+            let accumulated: Vec<_> = (0..count).map(|_| rng.normals(tokens * d, 1.0)).collect();
+            let into = |shared: &mut Vec<Tensor<Flex, 2>>| -> Vec<Option<Tensor<Flex, 2>>> {
+                (0..count)
+                    .map(|slot| match slot % 3 {
+                        0 => None,
+                        1 => Some(tensor(accumulated[slot].clone(), [tokens, d])),
+                        _ => {
+                            let held = tensor(accumulated[slot].clone(), [tokens, d]);
+                            shared.push(held.clone());
+                            Some(held)
+                        }
+                    })
+                    .collect()
+            };
+            let wanted: Vec<bool> = (0..count).map(|slot| slot % 4 != 3).collect();
+            let mean_squares_wanted: Vec<bool> = (0..count).map(|slot| slot % 2 == 0).collect();
+            let mut held = vec![];
+            let fused = Flex::routing_read_backward(
+                read.clone(),
+                into(&mut held),
+                &wanted,
+                &mean_squares_wanted,
+            );
+            let plain =
+                naive::read_backward(read, into(&mut vec![]), &wanted, &mean_squares_wanted);
+            for (slot, (fused, plain)) in fused.raws.into_iter().zip(plain.raws).enumerate() {
+                match (fused, plain) {
+                    (Some(fused), Some(plain)) => assert_agree(fused, plain, &what("∂raw")),
+                    (None, None) => assert!(!wanted[slot], "{}", what("a wanted ∂raw missing")),
+                    _ => panic!("{}", what("∂raw answered against `wanted`")),
+                }
+            }
+            let mean_squares = fused.mean_squares.into_iter().zip(plain.mean_squares);
+            for (slot, (fused, plain)) in mean_squares.enumerate() {
+                match (fused, plain) {
+                    (Some(fused), Some(plain)) => assert_agree(fused, plain, &what("∂m")),
+                    (None, None) => assert!(!mean_squares_wanted[slot], "{}", what("∂m missing")),
+                    _ => panic!("{}", what("∂m answered against `wanted`")),
+                }
+            }
+            assert_agree(fused.folded_query, plain.folded_query, &what("∂u"));
+            assert_agree(fused.bias, plain.bias, &what("∂b"));
+            for (held, slot) in held.into_iter().zip((2..count).step_by(3)) {
+                let before = tensor_values(tensor(accumulated[slot].clone(), [tokens, d]));
+                let unchanged = max_abs_diff(&tensor_values(held), &before) == 0.0;
+                assert!(
+                    unchanged,
+                    "{}",
+                    what("a gradient held elsewhere was written")
+                );
+            }
+        }
+    }
+}
