@@ -3,17 +3,25 @@
 //! mixture's share and the scores' together, is added to the slot's accumulated gradient in one
 //! update (in place when Flex holds that buffer unshared). Per slot and read this moves a slot
 //! once forward and once (plus its gradient once) backward, where the two operations move it
-//! twice and twice. f32 reads whose operands all lie contiguously take these loops; others take
-//! the composition ([`compose`], [`compose_backward`]).
+//! twice and twice.
+//!
+//! Like the loops of `flex.rs`, the tokens are split into tasks of a fixed size on Rayon's pool;
+//! the sums over tokens (the query's and the bias's gradients) are summed per task and then over
+//! tasks in order, so results do not depend on the thread count. f32 reads whose operands all lie
+//! contiguously take these loops; others take the composition ([`compose`],
+//! [`compose_backward`]).
 
 use burn::backend::Flex;
-use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{DType, Tensor};
 use burn_flex::FlexTensor;
 use macerator::Simd;
+use rayon::prelude::*;
 
 use super::SlotRows;
+use super::flex::tokens_per_task;
+use super::flex_sums::{Added, Target};
 use super::read::{ReadBackward, ReadForward, ReadGradients, compose, compose_backward};
-use crate::simd::{dot_product, exp, scaled_add, two_scaled_adds};
+use crate::simd::{dot_product, exp, flex_tensor, scaled_add, two_scaled_adds};
 
 /// Flex's buffer behind a tensor of `shape`, when it is f32 and contiguous.
 fn f32_buffer<const D: usize>(tensor: &Tensor<Flex, D>, shape: [usize; D]) -> Option<FlexTensor> {
@@ -24,11 +32,6 @@ fn f32_buffer<const D: usize>(tensor: &Tensor<Flex, D>, shape: [usize; D]) -> Op
 
 fn slice(buffer: &FlexTensor) -> &[f32] {
     buffer.as_slice::<f32>().expect("checked by f32_buffer")
-}
-
-fn tensor<const D: usize>(values: Vec<f32>, shape: [usize; D]) -> Tensor<Flex, D> {
-    let buffer = FlexTensor::from_data(TensorData::new(values, shape));
-    Tensor::from_primitive(TensorPrimitive::Float(buffer))
 }
 
 /// A read's slots as f32 buffers: rows, optional scales, mean squares.
@@ -56,9 +59,8 @@ impl SlotBuffers {
         };
         for slot in slots {
             buffers.raws.push(f32_buffer(&slot.raw, [tokens, d_model])?);
-            buffers
-                .mean_squares
-                .push(f32_buffer(&slot.mean_square, column)?);
+            let mean_square = f32_buffer(&slot.mean_square, column)?;
+            buffers.mean_squares.push(mean_square);
             let scale = match &slot.scale {
                 Some(scale) => Some(f32_buffer(scale, column)?),
                 None => None,
@@ -73,7 +75,6 @@ impl SlotBuffers {
             raws: self.raws.iter().map(slice).collect(),
             scales: self.scales.iter().map(|s| s.as_ref().map(slice)).collect(),
             mean_squares: self.mean_squares.iter().map(slice).collect(),
-            tokens: self.tokens,
             d_model: self.d_model,
         }
     }
@@ -83,7 +84,6 @@ struct SlotViews<'a> {
     raws: Vec<&'a [f32]>,
     scales: Vec<Option<&'a [f32]>>,
     mean_squares: Vec<&'a [f32]>,
-    tokens: usize,
     d_model: usize,
 }
 
@@ -95,6 +95,38 @@ impl SlotViews<'_> {
     fn scale(&self, slot: usize, token: usize) -> f32 {
         self.scales[slot].map_or(1.0, |scale| scale[token])
     }
+
+    /// `c_s / √(m_s + ε)` and `m_s + ε`: the key norm folded into the score.
+    fn coefficient(&self, slot: usize, token: usize, epsilon: f32) -> (f32, f32) {
+        let shifted = self.mean_squares[slot][token] + epsilon;
+        (self.scale(slot, token) / shifted.sqrt(), shifted)
+    }
+}
+
+/// Each task's pieces of some per-slot outputs: `columns[s]` (absent where not wanted) cut into
+/// pieces of `piece` elements, regrouped by task, `[task][slot]`.
+fn pieces_per_task(
+    columns: Vec<Option<&mut [f32]>>,
+    piece: usize,
+    tasks: usize,
+) -> Vec<Vec<Option<&mut [f32]>>> {
+    let mut per_task: Vec<Vec<_>> = (0..tasks).map(|_| Vec::new()).collect();
+    for column in columns {
+        match column {
+            Some(column) => {
+                for (task, part) in per_task.iter_mut().zip(column.chunks_mut(piece)) {
+                    task.push(Some(part));
+                }
+            }
+            None => per_task.iter_mut().for_each(|task| task.push(None)),
+        }
+    }
+    per_task
+}
+
+/// A slot-major `[S, tokens]` buffer's rows, each an output of every task.
+fn slot_columns(values: &mut [f32], tokens: usize) -> Vec<Option<&mut [f32]>> {
+    values.chunks_exact_mut(tokens).map(Some).collect()
 }
 
 /// [`RoutingBackend::routing_read_forward`](super::RoutingBackend::routing_read_forward) on Flex.
@@ -112,97 +144,77 @@ pub(super) fn read_forward(
             Some(bias) => Some(f32_buffer(bias, [count, 1])?),
             None => None,
         };
-        let mut out = ForwardOut {
-            mixture: vec![0.0; tokens * d_model],
-            weights: vec![0.0; count * tokens],
-            scores: vec![0.0; count * tokens],
-        };
-        let inputs = (buffers.views(), slice(&query), bias.as_ref().map(slice));
-        read_forward_loop(&inputs.0, inputs.1, inputs.2, epsilon as f32, &mut out);
+        let (views, query, bias) = (buffers.views(), slice(&query), bias.as_ref().map(slice));
+        let mut mixture = vec![0.0; tokens * d_model];
+        let mut weights = vec![0.0; count * tokens];
+        let mut scores = vec![0.0; count * tokens];
+        let chunk = tokens_per_task(d_model);
+        let tasks = tokens.div_ceil(chunk);
+        let weight_pieces = pieces_per_task(slot_columns(&mut weights, tokens), chunk, tasks);
+        let score_pieces = pieces_per_task(slot_columns(&mut scores, tokens), chunk, tasks);
+        mixture
+            .par_chunks_mut(chunk * d_model)
+            .zip(weight_pieces)
+            .zip(score_pieces)
+            .enumerate()
+            .for_each(|(task, ((mixed, mut weights), mut scores))| {
+                let out = ForwardTask {
+                    first: task * chunk,
+                    mixture: mixed,
+                    weights: &mut weights,
+                    scores: &mut scores,
+                };
+                read_forward_task(&views, query, bias, epsilon as f32, out);
+            });
         Some(ReadForward {
-            mixture: tensor(out.mixture, [tokens, d_model]),
-            weights: tensor(out.weights, [count, tokens]),
-            scores: tensor(out.scores, [count, tokens]),
+            mixture: flex_tensor(mixture, [tokens, d_model]),
+            weights: flex_tensor(weights, [count, tokens]),
+            scores: flex_tensor(scores, [count, tokens]),
         })
     };
     host().unwrap_or_else(|| compose(slots, folded_query, bias, epsilon))
 }
 
-struct ForwardOut {
-    mixture: Vec<f32>,
-    weights: Vec<f32>,
-    scores: Vec<f32>,
+/// One task's outputs: its tokens' rows of the mixture, and each slot's piece of the weights and
+/// scores (`Some` for every slot).
+struct ForwardTask<'t, 'o> {
+    first: usize,
+    mixture: &'t mut [f32],
+    weights: &'t mut [Option<&'o mut [f32]>],
+    scores: &'t mut [Option<&'o mut [f32]>],
 }
 
 /// Per token: `z'_s = c_s (u · raw_s) / √(m_s + ε)`, `α = softmax_s(z' + b)`, `h̃ = Σ_s α_s c_s raw_s`.
 #[macerator::with_simd]
-fn read_forward_loop<'a, S: Simd>(
+fn read_forward_task<'a, 't, 'o, S: Simd>(
     slots: &SlotViews<'a>,
     query: &'a [f32],
     bias: Option<&'a [f32]>,
     epsilon: f32,
-    out: &mut ForwardOut,
+    out: ForwardTask<'t, 'o>,
 ) {
-    let (count, tokens, d_model) = (slots.raws.len(), slots.tokens, slots.d_model);
-    let mut weights = vec![0.0f32; count];
-    for (token, mixed) in out.mixture.chunks_exact_mut(d_model).enumerate() {
-        for (slot, logit) in weights.iter_mut().enumerate() {
-            let coefficient =
-                slots.scale(slot, token) / (slots.mean_squares[slot][token] + epsilon).sqrt();
+    let count = slots.raws.len();
+    let mut logits = vec![0.0f32; count];
+    let rows = out.mixture.chunks_exact_mut(slots.d_model);
+    for (at, mixed) in rows.enumerate() {
+        let token = out.first + at;
+        for (slot, logit) in logits.iter_mut().enumerate() {
+            let (coefficient, _) = slots.coefficient(slot, token, epsilon);
             let score = dot_product::<S, f32>(slots.row(slot, token), query) * coefficient;
-            out.scores[slot * tokens + token] = score;
+            out.scores[slot].as_deref_mut().expect("every slot's scores")[at] = score;
             *logit = score + bias.map_or(0.0, |bias| bias[slot]);
         }
-        let largest = weights.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        let largest = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
         let mut total = 0.0;
-        for weight in weights.iter_mut() {
-            *weight = exp(*weight - largest);
-            total += *weight;
+        for logit in logits.iter_mut() {
+            *logit = exp(*logit - largest);
+            total += *logit;
         }
-        for (slot, weight) in weights.iter_mut().enumerate() {
-            *weight /= total;
-            out.weights[slot * tokens + token] = *weight;
-            let factor = *weight * slots.scale(slot, token);
+        for (slot, &unnormalised) in logits.iter().enumerate() {
+            let weight = unnormalised / total;
+            out.weights[slot].as_deref_mut().expect("every slot's weights")[at] = weight;
+            let factor = weight * slots.scale(slot, token);
             scaled_add::<S, f32>(mixed, factor, slots.row(slot, token));
-        }
-    }
-}
-
-/// Where a slot's gradient is formed: in the accumulated gradient's own buffer, or in a new one.
-enum Target {
-    InPlace(FlexTensor, usize, usize),
-    New(Vec<f32>),
-}
-
-impl Target {
-    /// The accumulated gradient `into` (`[tokens, d]` f32, or none yet) as a target.
-    fn new(into: Option<Tensor<Flex, 2>>, len: usize) -> Self {
-        let Some(into) = into else {
-            return Self::New(vec![0.0; len]);
-        };
-        let mut buffer = into.into_primitive().tensor();
-        if let Some((start, end)) = buffer.layout().contiguous_offsets()
-            && buffer.try_storage_mut::<f32>().is_some()
-        {
-            return Self::InPlace(buffer, start, end);
-        }
-        Self::New(buffer.to_contiguous().storage::<f32>().to_vec())
-    }
-
-    fn values(&mut self) -> &mut [f32] {
-        match self {
-            Self::InPlace(buffer, start, end) => {
-                let storage = buffer.try_storage_mut::<f32>();
-                &mut storage.expect("checked unshared by Target::new")[*start..*end]
-            }
-            Self::New(values) => values,
-        }
-    }
-
-    fn into_tensor(self, shape: [usize; 2]) -> Tensor<Flex, 2> {
-        match self {
-            Self::InPlace(buffer, ..) => Tensor::from_primitive(TensorPrimitive::Float(buffer)),
-            Self::New(values) => tensor(values, shape),
         }
     }
 }
@@ -219,19 +231,19 @@ pub(super) fn read_backward(
         return compose_backward(read, into, wanted, mean_squares_wanted);
     };
     let (count, tokens, d_model) = (read.slots.len(), buffers.tokens, buffers.d_model);
-    let slot_major = [count, tokens];
+    let (slot_major, shape) = ([count, tokens], [tokens, d_model]);
     let operands = (
         f32_buffer(&read.folded_query, [d_model]),
         f32_buffer(&read.scores, slot_major),
         f32_buffer(&read.weights, slot_major),
-        f32_buffer(&read.mixture_grad, [tokens, d_model]),
+        f32_buffer(&read.mixture_grad, shape),
         read.weights_grad
             .as_ref()
             .map(|grad| f32_buffer(grad, slot_major)),
     );
     let intos_fit = into.iter().all(|into| {
         into.as_ref()
-            .is_none_or(|into| into.dims() == [tokens, d_model] && into.dtype() == DType::F32)
+            .is_none_or(|into| into.dims() == shape && into.dtype() == DType::F32)
     });
     let (Some(query), Some(scores), Some(weights), Some(mixture_grad), weights_grad) = operands
     else {
@@ -242,22 +254,14 @@ pub(super) fn read_backward(
     }
     let weights_grad = weights_grad.flatten();
 
-    let mut targets: Vec<Option<Target>> = into
+    let mut targets: Vec<Target<f32>> = into
         .into_iter()
         .zip(wanted)
-        .map(|(into, &wanted)| wanted.then(|| Target::new(into, tokens * d_model)))
+        .map(|(into, &wanted)| Target::new(into, wanted, shape))
         .collect();
-    let mut out = BackwardOut {
-        raws: targets
-            .iter_mut()
-            .map(|t| t.as_mut().map(Target::values))
-            .collect(),
-        mean_squares: (0..count)
-            .map(|slot| mean_squares_wanted[slot].then(|| vec![0.0; tokens]))
-            .collect(),
-        folded_query: vec![0.0; d_model],
-        bias: vec![0.0; count],
-    };
+    let mut mean_square_grads: Vec<Option<Vec<f32>>> = (0..count)
+        .map(|slot| mean_squares_wanted[slot].then(|| vec![0.0; tokens]))
+        .collect();
     let inputs = BackwardInputs {
         slots: buffers.views(),
         query: slice(&query),
@@ -266,25 +270,55 @@ pub(super) fn read_backward(
         mixture_grad: slice(&mixture_grad),
         weights_grad: weights_grad.as_ref().map(slice),
         epsilon: read.epsilon as f32,
+        tokens,
     };
-    read_backward_loop(&inputs, &mut out);
-    let BackwardOut {
-        mean_squares,
-        folded_query,
-        bias,
-        ..
-    } = out;
+    let chunk = tokens_per_task(d_model);
+    let tasks = tokens.div_ceil(chunk);
+    let raw_pieces = pieces_per_task(
+        targets.iter_mut().map(Target::values).collect(),
+        chunk * d_model,
+        tasks,
+    );
+    let mean_square_pieces = pieces_per_task(
+        mean_square_grads.iter_mut().map(Option::as_deref_mut).collect(),
+        chunk,
+        tasks,
+    );
+    let partials: Vec<(Vec<f32>, Vec<f64>)> = raw_pieces
+        .into_par_iter()
+        .zip(mean_square_pieces)
+        .enumerate()
+        .map(|(task, (mut raws, mut mean_squares))| {
+            let first = task * chunk;
+            let out = BackwardTask {
+                tokens: first..tokens.min(first + chunk),
+                raws: &mut raws,
+                mean_squares: &mut mean_squares,
+                folded_query: vec![0.0; d_model],
+                bias: vec![0.0; count],
+            };
+            read_backward_task(&inputs, out)
+        })
+        .collect();
+    let (mut folded_query, mut bias) = (vec![0.0f32; d_model], vec![0.0f64; count]);
+    for (query_part, bias_part) in partials {
+        folded_query.iter_mut().zip(query_part).for_each(|(sum, x)| *sum += x);
+        bias.iter_mut().zip(bias_part).for_each(|(sum, x)| *sum += x);
+    }
     ReadGradients {
         raws: targets
             .into_iter()
-            .map(|target| target.map(|target| target.into_tensor([tokens, d_model])))
+            .map(|target| match target.finish(shape) {
+                Added::Done(grad) => Some(grad),
+                Added::Plain(grad) => grad,
+            })
             .collect(),
-        mean_squares: mean_squares
+        mean_squares: mean_square_grads
             .into_iter()
-            .map(|grad| grad.map(|grad| tensor(grad, [tokens, 1])))
+            .map(|grad| grad.map(|grad| flex_tensor(grad, [tokens, 1])))
             .collect(),
-        folded_query: tensor(folded_query, [d_model]),
-        bias: tensor(bias.into_iter().map(|sum| sum as f32).collect(), [count, 1]),
+        folded_query: flex_tensor(folded_query, [d_model]),
+        bias: flex_tensor(bias.into_iter().map(|sum| sum as f32).collect(), [count, 1]),
     }
 }
 
@@ -296,11 +330,15 @@ struct BackwardInputs<'a> {
     mixture_grad: &'a [f32],
     weights_grad: Option<&'a [f32]>,
     epsilon: f32,
+    tokens: usize,
 }
 
-struct BackwardOut<'a> {
-    raws: Vec<Option<&'a mut [f32]>>,
-    mean_squares: Vec<Option<Vec<f32>>>,
+/// One task's outputs: each wanted slot's piece of the raw and mean-square gradients, and the
+/// task's own sums of the query's and the bias's gradients.
+struct BackwardTask<'t, 'o> {
+    tokens: std::ops::Range<usize>,
+    raws: &'t mut [Option<&'o mut [f32]>],
+    mean_squares: &'t mut [Option<&'o mut [f32]>],
     folded_query: Vec<f32>,
     /// Summed over tokens in f64: a sum of `tokens` terms per slot.
     bias: Vec<f64>,
@@ -309,37 +347,43 @@ struct BackwardOut<'a> {
 /// Per token, with `g = ∂h̃`: `∂α_s = c_s (raw_s · g) + ∂α_s(weights)`; the softmax's
 /// `∂z_s = α_s (∂α_s − Σ_k α_k ∂α_k)`; with `w_s = ∂z_s c_s / √(m_s + ε)`: `∂raw_s += α_s c_s g
 /// + w_s u` (one update), `∂m_s = −½ ∂z_s z'_s / (m_s + ε)`, `∂u += w_s raw_s`, `∂b_s += ∂z_s`.
+/// Returns the task's sums for `∂u` and `∂b`.
 #[macerator::with_simd]
-fn read_backward_loop<'a, 'b, S: Simd>(inputs: &BackwardInputs<'a>, out: &mut BackwardOut<'b>) {
-    let slots = &inputs.slots;
-    let (count, tokens, d_model) = (slots.raws.len(), slots.tokens, slots.d_model);
-    let mut weights_grads = vec![0.0f32; count];
-    for token in 0..tokens {
+fn read_backward_task<'a, 't, 'o, S: Simd>(
+    inputs: &BackwardInputs<'a>,
+    mut out: BackwardTask<'t, 'o>,
+) -> (Vec<f32>, Vec<f64>) {
+    let (slots, tokens, d_model) = (&inputs.slots, inputs.tokens, inputs.slots.d_model);
+    let mut weights_grads = vec![0.0f32; slots.raws.len()];
+    let first = out.tokens.start;
+    for token in out.tokens.clone() {
+        let at_task = token - first;
         let grad = &inputs.mixture_grad[token * d_model..][..d_model];
         for (slot, weight_grad) in weights_grads.iter_mut().enumerate() {
-            let at = slot * tokens + token;
             let dot = dot_product::<S, f32>(slots.row(slot, token), grad);
-            *weight_grad =
-                dot * slots.scale(slot, token) + inputs.weights_grad.map_or(0.0, |grads| grads[at]);
+            let given = inputs.weights_grad.map_or(0.0, |grads| grads[slot * tokens + token]);
+            *weight_grad = dot * slots.scale(slot, token) + given;
         }
-        let along_slots: f32 = (0..count)
-            .map(|slot| inputs.weights[slot * tokens + token] * weights_grads[slot])
+        let along_slots: f32 = (weights_grads.iter().enumerate())
+            .map(|(slot, grad)| inputs.weights[slot * tokens + token] * grad)
             .sum();
         for (slot, &weight_grad) in weights_grads.iter().enumerate() {
             let at = slot * tokens + token;
-            let (weight, scale) = (inputs.weights[at], slots.scale(slot, token));
+            let weight = inputs.weights[at];
             let logit_grad = weight * (weight_grad - along_slots);
             out.bias[slot] += f64::from(logit_grad);
-            let shifted = slots.mean_squares[slot][token] + inputs.epsilon;
-            let dot_grad = logit_grad * (scale / shifted.sqrt());
+            let (coefficient, shifted) = slots.coefficient(slot, token, inputs.epsilon);
+            let dot_grad = logit_grad * coefficient;
             if let Some(grads) = &mut out.mean_squares[slot] {
-                grads[token] = (logit_grad * inputs.scores[at] / shifted) * -0.5;
+                grads[at_task] = (logit_grad * inputs.scores[at] / shifted) * -0.5;
             }
             if let Some(raw_grad) = &mut out.raws[slot] {
-                let raw_grad = &mut raw_grad[token * d_model..][..d_model];
-                two_scaled_adds::<S>(raw_grad, weight * scale, grad, dot_grad, inputs.query);
+                let raw_grad = &mut raw_grad[at_task * d_model..][..d_model];
+                let mixture_share = weight * slots.scale(slot, token);
+                two_scaled_adds::<S>(raw_grad, mixture_share, grad, dot_grad, inputs.query);
             }
             scaled_add::<S, f32>(&mut out.folded_query, dot_grad, slots.row(slot, token));
         }
     }
+    (out.folded_query, out.bias)
 }

@@ -25,7 +25,7 @@ pub(super) enum Added {
 }
 
 /// Where the loop writes one slot's `into + column ⊗ rows`.
-enum Target<F> {
+pub(super) enum Target<F> {
     /// Not wanted.
     Unwanted,
     /// Into `into`'s own buffer: Flex holds it unshared, its elements in `range`.
@@ -37,7 +37,7 @@ enum Target<F> {
 }
 
 impl<F: HostFloat> Target<F> {
-    fn new(into: Option<Tensor<Flex, 2>>, wanted: bool, shape: [usize; 2]) -> Self {
+    pub(super) fn new(into: Option<Tensor<Flex, 2>>, wanted: bool, shape: [usize; 2]) -> Self {
         match into {
             _ if !wanted => Self::Unwanted,
             None => Self::Fresh(vec![F::default(); shape[0] * shape[1]]),
@@ -54,7 +54,7 @@ impl<F: HostFloat> Target<F> {
         }
     }
 
-    fn values(&mut self) -> Option<&mut [F]> {
+    pub(super) fn values(&mut self) -> Option<&mut [F]> {
         match self {
             Self::InPlace(buffer, range) => {
                 Some(&mut buffer.try_storage_mut::<F>()?[range.clone()])
@@ -64,7 +64,7 @@ impl<F: HostFloat> Target<F> {
         }
     }
 
-    fn finish(self, shape: [usize; 2]) -> Added {
+    pub(super) fn finish(self, shape: [usize; 2]) -> Added {
         match self {
             Self::InPlace(buffer, _) => {
                 Added::Done(Tensor::from_primitive(TensorPrimitive::Float(buffer)))

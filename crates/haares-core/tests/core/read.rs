@@ -12,8 +12,15 @@ use haares_core::{RoutingBackend, SlotRows};
 use crate::common::{Rng, max_abs_diff, tensor_values};
 
 /// (slots, tokens, d): one slot, a Block AttnRes and a HAARES bank, a width with a SIMD
-/// remainder.
-const CASES: [(usize, usize, usize); 4] = [(1, 5, 8), (5, 33, 24), (9, 64, 128), (4, 7, 131)];
+/// remainder, and a width whose tokens span three of the loops' tasks (8 tokens each at
+/// d = 2048), the last one partial.
+const CASES: [(usize, usize, usize); 5] = [
+    (1, 5, 8),
+    (5, 33, 24),
+    (9, 64, 128),
+    (4, 7, 131),
+    (5, 21, 2048),
+];
 
 fn tensor<const D: usize>(values: Vec<f64>, shape: [usize; D]) -> Tensor<Flex, D> {
     Tensor::from_data(TensorData::new(values, shape), &Default::default())
