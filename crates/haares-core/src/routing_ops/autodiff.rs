@@ -27,8 +27,8 @@ use crate::config::RoutingPath;
 
 use super::autodiff_read::read_node;
 use super::{
-    RoutingBackend, ScoresForward, SlotRows, from_primitive, mixture_backward, scores_backward,
-    scores_forward,
+    MixtureAndWeights, RoutingBackend, ScoresForward, SlotRows, from_primitive, mixture_backward,
+    scores_backward, scores_forward,
 };
 
 /// Slots one graph node takes.
@@ -74,7 +74,7 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
         folded_query: Tensor<Self, 1>,
         bias: Option<Tensor<Self, 2>>,
         epsilon: f64,
-    ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
+    ) -> MixtureAndWeights<Self> {
         if slots.len() <= SLOTS_PER_NODE {
             return read_node(slots, folded_query, bias, epsilon);
         }

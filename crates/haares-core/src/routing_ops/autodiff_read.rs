@@ -15,7 +15,7 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::Tensor;
 
 use super::autodiff::{SLOTS_PER_NODE, inner, padding, register, take_accumulated, tracked};
-use super::{ReadBackward, RoutingBackend, SlotRows};
+use super::{MixtureAndWeights, ReadBackward, RoutingBackend, SlotRows};
 use crate::autodiff_node::{from_primitive, primitive};
 
 /// Parents of a read node: every slot's rows and mean square, the folded query, the bias.
@@ -112,7 +112,7 @@ pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
     folded_query: Tensor<Autodiff<B, C>, 1>,
     bias: Option<Tensor<Autodiff<B, C>, 2>>,
     epsilon: f64,
-) -> (Tensor<Autodiff<B, C>, 2>, Tensor<Autodiff<B, C>, 2>) {
+) -> MixtureAndWeights<Autodiff<B, C>> {
     let filler = padding(&slots[0].raw);
     let mut parents: [_; READ_PARENTS] = core::array::from_fn(|_| filler.node.clone());
     for (position, slot) in slots.iter().enumerate() {

@@ -124,9 +124,12 @@ fn pieces_per_task(
     per_task
 }
 
-/// A slot-major `[S, tokens]` buffer's rows, each an output of every task.
-fn slot_columns(values: &mut [f32], tokens: usize) -> Vec<Option<&mut [f32]>> {
-    values.chunks_exact_mut(tokens).map(Some).collect()
+/// A token-major `[tokens, S]` buffer as slot-major `[S, tokens]`.
+fn slot_major(token_major: &[f32], count: usize) -> Vec<f32> {
+    let tokens = token_major.len() / count;
+    (0..count * tokens)
+        .map(|at| token_major[(at % tokens) * count + at / tokens])
+        .collect()
 }
 
 /// [`RoutingBackend::routing_read_forward`](super::RoutingBackend::routing_read_forward) on Flex.
@@ -146,52 +149,50 @@ pub(super) fn read_forward(
         };
         let (views, query, bias) = (buffers.views(), slice(&query), bias.as_ref().map(slice));
         let mut mixture = vec![0.0; tokens * d_model];
-        let mut weights = vec![0.0; count * tokens];
-        let mut scores = vec![0.0; count * tokens];
+        // Token-major within the loop, so that each task writes one contiguous piece.
+        let mut weights = vec![0.0; tokens * count];
+        let mut scores = vec![0.0; tokens * count];
         let chunk = tokens_per_task(d_model);
-        let tasks = tokens.div_ceil(chunk);
-        let weight_pieces = pieces_per_task(slot_columns(&mut weights, tokens), chunk, tasks);
-        let score_pieces = pieces_per_task(slot_columns(&mut scores, tokens), chunk, tasks);
         mixture
             .par_chunks_mut(chunk * d_model)
-            .zip(weight_pieces)
-            .zip(score_pieces)
+            .zip(weights.par_chunks_mut(chunk * count))
+            .zip(scores.par_chunks_mut(chunk * count))
             .enumerate()
-            .for_each(|(task, ((mixed, mut weights), mut scores))| {
+            .for_each(|(task, ((mixture, weights), scores))| {
                 let out = ForwardTask {
                     first: task * chunk,
-                    mixture: mixed,
-                    weights: &mut weights,
-                    scores: &mut scores,
+                    mixture,
+                    weights,
+                    scores,
                 };
                 read_forward_task(&views, query, bias, epsilon as f32, out);
             });
         Some(ReadForward {
             mixture: flex_tensor(mixture, [tokens, d_model]),
-            weights: flex_tensor(weights, [count, tokens]),
-            scores: flex_tensor(scores, [count, tokens]),
+            weights: flex_tensor(slot_major(&weights, count), [count, tokens]),
+            scores: flex_tensor(slot_major(&scores, count), [count, tokens]),
         })
     };
     host().unwrap_or_else(|| compose(slots, folded_query, bias, epsilon))
 }
 
-/// One task's outputs: its tokens' rows of the mixture, and each slot's piece of the weights and
-/// scores (`Some` for every slot).
-struct ForwardTask<'t, 'o> {
+/// One task's outputs, from token `first` on: the mixture's rows, and the weights and scores
+/// token-major (`[task tokens, S]`).
+struct ForwardTask<'t> {
     first: usize,
     mixture: &'t mut [f32],
-    weights: &'t mut [Option<&'o mut [f32]>],
-    scores: &'t mut [Option<&'o mut [f32]>],
+    weights: &'t mut [f32],
+    scores: &'t mut [f32],
 }
 
 /// Per token: `z'_s = c_s (u · raw_s) / √(m_s + ε)`, `α = softmax_s(z' + b)`, `h̃ = Σ_s α_s c_s raw_s`.
 #[macerator::with_simd]
-fn read_forward_task<'a, 't, 'o, S: Simd>(
+fn read_forward_task<'a, 't, S: Simd>(
     slots: &SlotViews<'a>,
     query: &'a [f32],
     bias: Option<&'a [f32]>,
     epsilon: f32,
-    out: ForwardTask<'t, 'o>,
+    out: ForwardTask<'t>,
 ) {
     let count = slots.raws.len();
     let mut logits = vec![0.0f32; count];
@@ -201,7 +202,7 @@ fn read_forward_task<'a, 't, 'o, S: Simd>(
         for (slot, logit) in logits.iter_mut().enumerate() {
             let (coefficient, _) = slots.coefficient(slot, token, epsilon);
             let score = dot_product::<S, f32>(slots.row(slot, token), query) * coefficient;
-            out.scores[slot].as_deref_mut().expect("every slot's scores")[at] = score;
+            out.scores[at * count + slot] = score;
             *logit = score + bias.map_or(0.0, |bias| bias[slot]);
         }
         let largest = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
@@ -212,7 +213,7 @@ fn read_forward_task<'a, 't, 'o, S: Simd>(
         }
         for (slot, &unnormalised) in logits.iter().enumerate() {
             let weight = unnormalised / total;
-            out.weights[slot].as_deref_mut().expect("every slot's weights")[at] = weight;
+            out.weights[at * count + slot] = weight;
             let factor = weight * slots.scale(slot, token);
             scaled_add::<S, f32>(mixed, factor, slots.row(slot, token));
         }
@@ -280,7 +281,10 @@ pub(super) fn read_backward(
         tasks,
     );
     let mean_square_pieces = pieces_per_task(
-        mean_square_grads.iter_mut().map(Option::as_deref_mut).collect(),
+        mean_square_grads
+            .iter_mut()
+            .map(Option::as_deref_mut)
+            .collect(),
         chunk,
         tasks,
     );
@@ -302,8 +306,13 @@ pub(super) fn read_backward(
         .collect();
     let (mut folded_query, mut bias) = (vec![0.0f32; d_model], vec![0.0f64; count]);
     for (query_part, bias_part) in partials {
-        folded_query.iter_mut().zip(query_part).for_each(|(sum, x)| *sum += x);
-        bias.iter_mut().zip(bias_part).for_each(|(sum, x)| *sum += x);
+        folded_query
+            .iter_mut()
+            .zip(query_part)
+            .for_each(|(sum, x)| *sum += x);
+        bias.iter_mut()
+            .zip(bias_part)
+            .for_each(|(sum, x)| *sum += x);
     }
     ReadGradients {
         raws: targets
@@ -361,7 +370,9 @@ fn read_backward_task<'a, 't, 'o, S: Simd>(
         let grad = &inputs.mixture_grad[token * d_model..][..d_model];
         for (slot, weight_grad) in weights_grads.iter_mut().enumerate() {
             let dot = dot_product::<S, f32>(slots.row(slot, token), grad);
-            let given = inputs.weights_grad.map_or(0.0, |grads| grads[slot * tokens + token]);
+            let given = inputs
+                .weights_grad
+                .map_or(0.0, |grads| grads[slot * tokens + token]);
             *weight_grad = dot * slots.scale(slot, token) + given;
         }
         let along_slots: f32 = (weights_grads.iter().enumerate())

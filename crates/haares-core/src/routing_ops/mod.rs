@@ -27,6 +27,13 @@
 //! recomputes what it needs from the sources: they keep no normalised key, no stacked tensor and
 //! no per-slot `[tokens, d]` intermediate for the backward pass, only the sources themselves
 //! (which the bank holds anyway) and `[S, tokens]` scalars.
+//!
+//! A router reads through [`RoutingBackend::routing_read`], the scores, the bias, the softmax and
+//! the mixture as one operation (`read.rs`). By default it is the composition of the two
+//! operations above; on the autodiff backend it is one node with one backward pass
+//! (`autodiff_read.rs`), and on Flex its loops go token by token (`flex_read.rs`), so that each
+//! slot row is read once forward and once backward, where the two operations read it twice and
+//! twice.
 
 mod autodiff;
 mod autodiff_read;
@@ -35,14 +42,15 @@ mod cube;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]
-mod flex_sums;
-#[cfg(feature = "flex")]
 mod flex_read;
+#[cfg(feature = "flex")]
+mod flex_sums;
 #[cfg(feature = "ndarray")]
 mod host;
+pub mod naive;
 mod read;
 
-pub use read::{ReadBackward, ReadForward, ReadGradients};
+pub use read::{MixtureAndWeights, ReadBackward, ReadForward, ReadGradients};
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -204,7 +212,7 @@ pub trait RoutingBackend: ActivationBackend {
         folded_query: Tensor<Self, 1>,
         bias: Option<Tensor<Self, 2>>,
         epsilon: f64,
-    ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
+    ) -> MixtureAndWeights<Self> {
         let read = Self::routing_read_forward(slots, folded_query, bias, epsilon);
         (read.mixture, read.weights)
     }
@@ -351,112 +359,6 @@ pub(crate) fn mean_squares<B: Backend>(slots: &[SlotRows<B>]) -> Tensor<B, 2> {
 }
 
 pub(crate) use crate::autodiff_node::from_primitive;
-
-/// The plain tensor-operation primitives: the reference for every kernel.
-pub mod naive {
-    use burn::tensor::Tensor;
-
-    pub use super::read::{compose as read_forward, compose_backward as read_backward};
-    use burn::tensor::backend::Backend;
-
-    /// [`RoutingBackend::row_dots`](super::RoutingBackend::row_dots) with Burn tensor operations:
-    /// one matrix–vector product per slot for a shared row, one product and row sum otherwise.
-    pub fn row_dots<B: Backend>(slots: &[Tensor<B, 2>], rows: Tensor<B, 2>) -> Tensor<B, 2> {
-        let [shared, d_model] = rows.dims();
-        let dots = slots
-            .iter()
-            .map(|slot| {
-                let tokens = slot.dims()[0];
-                let dots = if shared == 1 {
-                    slot.clone().matmul(rows.clone().reshape([d_model, 1]))
-                } else {
-                    (slot.clone() * rows.clone()).sum_dim(1)
-                };
-                dots.reshape([1, tokens])
-            })
-            .collect();
-        Tensor::cat(dots, 0)
-    }
-
-    /// [`RoutingBackend::weighted_sum`](super::RoutingBackend::weighted_sum) with Burn tensor
-    /// operations, one slot at a time.
-    pub fn weighted_sum<B: Backend>(slots: &[Tensor<B, 2>], weights: Tensor<B, 2>) -> Tensor<B, 2> {
-        slots
-            .iter()
-            .enumerate()
-            .map(|(slot, rows)| {
-                let tokens = rows.dims()[0];
-                rows.clone() * super::slot_column(&weights, slot, tokens)
-            })
-            .reduce(|sum, term| sum + term)
-            .expect("a read has at least one slot")
-    }
-
-    /// [`RoutingBackend::add_scaled_rows`](super::RoutingBackend::add_scaled_rows) from the
-    /// products: each added to its `into` entry where there is one.
-    pub fn add_scaled_rows<B: Backend>(
-        products: Vec<Option<Tensor<B, 2>>>,
-        into: Vec<Option<Tensor<B, 2>>>,
-    ) -> Vec<Option<Tensor<B, 2>>> {
-        products
-            .into_iter()
-            .zip(into)
-            .map(|(product, into)| match (product, into) {
-                (Some(product), Some(into)) => Some(into + product),
-                (product, _) => product,
-            })
-            .collect()
-    }
-
-    /// [`RoutingBackend::weighted_total`](super::RoutingBackend::weighted_total) with Burn tensor
-    /// operations: one vector–matrix product per slot.
-    pub fn weighted_total<B: Backend>(
-        slots: &[Tensor<B, 2>],
-        weights: Tensor<B, 2>,
-    ) -> Tensor<B, 1> {
-        let d_model = slots[0].dims()[1];
-        slots
-            .iter()
-            .enumerate()
-            .map(|(slot, rows)| weights.clone().narrow(0, slot, 1).matmul(rows.clone()))
-            .reduce(|sum, term| sum + term)
-            .expect("a read has at least one slot")
-            .reshape([d_model])
-    }
-
-    /// [`RoutingBackend::signed_sum`](super::RoutingBackend::signed_sum): for the half-split
-    /// signs `±1` one addition or subtraction, the same number as multiplying by the sign first.
-    pub fn signed_sum<B: Backend, const D: usize>(
-        sum: Tensor<B, D>,
-        term: Tensor<B, D>,
-        sign: f64,
-    ) -> Tensor<B, D> {
-        if sign == 1.0 {
-            sum + term
-        } else if sign == -1.0 {
-            sum - term
-        } else {
-            sum + term.mul_scalar(sign)
-        }
-    }
-
-    /// [`RoutingBackend::scaled_rows`](super::RoutingBackend::scaled_rows) with Burn tensor
-    /// operations: one broadcast product per wanted slot.
-    pub fn scaled_rows<B: Backend>(
-        columns: Tensor<B, 2>,
-        rows: Tensor<B, 2>,
-        wanted: &[bool],
-    ) -> Vec<Option<Tensor<B, 2>>> {
-        let tokens = columns.dims()[1];
-        wanted
-            .iter()
-            .enumerate()
-            .map(|(slot, &wanted)| {
-                wanted.then(|| super::slot_column(&columns, slot, tokens) * rows.clone())
-            })
-            .collect()
-    }
-}
 
 /// A backend that trains HAARES models: autodiff over a backend with the routing operator, so that
 /// both the training model and its `valid()` copy can route.

@@ -18,6 +18,9 @@ use super::{
     scores_backward,
 };
 
+/// A read's mixture `[tokens, d]` and weights `[S, tokens]`.
+pub type MixtureAndWeights<B> = (Tensor<B, 2>, Tensor<B, 2>);
+
 /// A read's outputs, and the scores its backward pass reuses.
 #[derive(Debug, Clone)]
 pub struct ReadForward<B: Backend> {

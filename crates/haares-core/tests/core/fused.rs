@@ -103,11 +103,30 @@ fn bank(values: &[Tensor<Ad64, 3>], kinds: &[SlotKind], handover: Handover) -> S
     bank
 }
 
+/// Which of a read's outputs reach the loss. The fused read is one graph node per output, and
+/// the weights' node must start the read's backward pass when the mixture has no gradient.
+#[derive(Debug, Clone, Copy)]
+enum Reach {
+    Both,
+    MixtureOnly,
+    WeightsOnly,
+}
+
 /// A scalar loss that weighs every output element differently, so every gradient is exercised.
 fn loss(read: &RouterOutput<Ad64>, rng: &mut Rng) -> Tensor<Ad64, 1> {
+    loss_through(read, rng, Reach::Both)
+}
+
+fn loss_through(read: &RouterOutput<Ad64>, rng: &mut Rng, reach: Reach) -> Tensor<Ad64, 1> {
     let mixture_weights = random_tensor(rng, read.mixture.dims(), 1.0);
     let weight_weights = random_tensor(rng, read.weights.dims(), 1.0);
-    (read.mixture.clone() * mixture_weights).sum() + (read.weights.clone() * weight_weights).sum()
+    let mixture = (read.mixture.clone() * mixture_weights).sum();
+    let weights = (read.weights.clone() * weight_weights).sum();
+    match reach {
+        Reach::Both => mixture + weights,
+        Reach::MixtureOnly => mixture,
+        Reach::WeightsOnly => weights,
+    }
 }
 
 /// Every gradient a read produces: the slot values', then the router's parameters'.
@@ -116,8 +135,9 @@ fn gradients(
     router: &DepthRouter<Ad64>,
     values: &[Tensor<Ad64, 3>],
     seed: u64,
+    reach: Reach,
 ) -> Vec<Vec<f64>> {
-    let grads = loss(&read, &mut Rng::new(seed)).backward();
+    let grads = loss_through(&read, &mut Rng::new(seed), reach).backward();
     let mut all: Vec<Vec<f64>> = values
         .iter()
         .map(|value| tensor_values(value.grad(&grads).expect("every slot receives a gradient")))
@@ -151,6 +171,7 @@ fn read_and_gradients(
     kinds: &[SlotKind],
     path: Option<Handover>,
     seed: u64,
+    reach: Reach,
 ) -> Vec<Vec<f64>> {
     let read = match path {
         None => router.forward(&bank(values, kinds, Handover::Plain)),
@@ -160,7 +181,7 @@ fn read_and_gradients(
         tensor_values(read.mixture.clone()),
         tensor_values(read.weights.clone()),
     ];
-    all.extend(gradients(read, router, values, seed));
+    all.extend(gradients(read, router, values, seed, reach));
     all
 }
 
@@ -169,20 +190,30 @@ fn check_case(case: BankCase) {
     let router = random_router(&case, &mut rng);
     let values = random_values(&case, &mut rng);
     let seed = case.seed + 1;
-    let reference = read_and_gradients(&router, &values, &case.kinds, None, seed);
-    for handover in [Handover::Plain, Handover::Cached, Handover::ScaledDetails] {
-        let fused = read_and_gradients(&router, &values, &case.kinds, Some(handover), seed);
-        let label = format!("S = {}, sources {handover:?}", case.kinds.len() + 1);
-        assert_eq!(reference.len(), fused.len());
-        // Entries: mixture, weights, each slot's gradient, then query, key-norm weight, bias.
-        for (index, (a, b)) in reference.iter().zip(&fused).enumerate() {
-            let diff = max_abs_diff(a, b);
-            let scale = a.iter().fold(1.0f64, |m, x| m.max(x.abs()));
-            assert!(
-                diff < TOLERANCE * scale,
-                "{label}: entry {index} differs by {diff}"
+    for reach in [Reach::Both, Reach::MixtureOnly, Reach::WeightsOnly] {
+        let reference = read_and_gradients(&router, &values, &case.kinds, None, seed, reach);
+        for handover in [Handover::Plain, Handover::Cached, Handover::ScaledDetails] {
+            let path = Some(handover);
+            let fused = read_and_gradients(&router, &values, &case.kinds, path, seed, reach);
+            let label = format!(
+                "S = {}, sources {handover:?}, {reach:?}",
+                case.kinds.len() + 1
             );
+            assert_agree(&reference, &fused, &label);
         }
+    }
+}
+
+fn assert_agree(reference: &[Vec<f64>], fused: &[Vec<f64>], label: &str) {
+    assert_eq!(reference.len(), fused.len());
+    // Entries: mixture, weights, each slot's gradient, then query, key-norm weight, bias.
+    for (index, (a, b)) in reference.iter().zip(fused).enumerate() {
+        let diff = max_abs_diff(a, b);
+        let scale = a.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+        assert!(
+            diff < TOLERANCE * scale,
+            "{label}: entry {index} differs by {diff}"
+        );
     }
 }
 
