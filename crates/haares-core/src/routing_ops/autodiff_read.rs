@@ -8,6 +8,7 @@
 use std::sync::{Arc, Mutex};
 
 use burn::backend::Autodiff;
+use burn::backend::autodiff::NodeId;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
@@ -60,7 +61,9 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
             .lock()
             .expect("the weights' gradient cell is never poisoned")
             .take();
+        let same_rows = same_rows(&parents[..count]);
         let read = ReadBackward {
+            same_rows,
             slots: state.slots,
             folded_query: state.folded_query,
             epsilon: state.epsilon,
@@ -76,6 +79,18 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
         register(grads, &parents[query..], vec![Some(gradients.folded_query)]);
         register(grads, &parents[bias..], vec![Some(gradients.bias)]);
     }
+}
+
+/// For each slot, the first slot with the same rows node (itself for untracked rows).
+fn same_rows(rows: &[Option<NodeId>]) -> Vec<usize> {
+    let first_with = |slot: usize, node: NodeId| (0..slot).find(|&at| rows[at] == Some(node));
+    (0..rows.len())
+        .map(|slot| {
+            rows[slot]
+                .and_then(|node| first_with(slot, node))
+                .unwrap_or(slot)
+        })
+        .collect()
 }
 
 /// What a weights node keeps: the cell it fills, and the mixture's shape.

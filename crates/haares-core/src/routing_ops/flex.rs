@@ -48,7 +48,7 @@ impl RoutingBackend for Flex {
         wanted: &[bool],
         mean_squares_wanted: &[bool],
     ) -> ReadGradients<Self> {
-        super::flex_read::read_backward(read, into, wanted, mean_squares_wanted)
+        super::flex_read_grad::read_backward(read, into, wanted, mean_squares_wanted)
     }
 
     fn row_dots(slots: &[Tensor<Self, 2>], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {

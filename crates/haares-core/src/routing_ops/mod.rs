@@ -44,6 +44,8 @@ mod flex;
 #[cfg(feature = "flex")]
 mod flex_read;
 #[cfg(feature = "flex")]
+mod flex_read_grad;
+#[cfg(feature = "flex")]
 mod flex_sums;
 #[cfg(feature = "ndarray")]
 mod host;

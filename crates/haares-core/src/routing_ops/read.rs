@@ -50,6 +50,11 @@ pub struct ReadBackward<B: Backend> {
     pub mixture_grad: Tensor<B, 2>,
     /// `∂L/∂α`, `[S, tokens]`, where the weights reach the loss.
     pub weights_grad: Option<Tensor<B, 2>>,
+    /// For each slot, the first slot whose rows are the same tensor, itself where no earlier one
+    /// is: HAARES's early-half detail is its cumulative sum's rows with their own scale and mean
+    /// square. A backend may form the gradient of such shared rows once, in the first slot's
+    /// entry, and give none for the others; the composition forms each slot's own.
+    pub same_rows: Vec<usize>,
 }
 
 /// Gradients of a read with respect to its inputs.
