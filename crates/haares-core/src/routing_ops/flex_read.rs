@@ -86,15 +86,13 @@ impl SlotBuffers {
                     .unwrap_or(slot)
             })
             .collect();
-        let views = SlotViews {
-            same_rows: vec![],
-            readers: vec![],
+        SlotViews {
+            same_rows,
             raws,
             scales: self.scales.iter().map(|s| s.as_ref().map(slice)).collect(),
             mean_squares: self.mean_squares.iter().map(slice).collect(),
             d_model: self.d_model,
-        };
-        views.with_same_rows(same_rows)
+        }
     }
 }
 
@@ -102,8 +100,6 @@ pub(super) struct SlotViews<'a> {
     /// For each slot, the first slot that reads the same rows (itself where none earlier does):
     /// such rows are read, mixed and given their gradient once.
     pub(super) same_rows: Vec<usize>,
-    /// The slots that are the first to read their rows.
-    pub(super) readers: Vec<usize>,
     pub(super) raws: Vec<&'a [f32]>,
     scales: Vec<Option<&'a [f32]>>,
     pub(super) mean_squares: Vec<&'a [f32]>,
@@ -111,18 +107,6 @@ pub(super) struct SlotViews<'a> {
 }
 
 impl SlotViews<'_> {
-    /// These views with `same_rows` for which slots share rows.
-    pub(super) fn with_same_rows(self, same_rows: Vec<usize>) -> Self {
-        let readers = (0..same_rows.len())
-            .filter(|&slot| same_rows[slot] == slot)
-            .collect();
-        Self {
-            same_rows,
-            readers,
-            ..self
-        }
-    }
-
     pub(super) fn row(&self, slot: usize, token: usize) -> &[f32] {
         &self.raws[slot][token * self.d_model..][..self.d_model]
     }
@@ -214,17 +198,20 @@ fn read_forward_task<'a, 't, S: Simd>(
     out: ForwardTask<'t>,
 ) {
     let count = slots.raws.len();
-    let (mut dots, mut logits, mut factors) =
-        (vec![0.0f32; count], vec![0.0; count], vec![0.0; count]);
+    let (mut dots, mut logits) = (vec![0.0f32; count], vec![0.0; count]);
+    // Later slots' factors for the rows an earlier slot reads, gathered as the slots are
+    // visited last to first: a slot's rows are read by the first slot with them.
+    let mut later_factors = vec![0.0f32; count];
     let rows = out.mixture.chunks_exact_mut(slots.d_model);
     for (at, mixed) in rows.enumerate() {
         let token = out.first + at;
-        for &slot in &slots.readers {
-            dots[slot] = dot_product::<S, f32>(slots.row(slot, token), query);
-        }
         for (slot, logit) in logits.iter_mut().enumerate() {
+            let reader = slots.same_rows[slot];
+            if reader == slot {
+                dots[slot] = dot_product::<S, f32>(slots.row(slot, token), query);
+            }
             let (coefficient, _) = slots.coefficient(slot, token, epsilon);
-            let score = dots[slots.same_rows[slot]] * coefficient;
+            let score = dots[reader] * coefficient;
             out.scores[at * count + slot] = score;
             *logit = score + bias.map_or(0.0, |bias| bias[slot]);
         }
@@ -234,14 +221,17 @@ fn read_forward_task<'a, 't, S: Simd>(
             *logit = exp(*logit - largest);
             total += *logit;
         }
-        factors.fill(0.0);
-        for (slot, &unnormalised) in logits.iter().enumerate() {
+        for (slot, &unnormalised) in logits.iter().enumerate().rev() {
             let weight = unnormalised / total;
             out.weights[at * count + slot] = weight;
-            factors[slots.same_rows[slot]] += weight * slots.scale(slot, token);
-        }
-        for &slot in &slots.readers {
-            scaled_add::<S, f32>(mixed, factors[slot], slots.row(slot, token));
+            let factor = weight * slots.scale(slot, token) + later_factors[slot];
+            match slots.same_rows[slot] {
+                reader if reader == slot => {
+                    scaled_add::<S, f32>(mixed, factor, slots.row(slot, token));
+                    later_factors[slot] = 0.0;
+                }
+                reader => later_factors[reader] += factor,
+            }
         }
     }
 }

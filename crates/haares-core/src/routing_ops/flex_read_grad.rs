@@ -48,9 +48,8 @@ pub(super) fn read_backward(
     }
     let weights_grad = weights_grad.flatten();
 
-    let views = buffers.views();
-    let same_rows = shared_gradient_rows(&views, &read.same_rows, &into, wanted);
-    let views = views.with_same_rows(same_rows);
+    let mut views = buffers.views();
+    views.same_rows = shared_gradient_rows(&views, &read.same_rows, &into, wanted);
     let mut targets: Vec<Target<f32>> = (into.into_iter().zip(wanted).enumerate())
         .map(|(slot, (into, &wanted))| Target::new(into, wanted && views.reads_rows(slot), shape))
         .collect();
@@ -180,26 +179,27 @@ fn read_backward_task<'a, 't, 'o, S: Simd>(
     let (slots, tokens, d_model) = (&inputs.slots, inputs.tokens, inputs.slots.d_model);
     let count = slots.raws.len();
     let (mut dots, mut weights_grads) = (vec![0.0f32; count], vec![0.0f32; count]);
-    let (mut mixture_shares, mut dot_grads) = (vec![0.0f32; count], vec![0.0f32; count]);
+    // Later slots' shares of the gradient of rows an earlier slot reads, gathered as the slots
+    // are visited last to first (as in the forward pass): `(mixture share, dot gradient)`.
+    let mut later_shares = vec![(0.0f32, 0.0f32); count];
     let first = out.tokens.start;
     for token in out.tokens.clone() {
         let at_task = token - first;
         let grad = &inputs.mixture_grad[token * d_model..][..d_model];
-        for &slot in &slots.readers {
-            dots[slot] = dot_product::<S, f32>(slots.row(slot, token), grad);
-        }
         for (slot, weight_grad) in weights_grads.iter_mut().enumerate() {
+            let reader = slots.same_rows[slot];
+            if reader == slot {
+                dots[slot] = dot_product::<S, f32>(slots.row(slot, token), grad);
+            }
             let given = inputs
                 .weights_grad
                 .map_or(0.0, |grads| grads[slot * tokens + token]);
-            *weight_grad = dots[slots.same_rows[slot]] * slots.scale(slot, token) + given;
+            *weight_grad = dots[reader] * slots.scale(slot, token) + given;
         }
         let along_slots: f32 = (weights_grads.iter().enumerate())
             .map(|(slot, grad)| inputs.weights[slot * tokens + token] * grad)
             .sum();
-        mixture_shares.fill(0.0);
-        dot_grads.fill(0.0);
-        for (slot, &weight_grad) in weights_grads.iter().enumerate() {
+        for (slot, &weight_grad) in weights_grads.iter().enumerate().rev() {
             let at = slot * tokens + token;
             let weight = inputs.weights[at];
             let logit_grad = weight * (weight_grad - along_slots);
@@ -208,17 +208,23 @@ fn read_backward_task<'a, 't, 'o, S: Simd>(
             if let Some(grads) = &mut out.mean_squares[slot] {
                 grads[at_task] = (logit_grad * inputs.scores[at] / shifted) * -0.5;
             }
-            let rows = slots.same_rows[slot];
-            mixture_shares[rows] += weight * slots.scale(slot, token);
-            dot_grads[rows] += logit_grad * coefficient;
-        }
-        for &slot in &slots.readers {
-            let (mixture_share, dot_grad) = (mixture_shares[slot], dot_grads[slot]);
-            if let Some(raw_grad) = &mut out.raws[slot] {
-                let raw_grad = &mut raw_grad[at_task * d_model..][..d_model];
-                two_scaled_adds::<S>(raw_grad, mixture_share, grad, dot_grad, inputs.query);
+            let (later_mixture, later_dot) = later_shares[slot];
+            let mixture_share = weight * slots.scale(slot, token) + later_mixture;
+            let dot_grad = logit_grad * coefficient + later_dot;
+            match slots.same_rows[slot] {
+                reader if reader == slot => {
+                    if let Some(raw_grad) = &mut out.raws[slot] {
+                        let raw_grad = &mut raw_grad[at_task * d_model..][..d_model];
+                        two_scaled_adds::<S>(raw_grad, mixture_share, grad, dot_grad, inputs.query);
+                    }
+                    scaled_add::<S, f32>(&mut out.folded_query, dot_grad, slots.row(slot, token));
+                    later_shares[slot] = (0.0, 0.0);
+                }
+                reader => {
+                    later_shares[reader].0 += mixture_share;
+                    later_shares[reader].1 += dot_grad;
+                }
             }
-            scaled_add::<S, f32>(&mut out.folded_query, dot_grad, slots.row(slot, token));
         }
     }
     (out.folded_query, out.bias)
