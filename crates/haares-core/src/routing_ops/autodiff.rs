@@ -117,7 +117,7 @@ pub(super) fn padding<B: RoutingBackend, C: CheckpointStrategy>(
 }
 
 /// Which of these parents take a gradient (untracked inputs and padding do not).
-pub(super) fn tracked(parents: &[Option<NodeId>]) -> Vec<bool> {
+fn tracked(parents: &[Option<NodeId>]) -> Vec<bool> {
     parents.iter().map(Option::is_some).collect()
 }
 
@@ -137,7 +137,7 @@ pub(super) fn register<B: RoutingBackend, const D: usize>(
 /// Takes out of the container the gradient that each of the first `slots` parents has
 /// accumulated so far (`None` for untracked parents and those without one yet); the caller adds
 /// its own share and registers the sums.
-pub(super) fn take_accumulated<B: Backend, S, const N: usize, const D: usize>(
+fn take_accumulated<B: Backend, S, const N: usize, const D: usize>(
     grads: &mut Gradients,
     ops: &Ops<S, N>,
     slots: usize,
@@ -156,6 +156,40 @@ pub(super) fn take_accumulated<B: Backend, S, const N: usize, const D: usize>(
             grads.remove::<B>(&key).map(from_primitive)
         })
         .collect()
+}
+
+/// What the backward pass of a node over slots starts from: its output's gradient, the gradient
+/// each of the first slots' parents has accumulated so far (taken out of the container, see
+/// [`take_accumulated`]), and every parent's id.
+pub(super) struct SlotsBackward<B: Backend> {
+    pub(super) grad: Tensor<B, 2>,
+    pub(super) into: Vec<Option<Tensor<B, 2>>>,
+    pub(super) parents: Vec<Option<NodeId>>,
+}
+
+impl<B: Backend> SlotsBackward<B> {
+    pub(super) fn start<S, const N: usize>(
+        ops: &Ops<S, N>,
+        grads: &mut Gradients,
+        slots: usize,
+    ) -> Self {
+        let grad = from_primitive(grads.consume::<B>(&ops.node));
+        let into = take_accumulated(grads, ops, slots, &grad);
+        let parents = ops
+            .parents
+            .iter()
+            .map(|parent| parent.as_ref().map(|node| node.id));
+        Self {
+            grad,
+            into,
+            parents: parents.collect(),
+        }
+    }
+
+    /// Which of the `count` parents from `first` on take a gradient.
+    pub(super) fn wanted(&self, first: usize, count: usize) -> Vec<bool> {
+        tracked(&self.parents[first..][..count])
+    }
 }
 
 /// What a scores node keeps for its backward pass: the sources (held by the bank anyway), the
@@ -179,12 +213,12 @@ impl<B: RoutingBackend> Backward<B, SCORES_PARENTS> for ScoresBackward {
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        let grad = from_primitive(grads.consume::<B>(&ops.node));
-        let into = take_accumulated(grads, &ops, ops.state.slots.len(), &grad);
+        let count = ops.state.slots.len();
+        let start = SlotsBackward::start(&ops, grads, count);
+        let (raws_wanted, mean_squares_wanted) =
+            (start.wanted(0, count), start.wanted(SLOTS_PER_NODE, count));
+        let (grad, into, parents) = (start.grad, start.into, start.parents);
         let state = ops.state;
-        let parents = ops.parents.map(|parent| parent.map(|node| node.id));
-        let raws_wanted = tracked(&parents[..state.slots.len()]);
-        let mean_squares_wanted = tracked(&parents[SLOTS_PER_NODE..][..state.slots.len()]);
         let gradients = scores_backward(
             &state.slots,
             state.folded_query,
@@ -248,11 +282,10 @@ impl<B: RoutingBackend> Backward<B, MIXTURE_PARENTS> for MixtureBackward {
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        let grad = from_primitive(grads.consume::<B>(&ops.node));
-        let into = take_accumulated(grads, &ops, ops.state.slots.len(), &grad);
+        let start = SlotsBackward::start(&ops, grads, ops.state.slots.len());
+        let wanted = start.wanted(0, ops.state.slots.len());
+        let (grad, into, parents) = (start.grad, start.into, start.parents);
         let state = ops.state;
-        let parents = ops.parents.map(|parent| parent.map(|node| node.id));
-        let wanted = tracked(&parents[..state.slots.len()]);
         let (raws, weights) = mixture_backward(&state.slots, state.weights, grad, into, &wanted);
         register(grads, &parents, raws);
         register(grads, &parents[SLOTS_PER_NODE..], vec![Some(weights)]);

@@ -15,7 +15,7 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::Tensor;
 
-use super::autodiff::{SLOTS_PER_NODE, inner, padding, register, take_accumulated, tracked};
+use super::autodiff::{SLOTS_PER_NODE, SlotsBackward, inner, padding, register};
 use super::{MixtureAndWeights, ReadBackward, RoutingBackend, SlotRows};
 use crate::autodiff_node::{from_primitive, primitive};
 
@@ -49,13 +49,12 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
         grads: &mut Gradients,
         _checkpointer: &mut Checkpointer,
     ) {
-        let grad = from_primitive(grads.consume::<B>(&ops.node));
-        let into = take_accumulated(grads, &ops, ops.state.slots.len(), &grad);
+        let count = ops.state.slots.len();
+        let start = SlotsBackward::start(&ops, grads, count);
+        let (wanted, mean_squares_wanted) =
+            (start.wanted(0, count), start.wanted(SLOTS_PER_NODE, count));
+        let (grad, into, parents) = (start.grad, start.into, start.parents);
         let state = ops.state;
-        let parents = ops.parents.map(|parent| parent.map(|node| node.id));
-        let count = state.slots.len();
-        let wanted = tracked(&parents[..count]);
-        let mean_squares_wanted = tracked(&parents[SLOTS_PER_NODE..][..count]);
         let weights_grad = state
             .weights_grad
             .lock()
