@@ -208,6 +208,11 @@ fn assert_agree(reference: &[Vec<f64>], fused: &[Vec<f64>], label: &str) {
     assert_eq!(reference.len(), fused.len());
     // Entries: mixture, weights, each slot's gradient, then query, key-norm weight, bias.
     for (index, (a, b)) in reference.iter().zip(fused).enumerate() {
+        assert_eq!(
+            a.len(),
+            b.len(),
+            "{label}: entry {index} has another length"
+        );
         let diff = max_abs_diff(a, b);
         let scale = a.iter().fold(1.0f64, |m, x| m.max(x.abs()));
         assert!(
