@@ -1,14 +1,16 @@
 //! A whole read (`read.rs`) on Burn's autodiff backend. Burn's custom nodes have one output, and a
-//! read has two, the mixture and the weights. The mixture is one node whose backward pass
-//! ([`RoutingBackend::routing_read_backward`]) forms every input's gradient at once, through the
-//! softmax inside it. The weights, which a training loss does not use, are the scores node and
-//! Burn's softmax, whose gradients add to the read node's where the weights reach the loss.
+//! read has two, the mixture and the weights: two nodes over the same parents and the same forward
+//! pass. Each one's backward pass ([`RoutingBackend::routing_read_backward`]) forms the gradients
+//! that flow through its own output, through the softmax inside the read, and Burn adds them where
+//! both outputs reach the loss. A training loss uses the mixture alone, so a step runs the
+//! mixture's backward pass only.
 //!
-//! (A first design made the weights a second custom node whose parent was the read node, handing
-//! `∂α` over through a shared cell. With several threads building graphs at once, the router
-//! query's gradient went missing in about one test run in two: Burn's graph cleanup, which runs
-//! at the end of any thread's backward pass over every graph, interacted with that node pair.
-//! `tests/core/fused.rs` runs its cases on parallel test threads.)
+//! (A first design made the weights a node whose parent was the read node, handing `∂α` to it
+//! through a shared cell so that one backward pass served both. With several threads building
+//! graphs at once, the router query's gradient went missing in about one test run in two; Burn's
+//! graph cleanup, which runs at the end of any thread's backward pass over every graph,
+//! interacted with that node pair. `tests/core/fused.rs` runs its cases on parallel test
+//! threads, and every output reaching the loss alone and together.)
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::NodeId;
@@ -17,7 +19,6 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::tensor::Tensor;
-use burn::tensor::activation::softmax;
 
 use super::autodiff::{SLOTS_PER_NODE, SlotsBackward, inner, padding, register};
 use super::{MixtureAndWeights, ReadBackward, RoutingBackend, SlotRows};
@@ -37,8 +38,13 @@ struct ReadState<B: RoutingBackend> {
     weights: Tensor<B, 2>,
 }
 
+/// Which output of the read a node is. Each node's backward pass forms the gradients that flow
+/// through its own output, and Burn adds the two where both outputs reach the loss.
 #[derive(Debug)]
-struct ReadNodeBackward;
+enum ReadNodeBackward {
+    Mixture,
+    Weights,
+}
 
 impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
     type State = ReadState<B>;
@@ -56,6 +62,13 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
         let (grad, into, parents) = (start.grad, start.into, start.parents);
         let state = ops.state;
         let same_rows = same_rows(&parents[..count]);
+        let (mixture_grad, weights_grad) = match self {
+            Self::Mixture => (grad, None),
+            Self::Weights => {
+                let [tokens, d_model] = state.slots[0].raw.dims();
+                (Tensor::zeros([tokens, d_model], &grad.device()), Some(grad))
+            }
+        };
         let read = ReadBackward {
             same_rows,
             slots: state.slots,
@@ -63,8 +76,8 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
             epsilon: state.epsilon,
             scores: state.scores,
             weights: state.weights,
-            mixture_grad: grad,
-            weights_grad: None,
+            mixture_grad,
+            weights_grad,
         };
         let gradients = B::routing_read_backward(read, into, &wanted, &mean_squares_wanted);
         register(grads, &parents, gradients.raws);
@@ -87,7 +100,7 @@ fn same_rows(rows: &[Option<NodeId>]) -> Vec<usize> {
         .collect()
 }
 
-/// The read of up to [`SLOTS_PER_NODE`] slots as a read node and a weights node.
+/// The read of up to [`SLOTS_PER_NODE`] slots as a mixture node and a weights node.
 pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
     slots: &[SlotRows<Autodiff<B, C>>],
     folded_query: Tensor<Autodiff<B, C>, 1>,
@@ -121,14 +134,19 @@ pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
         folded_query: inner_query,
         epsilon,
         scores: forward.scores,
-        weights: forward.weights,
+        weights: forward.weights.clone(),
     };
-    let mixture = finish(ReadNodeBackward, parents, read_state, forward.mixture);
-    let scores = Autodiff::<B, C>::routing_scores(slots, folded_query, epsilon);
-    let logits = match bias {
-        Some(bias) => scores + bias,
-        None => scores,
-    };
-    let weights = softmax(logits, 0);
+    let mixture = finish(
+        ReadNodeBackward::Mixture,
+        parents.clone(),
+        read_state.clone(),
+        forward.mixture,
+    );
+    let weights = finish(
+        ReadNodeBackward::Weights,
+        parents,
+        read_state,
+        forward.weights,
+    );
     (mixture, weights)
 }
