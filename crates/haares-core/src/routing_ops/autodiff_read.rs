@@ -122,11 +122,11 @@ pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
     }
 
     let inner_slots: Vec<_> = slots.iter().map(inner).collect();
-    let inner_query = folded_query.clone().inner();
+    let inner_query = folded_query.inner();
     let forward = B::routing_read_forward(
         &inner_slots,
         inner_query.clone(),
-        bias.clone().map(Tensor::inner),
+        bias.map(Tensor::inner),
         epsilon,
     );
     let read_state = ReadState {
