@@ -46,8 +46,8 @@ impl KernelTally {
         }
     }
 
-    /// Counts one CubeCL message; other messages are ignored.
-    pub fn record(&mut self, message: &str) {
+    /// Counts one CubeCL message; other messages are ignored. Says whether it counted.
+    pub fn record(&mut self, message: &str) -> bool {
         if let Some(rest) = message.strip_prefix("[Compiling kernel]") {
             let name = rest.trim();
             let name = if name.is_empty() { "(unnamed)" } else { name };
@@ -61,11 +61,17 @@ impl KernelTally {
                 .unwrap_or(rest)
                 .trim_end_matches('.');
             self.autotune_keys.push(key.to_string());
+        } else {
+            return false;
         }
+        true
     }
 }
 
 static TALLY: Mutex<Option<KernelTally>> = Mutex::new(None);
+
+/// The last message counted, and when: a heartbeat tells compiling from waiting by its age.
+static LAST_EVENT: Mutex<Option<(String, Instant)>> = Mutex::new(None);
 
 struct TallyLogger;
 
@@ -77,8 +83,15 @@ impl log::Log for TallyLogger {
     fn log(&self, record: &log::Record) {
         if self.enabled(record.metadata()) {
             let message = record.args().to_string();
-            if let Some(tally) = TALLY.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-                tally.record(&message);
+            let counted = TALLY
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+                .is_some_and(|tally| tally.record(&message));
+            if counted {
+                let first_line = message.lines().next().unwrap_or_default().to_string();
+                *LAST_EVENT.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((first_line, Instant::now()));
             }
         }
     }
@@ -101,6 +114,13 @@ pub fn install() -> bool {
 /// The tally so far; `None` without [`install`].
 pub fn tally() -> Option<KernelTally> {
     TALLY.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// The last compilation or autotune result counted (its message's first line), and how long ago.
+pub fn last_event() -> Option<(String, Duration)> {
+    let last = LAST_EVENT.lock().unwrap_or_else(|e| e.into_inner());
+    last.as_ref()
+        .map(|(message, at)| (message.clone(), at.elapsed()))
 }
 
 /// The tally once CubeCL's logging thread has caught up: read again until two reads 20 ms apart
@@ -130,6 +150,7 @@ mod tests {
         let mut tally = KernelTally::default();
         tally.record("[Compiling kernel] matmul_entry");
         let before = tally.clone();
+        let mut counted = 0;
         for message in [
             "[Compiling kernel] matmul_entry",
             "[Compiling kernel] reduce_kernel",
@@ -139,8 +160,9 @@ mod tests {
             "Using PTX cache",
             "validate checksum key=k, checksum=c",
         ] {
-            tally.record(message);
+            counted += usize::from(tally.record(message));
         }
+        assert_eq!(counted, 4, "only compilations and autotune results count");
         let since = tally.since(&before);
         assert_eq!((since.compiled, since.autotuned), (3, 1));
         assert_eq!(since.compiled_by_name["matmul_entry"], 1);

@@ -18,4 +18,5 @@ pub mod first_step;
 pub mod flops;
 pub mod gpu_check;
 pub mod heap;
+pub mod heartbeat;
 pub mod kernel_events;

@@ -30,6 +30,20 @@ impl Phase {
     fn index(self) -> usize {
         self as usize
     }
+
+    /// The phase after this one in a step (`None` after the update).
+    pub fn next(self) -> Option<Phase> {
+        Phase::ALL.get(self.index() + 1).copied()
+    }
+
+    /// The phase's name in the live log and the reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "update",
+        }
+    }
 }
 
 /// One step's loss and the seconds of its three phases.

@@ -18,6 +18,7 @@ use haares_train::optim::{AdamW, AdamWSettings};
 use serde::{Deserialize, Serialize};
 
 use super::anatomy::{Anatomy, AnatomyRecorder, Phase, StepTimes};
+use crate::heartbeat::Heartbeat;
 
 /// What a worker process measures.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -142,9 +143,11 @@ impl BackendJob for Worker {
                 steps,
             } => {
                 let mut recorder = AnatomyRecorder::start();
+                let heartbeat = Heartbeat::start(method.clone(), "backend start", HEARTBEAT);
                 start_backend::<B>(&device)?;
                 let backend_start_s = self.started.elapsed().as_secs_f64();
                 recorder.mark_start(backend_start_s);
+                heartbeat.enter("model init");
                 let init_start = Instant::now();
                 let mut trainer = Trainer::<B>::new(&config, batch, seq, &device)?;
                 sync::<B>(&device)?;
@@ -155,6 +158,8 @@ impl BackendJob for Worker {
                     "  {method}: backend up in {backend_start_s:.1} s, model ready at {startup_s:.1} s"
                 );
                 let (mut step_s, mut losses) = (Vec::with_capacity(steps), Vec::new());
+                heartbeat.enter("first step: forward");
+                let mut heartbeat = Some(heartbeat);
                 for step in 0..steps {
                     let step_start = Instant::now();
                     let times = trainer.step(|phase| {
@@ -162,12 +167,16 @@ impl BackendJob for Worker {
                             memory.sample();
                         }
                         recorder.mark_phase(step, phase);
+                        if let (Some(heartbeat), Some(next)) = (&heartbeat, phase.next()) {
+                            heartbeat.enter(format!("first step: {}", next.name()));
+                        }
                     })?;
                     memory.sample();
                     step_s.push(step_start.elapsed().as_secs_f64());
                     losses.push(times.loss);
                     recorder.record_step(times);
                     if step == 0 {
+                        heartbeat = None;
                         // On a GPU the first step compiles and autotunes the kernels: minutes
                         // where the live log would otherwise be silent.
                         eprintln!("  {method}: first step {}", recorder.first_step_line());
@@ -195,6 +204,9 @@ impl BackendJob for Worker {
         })
     }
 }
+
+/// How often a worker says where its silent start and first step are.
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Timed validation batches per mode, after one untimed batch of each.
 const VALIDATION_REPEATS: usize = 6;
