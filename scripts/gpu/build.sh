@@ -6,6 +6,8 @@
 # "The GPU check").
 #
 # Usage: bash scripts/gpu/build.sh [cuda|wgpu]     (default cuda; output folder: $HAARES_GPU_BUNDLE or .gpu)
+# With HAARES_GPU_SEED=DIR, the kernel cache an earlier run handed back (DIR/kernel-cache.tar.gz.0,
+# .1, …) goes into the bundle as kernel-cache.tar.gz, and run.sh starts the stages from it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 feature="${1:-cuda}"
@@ -53,6 +55,26 @@ for name in haares-bench haares-train portability; do
     fi
 done
 
+seed="null"
+if [ -n "${HAARES_GPU_SEED:-}" ]; then
+    parts=()
+    index=0
+    while [ -f "$HAARES_GPU_SEED/kernel-cache.tar.gz.$index" ]; do
+        parts+=("$HAARES_GPU_SEED/kernel-cache.tar.gz.$index")
+        index=$((index + 1))
+    done
+    if [ ${#parts[@]} -eq 0 ]; then
+        echo "error: HAARES_GPU_SEED=$HAARES_GPU_SEED holds no kernel-cache.tar.gz.0" >&2
+        exit 2
+    fi
+    cat "${parts[@]}" > "$staging/kernel-cache.tar.gz"
+    if ! tar -tzf "$staging/kernel-cache.tar.gz" > /dev/null; then
+        echo "error: the kernel cache parts in $HAARES_GPU_SEED do not make a whole archive" >&2
+        exit 2
+    fi
+    seed="{\"bytes\": $(stat -c %s "$staging/kernel-cache.tar.gz"), \"sha256\": \"$(sha256sum "$staging/kernel-cache.tar.gz" | cut -d' ' -f1)\"}"
+fi
+
 total=0
 files=""
 for f in "$staging"/bin/*.gz; do
@@ -62,6 +84,9 @@ for f in "$staging"/bin/*.gz; do
     files="$files${files:+,}
     {\"file\": \"bin/$(basename "$f")\", \"bytes\": $size, \"sha256\": \"$sum\"}"
 done
+if [ -f "$staging/kernel-cache.tar.gz" ]; then
+    total=$((total + $(stat -c %s "$staging/kernel-cache.tar.gz")))
+fi
 if [ "$total" -gt "$limit" ]; then
     echo "error: the bundle is $total bytes, over the 64 MiB a device call carries" >&2
     exit 1
@@ -76,6 +101,7 @@ cat > "$staging/manifest.json" <<JSON
   "rustc": "$(rustc --version)",
   "feature": "$feature",
   "total_bytes": $total,
+  "kernel_cache_seed": $seed,
   "files": [$files
   ]
 }

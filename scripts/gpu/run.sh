@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Runs the GPU check on the GPU machine from the bundle that scripts/gpu/build.sh made; needs no
-# Rust toolchain and no network. Every stage has its own time budget; OUT/summary.md and
-# OUT/summary.json are rewritten after each stage (docs/benchmarks.md, "The GPU check").
+# Rust toolchain and no network. Every stage has its own time budget. After each stage OUT holds a
+# few files, as a lent machine hands back at most 8: summary.md, summary.json, results.tar.gz (the
+# whole check folder: logs, reports, JSON) and kernel-cache.tar.gz.0, .1, … (CubeCL's compiled and
+# tuned kernels, for the bundle of the next run; docs/benchmarks.md, "The GPU check").
 #
 # Usage: bash scripts/gpu/run.sh OUT [STAGES] [more haares-bench gpu-check options]
 #   OUT      output folder (on the device tool: "$OUT")
 #   STAGES   comma-separated subset of facts,portability,first-step,first-step-deep,cost,real-run
-#            (default: all; the gpu profile's budgets add up to 975 s, so use two calls:
+#            (default: all; the gpu profile's budgets add up to 1,110 s, so use two calls:
 #             facts,portability,first-step,first-step-deep  then  cost,real-run)
 # Environment: HAARES_GPU_BUNDLE (default .gpu), HAARES_GPU_BACKEND (default cuda),
-#              HAARES_KERNEL_CACHE (CubeCL's compiled-kernel and autotune caches).
+#              HAARES_KERNEL_CACHE (CubeCL's compiled-kernel and autotune caches; default
+#              ~/.cache/haares/kernels, seeded from the bundle's kernel-cache.tar.gz if it has one).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:?usage: bash scripts/gpu/run.sh OUT [STAGES] [options]}"
@@ -34,10 +37,20 @@ for packed in "$bundle"/bin/*.gz; do
     gunzip -c "$packed" > "$bin/$name"
     chmod +x "$bin/$name"
 done
-cp "$bundle/manifest.json" "$out/manifest.json"
 echo "bundle commit $(grep -o '"commit": "[^"]*"' "$bundle/manifest.json" | cut -d'"' -f4)" >&2
-# The portability test finds nothing relative to its working directory; the others write under OUT.
+export HAARES_KERNEL_CACHE="${HAARES_KERNEL_CACHE:-${HOME:-/tmp}/.cache/haares/kernels}"
+if [ -f "$bundle/kernel-cache.tar.gz" ]; then
+    mkdir -p "$HAARES_KERNEL_CACHE"
+    tar -xzf "$bundle/kernel-cache.tar.gz" -C "$HAARES_KERNEL_CACHE"
+    echo "kernel cache seeded from the bundle into $HAARES_KERNEL_CACHE" >&2
+fi
+# The check's own folder stays outside OUT; OUT gets the packed files after every stage.
+raw="$(mktemp -d)/check"
+mkdir -p "$raw"
+cp "$bundle/manifest.json" "$raw/manifest.json"
+# The portability test finds nothing relative to its working directory; the others write in the
+# check's folder.
 cd "$root"
-"$bin/haares-bench" gpu-check --backend "${HAARES_GPU_BACKEND:-cuda}" --out "$out" \
+"$bin/haares-bench" gpu-check --backend "${HAARES_GPU_BACKEND:-cuda}" --out "$raw" --pack "$out" \
     --train-bin "$bin/haares-train" --portability-bin "$bin/portability" \
     --manifest "$bundle/manifest.json" "${stages[@]}" "$@"

@@ -65,6 +65,7 @@ impl Drop for Heartbeat {
 
 fn beat(shared: &Shared, label: &str, interval: Duration) {
     let mut part = shared.part.lock().unwrap_or_else(|e| e.into_inner());
+    let mut keys_told = 0;
     loop {
         // Waits while beating is on: a stop that came before this wait ends it at once.
         let (next, _) = shared
@@ -76,6 +77,14 @@ fn beat(shared: &Shared, label: &str, interval: Duration) {
             return;
         };
         eprintln!("  {label}: {}", progress_line(name, since.elapsed()));
+        // Each autotune key costs a compilation of every candidate kernel: on CUDA about ten
+        // NVRTC runs of a second each, so the keys are what a killed first step most needs told.
+        if let Some(tally) = kernel_events::tally() {
+            for key in tally.autotune_keys.iter().skip(keys_told) {
+                eprintln!("  {label}:   autotuned {key}");
+            }
+            keys_told = tally.autotune_keys.len();
+        }
     }
 }
 

@@ -262,11 +262,9 @@ fn bad_arguments_are_refused_before_any_stage() {
     assert!(!out.exists(), "nothing ran");
 }
 
-/// `scripts/gpu/run.sh` unpacks a bundle laid out as `build.sh` lays it out and runs the check.
-#[test]
-fn the_gpu_side_script_runs_the_check_from_a_bundle() {
-    let dir = tempfile::tempdir().unwrap();
-    let bundle = dir.path().join("bundle");
+/// A bundle laid out as `build.sh` lays it out, from this build's binaries, in `dir/bundle`.
+fn packed_bundle(dir: &Path) -> PathBuf {
+    let bundle = dir.join("bundle");
     std::fs::create_dir_all(bundle.join("bin")).unwrap();
     for (name, path) in [
         (
@@ -285,9 +283,30 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
             .unwrap();
         assert!(status.success());
     }
-    let manifest =
-        r#"{"commit": "0123456789abcdef", "dirty": false, "built": "today", "rustc": "rustc"}"#;
+    let manifest = r#"{"commit": "0123456789abcdef", "dirty": false, "built": "today", "rustc": "rustc",
+            "kernel_cache_seed": {"bytes": 123, "sha256": "5eed"}}"#;
     std::fs::write(bundle.join("manifest.json"), manifest).unwrap();
+    bundle
+}
+
+/// `scripts/gpu/run.sh` unpacks a bundle laid out as `build.sh` lays it out and runs the check.
+#[test]
+fn the_gpu_side_script_runs_the_check_from_a_bundle() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = packed_bundle(dir.path());
+    // A kernel cache handed back by an earlier run, as build.sh puts it into a bundle.
+    let seed = dir.path().join("seed");
+    std::fs::create_dir_all(seed.join("ptx")).unwrap();
+    std::fs::write(seed.join("ptx/entry"), b"compiled before").unwrap();
+    let status = Command::new("tar")
+        .arg("-czf")
+        .arg(bundle.join("kernel-cache.tar.gz"))
+        .arg("-C")
+        .arg(&seed)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(status.success());
     let out = dir.path().join("out");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gpu/run.sh");
     let output = Command::new("bash")
@@ -316,7 +335,87 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
     );
     let markdown = std::fs::read_to_string(out.join("summary.md")).unwrap();
     assert!(
-        markdown.contains("Bundle built from commit `0123456789abcdef`"),
+        markdown.contains("Bundle built from commit `0123456789abcdef`")
+            && markdown.contains("started from an earlier run's (123 bytes, sha256 `5eed`)"),
         "{markdown}"
     );
+    // The seed went into the cache before the stages ran ...
+    assert_eq!(
+        std::fs::read(cache.join("ptx/entry")).unwrap(),
+        b"compiled before"
+    );
+    // ... and OUT holds only the few files a lent machine hands back (at most 8).
+    let mut handed_back: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    handed_back.sort();
+    assert_eq!(
+        handed_back,
+        [
+            "kernel-cache.tar.gz.0",
+            "results.tar.gz",
+            "summary.json",
+            "summary.md"
+        ]
+    );
+    let listing = |archive: &Path| {
+        let output = Command::new("tar")
+            .arg("-tzf")
+            .arg(archive)
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let results = listing(&out.join("results.tar.gz"));
+    for name in ["./facts.log", "./manifest.json", "./summary.md"] {
+        assert!(
+            results.lines().any(|l| l == name),
+            "{name} not in {results}"
+        );
+    }
+    let kernels = listing(&out.join("kernel-cache.tar.gz.0"));
+    assert!(kernels.lines().any(|l| l == "./ptx/entry"), "{kernels}");
+}
+
+/// `scripts/gpu/overlap.sh` runs the portability stage beside the others, each handing back its
+/// own few files.
+#[test]
+fn the_overlapping_script_runs_portability_beside_the_stages() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = packed_bundle(dir.path());
+    let out = dir.path().join("out");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gpu/overlap.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .arg(&out)
+        .args(["facts", "--profile", "tiny"])
+        .env("HAARES_GPU_BUNDLE", &bundle)
+        .env("HAARES_GPU_BACKEND", "ndarray")
+        .env("HAARES_KERNEL_CACHE", dir.path().join("kernels"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let beside = summary(&out.join("portability"));
+    let main = summary(&out.join("check"));
+    let names = |summary: &Value| -> Vec<String> {
+        summary["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| format!("{} {}", s["name"].as_str().unwrap(), s["status"]))
+            .collect()
+    };
+    assert_eq!(names(&beside), ["portability \"passed\""], "{stderr}");
+    assert_eq!(names(&main), ["facts \"passed\""], "{stderr}");
+    let refused = Command::new("bash")
+        .arg(&script)
+        .arg(dir.path().join("refused"))
+        .arg("facts,portability")
+        .env("HAARES_GPU_BUNDLE", &bundle)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
 }

@@ -38,6 +38,11 @@ pub struct GpuCheckArgs {
     /// The bundle's manifest.json (scripts/gpu/build.sh), copied into the summary.
     #[arg(long)]
     manifest: Option<PathBuf>,
+    /// After every stage, also pack the output folder into this one as a few files: the
+    /// summaries, `results.tar.gz` and the kernel cache in parts (a lent machine hands back at
+    /// most 8 files).
+    #[arg(long)]
+    pack: Option<PathBuf>,
 }
 
 impl GpuCheckArgs {
@@ -86,6 +91,7 @@ impl GpuCheckArgs {
                 .portability_bin
                 .unwrap_or_else(|| beside("portability")),
             manifest: self.manifest,
+            pack_into: self.pack,
             bench_bin,
             backend: self.backend,
         })

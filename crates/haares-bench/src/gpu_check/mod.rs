@@ -11,6 +11,7 @@
 //! has the paper's sizes; `tiny` runs the same stages in about 10 s on a CPU (CI runs it).
 
 pub mod cli;
+mod pack;
 mod process;
 mod real_run;
 mod stages;
@@ -45,6 +46,8 @@ pub struct CheckSpec {
     pub portability_bin: PathBuf,
     /// The bundle's manifest (commit, build), copied into the summary.
     pub manifest: Option<PathBuf>,
+    /// Where the output folder is packed after every stage (`pack`), if anywhere.
+    pub pack_into: Option<PathBuf>,
 }
 
 /// How a stage ended.
@@ -199,6 +202,15 @@ pub fn run_check(spec: &CheckSpec) -> Result<CheckReport, String> {
             &report,
             &summary_markdown(&report),
         )?;
+        if let Some(into) = &spec.pack_into {
+            let cache = haares_train::kernel_cache::kernel_cache_dir();
+            if let Err(e) = pack::pack(&spec.out, into, &cache) {
+                eprintln!(
+                    "[gpu-check] warning: packing into `{}` failed: {e}",
+                    into.display()
+                );
+            }
+        }
     }
     Ok(report)
 }
@@ -227,6 +239,18 @@ pub fn summary_markdown(report: &CheckReport) -> String {
             field("built"),
             field("rustc")
         );
+        // A seeded cache makes every first step warm: the timings say so next to them.
+        let seed = &manifest["kernel_cache_seed"];
+        if seed.is_object() {
+            let _ = writeln!(
+                out,
+                "The kernel cache started from an earlier run's ({} bytes, sha256 `{}`): \
+                 kernels it holds are neither compiled nor tuned again, so first steps are \
+                 warm, not cold.\n",
+                seed["bytes"],
+                seed["sha256"].as_str().unwrap_or("?")
+            );
+        }
     }
     out.push_str("| stage | status | seconds | budget (s) | log |\n|---|---|---|---|---|\n");
     for stage in &report.stages {
