@@ -268,12 +268,12 @@ macro_rules! cube_backend_tests {
             }
 
             #[test]
-            fn weighted_sum_kernels_and_plain_primitive_match_f64_sums() {
+            fn weighted_sum_and_total_kernels_and_plain_primitives_match_f64_sums() {
                 super::kernels::weighted_sums_match::<Cube>();
             }
 
             #[test]
-            fn the_operator_on_kernels_matches_the_reference_read_and_its_gradients() {
+            fn the_operator_on_kernels_matches_the_cpu_reference_read_and_its_gradients() {
                 super::kernels::operator_matches_the_reference_read::<Autodiff<Cube>>();
             }
         }

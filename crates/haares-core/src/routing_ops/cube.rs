@@ -26,11 +26,12 @@ const OTHER_BINDINGS: usize = 4;
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBackend
     for CubeBackend<R, F, I, BT>
 {
-    /// The reference path, until the kernels pass their checks on a GPU and are timed there: on an
-    /// H100 (CUDA) the weighted-sum kernel wrote CUDA's row-pitched outputs as if contiguous (fixed
-    /// since, and tested with a pitched output on wgpu, but not re-run on a GPU); lavapipe, a CPU
-    /// Vulkan, passes every check. `RoutingPath::Fused` still selects the kernels
-    /// (docs/benchmarks.md).
+    /// The reference path, until the kernels pass every check on a GPU and are timed there. On an
+    /// H200 (CUDA, 2026-11-27) both kernels and the whole models on both paths passed; the
+    /// operator check failed, most likely on the TF32 rounding of both reads' matrix products (the
+    /// kernels' `weighted_total` runs none now, and the check compares against a CPU reference);
+    /// neither change has run on a GPU, and no CUDA step has been timed. lavapipe, a CPU Vulkan, passes every check. `RoutingPath::Fused` still selects the
+    /// kernels (docs/benchmarks.md).
     fn auto_routing() -> RoutingPath {
         RoutingPath::Reference
     }
@@ -58,6 +59,16 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
             })
             .reduce(|sum, part| sum + part)
             .expect("a read has at least one slot")
+    }
+
+    /// The kernels' weighted sum summed over tokens: no matrix product, since CUDA rounds a
+    /// matrix product's f32 inputs to TF32 (`naive::weighted_total` runs one per slot), and the
+    /// query's gradient would carry that rounding into an otherwise f32 read.
+    fn weighted_total(slots: &[Tensor<Self, 2>], weights: Tensor<Self, 2>) -> Tensor<Self, 1> {
+        let d_model = slots[0].dims()[1];
+        Self::weighted_sum(slots, weights)
+            .sum_dim(0)
+            .reshape([d_model])
     }
 }
 
