@@ -34,9 +34,9 @@ fn random_on<B: Backend, const D: usize>(
 /// Checks both implementations against the same sum in f64 on the host: the kernel to f32
 /// rounding, the plain primitive loosely, since Burn may run its matrix products in TF32
 /// (CUDA). A layout bug in either shows as an error of the order of the scale.
-fn assert_both_right<B: Backend>(
-    kernel: Tensor<B, 2>,
-    plain: Tensor<B, 2>,
+fn assert_both_right<B: Backend, const D: usize>(
+    kernel: Tensor<B, D>,
+    plain: Tensor<B, D>,
     expected: Vec<f64>,
     what: String,
 ) {
