@@ -262,6 +262,29 @@ fn bad_arguments_are_refused_before_any_stage() {
     assert!(!out.exists(), "nothing ran");
 }
 
+fn gpu_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts/gpu")
+        .join(name)
+}
+
+/// Runs `scripts/gpu/<name>` on `bundle`'s tiny `facts` stage on NdArray, into `out`; its
+/// stderr, once it has succeeded.
+fn run_script(name: &str, bundle: &Path, out: &Path, kernel_cache: &Path) -> String {
+    let output = Command::new("bash")
+        .arg(gpu_script(name))
+        .arg(out)
+        .args(["facts", "--profile", "tiny"])
+        .env("HAARES_GPU_BUNDLE", bundle)
+        .env("HAARES_GPU_BACKEND", "ndarray")
+        .env("HAARES_KERNEL_CACHE", kernel_cache)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(output.status.success(), "{name}: {stderr}");
+    stderr
+}
+
 /// A bundle laid out as `build.sh` lays it out, from this build's binaries, in `dir/bundle`.
 fn packed_bundle(dir: &Path) -> PathBuf {
     let bundle = dir.join("bundle");
@@ -308,18 +331,7 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
         .unwrap();
     assert!(status.success());
     let out = dir.path().join("out");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gpu/run.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .arg(&out)
-        .args(["facts", "--profile", "tiny"])
-        .env("HAARES_GPU_BUNDLE", &bundle)
-        .env("HAARES_GPU_BACKEND", "ndarray")
-        .env("HAARES_KERNEL_CACHE", dir.path().join("kernels"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    let stderr = run_script("run.sh", &bundle, &out, &dir.path().join("kernels"));
     assert!(
         stderr.contains("bundle commit 0123456789abcdef"),
         "{stderr}"
@@ -386,18 +398,7 @@ fn the_overlapping_script_runs_portability_beside_the_stages() {
     let dir = tempfile::tempdir().unwrap();
     let bundle = packed_bundle(dir.path());
     let out = dir.path().join("out");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/gpu/overlap.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .arg(&out)
-        .args(["facts", "--profile", "tiny"])
-        .env("HAARES_GPU_BUNDLE", &bundle)
-        .env("HAARES_GPU_BACKEND", "ndarray")
-        .env("HAARES_KERNEL_CACHE", dir.path().join("kernels"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    let stderr = run_script("overlap.sh", &bundle, &out, &dir.path().join("kernels"));
     let beside = summary(&out.join("portability"));
     let main = summary(&out.join("check"));
     let names = |summary: &Value| -> Vec<String> {
@@ -411,7 +412,7 @@ fn the_overlapping_script_runs_portability_beside_the_stages() {
     assert_eq!(names(&beside), ["portability \"passed\""], "{stderr}");
     assert_eq!(names(&main), ["facts \"passed\""], "{stderr}");
     let refused = Command::new("bash")
-        .arg(&script)
+        .arg(gpu_script("overlap.sh"))
         .arg(dir.path().join("refused"))
         .arg("facts,portability")
         .env("HAARES_GPU_BUNDLE", &bundle)
