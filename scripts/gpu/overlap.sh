@@ -8,8 +8,8 @@
 #
 # Usage: bash scripts/gpu/overlap.sh OUT [STAGES] [more gpu-check options]
 #   STAGES as for run.sh, without portability (default: first-step,first-step-deep,cost,real-run)
-# OUT/portability/ and OUT/check/ then each hold what run.sh leaves in its OUT (7 files at most
-# with two kernel-cache parts: within the 8 a lent machine hands back).
+# OUT/portability/ and OUT/check/ then each hold what run.sh leaves in its OUT (8 files at most:
+# two beside, two and up to four kernel-cache parts here; a lent machine hands back 8).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:?usage: bash scripts/gpu/overlap.sh OUT [STAGES] [options]}"

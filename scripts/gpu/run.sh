@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU check on the GPU machine from the bundle that scripts/gpu/build.sh made; needs no
 # Rust toolchain and no network. Every stage has its own time budget. After each stage OUT holds a
-# few files, as a lent machine hands back at most 8: summary.md, summary.json, results.tar.gz (the
-# whole check folder: logs, reports, JSON) and kernel-cache.tar.gz.0, .1, … (CubeCL's compiled and
+# few files, as a lent machine hands back at most 8: summary.md, results.tar.gz (the whole check
+# folder: summary.json, logs, reports, JSON) and kernel-cache.tar.gz.0, .1, … (CubeCL's compiled and
 # tuned kernels, for the bundle of the next run; docs/benchmarks.md, "The GPU check").
 #
 # Usage: bash scripts/gpu/run.sh OUT [STAGES] [more haares-bench gpu-check options]

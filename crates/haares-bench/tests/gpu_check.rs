@@ -76,6 +76,22 @@ fn summary(out: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
 }
 
+/// `summary.json` from the `results.tar.gz` a script packed into `out`.
+fn packed_summary(out: &Path) -> Value {
+    let output = Command::new("tar")
+        .arg("-xzOf")
+        .arg(out.join("results.tar.gz"))
+        .arg("./summary.json")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "no summary.json in {}",
+        out.display()
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
 #[test]
 fn the_tiny_check_runs_every_stage_and_reports_each() {
     let dir = tempfile::tempdir().unwrap();
@@ -336,7 +352,7 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
         stderr.contains("bundle commit 0123456789abcdef"),
         "{stderr}"
     );
-    let summary = summary(&out);
+    let summary = packed_summary(&out);
     assert_eq!(summary["stages"][0]["status"], "passed");
     assert_eq!(summary["manifest"]["commit"], "0123456789abcdef");
     // The kernel cache the stages use is the one the environment names.
@@ -364,12 +380,7 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
     handed_back.sort();
     assert_eq!(
         handed_back,
-        [
-            "kernel-cache.tar.gz.0",
-            "results.tar.gz",
-            "summary.json",
-            "summary.md"
-        ]
+        ["kernel-cache.tar.gz.0", "results.tar.gz", "summary.md"]
     );
     let listing = |archive: &Path| {
         let output = Command::new("tar")
@@ -381,7 +392,12 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
         String::from_utf8(output.stdout).unwrap()
     };
     let results = listing(&out.join("results.tar.gz"));
-    for name in ["./facts.log", "./manifest.json", "./summary.md"] {
+    for name in [
+        "./facts.log",
+        "./manifest.json",
+        "./summary.md",
+        "./summary.json",
+    ] {
         assert!(
             results.lines().any(|l| l == name),
             "{name} not in {results}"
@@ -399,8 +415,14 @@ fn the_overlapping_script_runs_portability_beside_the_stages() {
     let bundle = packed_bundle(dir.path());
     let out = dir.path().join("out");
     let stderr = run_script("overlap.sh", &bundle, &out, &dir.path().join("kernels"));
-    let beside = summary(&out.join("portability"));
-    let main = summary(&out.join("check"));
+    let handed_back = |folder: &str| std::fs::read_dir(out.join(folder)).unwrap().count();
+    assert_eq!(
+        (handed_back("portability"), handed_back("check")),
+        (2, 2),
+        "summary.md and results.tar.gz each, no kernel cache on NdArray"
+    );
+    let beside = packed_summary(&out.join("portability"));
+    let main = packed_summary(&out.join("check"));
     let names = |summary: &Value| -> Vec<String> {
         summary["stages"]
             .as_array()
