@@ -284,8 +284,8 @@ fn gpu_script(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Runs `scripts/gpu/<name>` on `bundle`'s tiny `facts` stage on NdArray, into `out`; its
-/// stderr, once it has succeeded.
+/// Runs `scripts/gpu/<name>` on `bundle`'s tiny `facts` stage on NdArray, into `out`; what it
+/// printed, once it has succeeded.
 fn run_script(name: &str, bundle: &Path, out: &Path, kernel_cache: &Path) -> String {
     let output = Command::new("bash")
         .arg(gpu_script(name))
@@ -296,9 +296,10 @@ fn run_script(name: &str, bundle: &Path, out: &Path, kernel_cache: &Path) -> Str
         .env("HAARES_KERNEL_CACHE", kernel_cache)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
-    assert!(output.status.success(), "{name}: {stderr}");
-    stderr
+    let printed = String::from_utf8_lossy(&output.stdout).to_string()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{name}: {printed}");
+    printed
 }
 
 /// A bundle laid out as `build.sh` lays it out, from this build's binaries, in `dir/bundle`.
@@ -347,11 +348,14 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
         .unwrap();
     assert!(status.success());
     let out = dir.path().join("out");
-    let stderr = run_script("run.sh", &bundle, &out, &dir.path().join("kernels"));
+    let printed = run_script("run.sh", &bundle, &out, &dir.path().join("kernels"));
     assert!(
-        stderr.contains("bundle commit 0123456789abcdef"),
-        "{stderr}"
+        printed.contains("bundle commit 0123456789abcdef"),
+        "{printed}"
     );
+    // The closing line points at the summary that is handed back, not the check's own folder.
+    let handed_back_summary = format!("every stage passed; {}", out.join("summary.md").display());
+    assert!(printed.contains(&handed_back_summary), "{printed}");
     let summary = packed_summary(&out);
     assert_eq!(summary["stages"][0]["status"], "passed");
     assert_eq!(summary["manifest"]["commit"], "0123456789abcdef");
@@ -414,7 +418,7 @@ fn the_overlapping_script_runs_portability_beside_the_stages() {
     let dir = tempfile::tempdir().unwrap();
     let bundle = packed_bundle(dir.path());
     let out = dir.path().join("out");
-    let stderr = run_script("overlap.sh", &bundle, &out, &dir.path().join("kernels"));
+    let printed = run_script("overlap.sh", &bundle, &out, &dir.path().join("kernels"));
     let handed_back = |folder: &str| std::fs::read_dir(out.join(folder)).unwrap().count();
     assert_eq!(
         (handed_back("portability"), handed_back("check")),
@@ -431,8 +435,8 @@ fn the_overlapping_script_runs_portability_beside_the_stages() {
             .map(|s| format!("{} {}", s["name"].as_str().unwrap(), s["status"]))
             .collect()
     };
-    assert_eq!(names(&beside), ["portability \"passed\""], "{stderr}");
-    assert_eq!(names(&main), ["facts \"passed\""], "{stderr}");
+    assert_eq!(names(&beside), ["portability \"passed\""], "{printed}");
+    assert_eq!(names(&main), ["facts \"passed\""], "{printed}");
     let refused = Command::new("bash")
         .arg(gpu_script("overlap.sh"))
         .arg(dir.path().join("refused"))

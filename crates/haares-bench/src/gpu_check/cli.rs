@@ -102,7 +102,11 @@ impl GpuCheckArgs {
 pub fn gpu_check(args: GpuCheckArgs) -> Result<String, String> {
     let spec = args.spec()?;
     let report = run_check(&spec)?;
-    let summary = spec.out.join("summary.md");
+    let summary = spec
+        .pack_into
+        .as_ref()
+        .unwrap_or(&spec.out)
+        .join("summary.md");
     if report.passed() {
         Ok(format!("every stage passed; {}\n", summary.display()))
     } else {
