@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the GPU check's bundle here (no GPU needed; CUDA is loaded at run time):
 #   .gpu/bin/haares-bench.gz, .gpu/bin/haares-train.gz, .gpu/bin/portability.gz  (stripped, gzip)
+#   .gpu/bin/haares-bench-untuned.gz  (haares-bench without CubeCL autotuning, for run.sh's
+#                                      HAARES_GPU_UNTUNED=1)
 #   .gpu/manifest.json  (commit, uncommitted changes, build date, toolchain, feature, sizes, sha256)
 # Send `.gpu` with the device tool's `carry` and run scripts/gpu/run.sh there (docs/benchmarks.md,
 # "The GPU check").
@@ -27,11 +29,12 @@ trap 'rm -rf "$staging"' EXIT
 mkdir -p "$staging/bin"
 # Strips and packs what one cargo command built, at once: another build into the same target
 # directory (a `cargo test` without the feature) would overwrite the uplifted binaries later.
+# PACK_SUFFIX names a variant (`-untuned`).
 pack() {
     local exe name
     for exe in "$@"; do
         case "$(basename "$exe")" in
-            haares-bench | haares-train) name="$(basename "$exe")" ;;
+            haares-bench | haares-train) name="$(basename "$exe")${PACK_SUFFIX:-}" ;;
             portability-*) name=portability ;;
             *) continue ;;
         esac
@@ -44,11 +47,17 @@ echo "building haares-bench and haares-train with --features $feature ..." >&2
 built="$(cargo build --message-format=json-render-diagnostics -p haares-bench -p haares-train \
     --features "haares-bench/$feature,haares-train/$feature" | executables)"
 pack $built
-echo "building the core's portability test with --features $feature ..." >&2
+echo "building the core's portability test with --features $feature,autotune ..." >&2
 built="$(cargo test --no-run --message-format=json-render-diagnostics -p haares-core \
-    --features "$feature" --test portability | executables)"
+    --features "$feature,autotune" --test portability | executables)"
 pack $built
-for name in haares-bench haares-train portability; do
+# The same bench without the `autotune` feature: one kernel per matrix-product shape instead of
+# every candidate compiled and timed (docs/benchmarks.md, "A GPU build without autotuning").
+echo "building haares-bench without autotuning ..." >&2
+built="$(cargo build --message-format=json-render-diagnostics -p haares-bench \
+    --no-default-features --features "ndarray,flex,$feature" | executables)"
+PACK_SUFFIX=-untuned pack $built
+for name in haares-bench haares-train portability haares-bench-untuned; do
     if [ ! -f "$staging/bin/$name.gz" ]; then
         echo "error: cargo built no \`$name\` executable" >&2
         exit 1

@@ -12,7 +12,10 @@
 #             facts,portability,first-step,first-step-deep  then  cost,real-run)
 # Environment: HAARES_GPU_BUNDLE (default .gpu), HAARES_GPU_BACKEND (default cuda),
 #              HAARES_KERNEL_CACHE (CubeCL's compiled-kernel and autotune caches; default
-#              ~/.cache/haares/kernels, seeded from the bundle's kernel-cache.tar.gz if it has one).
+#              ~/.cache/haares/kernels, seeded from the bundle's kernel-cache.tar.gz if it has one),
+#              HAARES_GPU_UNTUNED=1 (the check and its first-step and cost workers run the bundle's
+#              haares-bench-untuned, built without CubeCL autotuning; the real run still trains
+#              with the autotuned haares-train).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:?usage: bash scripts/gpu/run.sh OUT [STAGES] [options]}"
@@ -50,7 +53,17 @@ mkdir -p "$raw"
 cp "$bundle/manifest.json" "$raw/manifest.json"
 # The portability test finds nothing relative to its working directory; the others write in the
 # check's folder.
+bench="$bin/haares-bench"
+if [ "${HAARES_GPU_UNTUNED:-0}" = 1 ]; then
+    bench="$bin/haares-bench-untuned"
+    if [ ! -x "$bench" ]; then
+        echo "error: HAARES_GPU_UNTUNED=1, but the bundle has no haares-bench-untuned: rebuild it" \
+            "with scripts/gpu/build.sh" >&2
+        exit 2
+    fi
+fi
+echo "running $(basename "$bench")" >&2
 cd "$root"
-"$bin/haares-bench" gpu-check --backend "${HAARES_GPU_BACKEND:-cuda}" --out "$raw" --pack "$out" \
+"$bench" gpu-check --backend "${HAARES_GPU_BACKEND:-cuda}" --out "$raw" --pack "$out" \
     --train-bin "$bin/haares-train" --portability-bin "$bin/portability" \
     --manifest "$bundle/manifest.json" "${stages[@]}" "$@"

@@ -110,11 +110,17 @@ pub fn first_step_table(run: &FirstStepRun) -> String {
          process. Seconds; each phase ends with a device sync. \"Excess\" is the first step \
          minus the median later step: compilation, autotuning and first allocations. Kernels: \
          compiled / autotune keys benchmarked by this process (a shared-cache hit counts as \
-         neither).\n\n\
+         neither). {}.\n\n\
          | method | L | backend start | model init | forward | backward | update | first step | \
          later step | excess | kernels at init | kernels in step 1 (fwd + bwd + upd) | autotuned in step 1 | kernels after step 1 |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-        spec.backend, spec.family, spec.blocks, spec.batch, spec.seq, spec.steps
+        spec.backend,
+        spec.family,
+        spec.blocks,
+        spec.batch,
+        spec.seq,
+        spec.steps,
+        haares_train::backend::autotune_text(haares_train::backend::AUTOTUNE)
     );
     for (layers, sample) in &run.samples {
         let Some(a) = &sample.anatomy else { continue };

@@ -1,52 +1,17 @@
 //! The GPU check's stage runner, run for real at the `tiny` profile on NdArray: every stage, the
-//! summary after each, budgets that cut a stage short, bad arguments, and the GPU-side script.
+//! summary after each, budgets that cut a stage short, bad arguments (the GPU-side scripts:
+//! `gpu_scripts.rs`).
 //!
 //! It needs the `haares-train` binary and the core's `portability` test binary from the same
 //! build; `cargo test --workspace` (the README's test command) builds both before any test runs.
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use common::bench;
+use common::gpu::{portability_bin, train_bin};
 use serde_json::Value;
-
-fn target_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_haares-bench"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn train_bin() -> PathBuf {
-    let path = target_dir().join("haares-train");
-    assert!(
-        path.is_file(),
-        "no `{}`: run `cargo test --workspace`, which builds it",
-        path.display()
-    );
-    path
-}
-
-/// The most recently built `portability-<hash>` test executable.
-fn portability_bin() -> PathBuf {
-    let deps = target_dir().join("deps");
-    std::fs::read_dir(&deps)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy();
-            name.starts_with("portability-") && p.extension().is_none()
-        })
-        .max_by_key(|p| p.metadata().and_then(|m| m.modified()).ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "no portability test in `{}`: run `cargo test --workspace`, which builds it",
-                deps.display()
-            )
-        })
-}
 
 fn check(out: &Path, extra: &[&str]) -> (bool, String, String) {
     check_with(out, &portability_bin(), extra)
@@ -74,22 +39,6 @@ fn check_with(out: &Path, portability: &Path, extra: &[&str]) -> (bool, String, 
 
 fn summary(out: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
-}
-
-/// `summary.json` from the `results.tar.gz` a script packed into `out`.
-fn packed_summary(out: &Path) -> Value {
-    let output = Command::new("tar")
-        .arg("-xzOf")
-        .arg(out.join("results.tar.gz"))
-        .arg("./summary.json")
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "no summary.json in {}",
-        out.display()
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 #[test]
@@ -276,173 +225,4 @@ fn bad_arguments_are_refused_before_any_stage() {
         "{stderr}"
     );
     assert!(!out.exists(), "nothing ran");
-}
-
-fn gpu_script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scripts/gpu")
-        .join(name)
-}
-
-/// Runs `scripts/gpu/<name>` on `bundle`'s tiny `facts` stage on NdArray, into `out`; what it
-/// printed, once it has succeeded.
-fn run_script(name: &str, bundle: &Path, out: &Path, kernel_cache: &Path) -> String {
-    let output = Command::new("bash")
-        .arg(gpu_script(name))
-        .arg(out)
-        .args(["facts", "--profile", "tiny"])
-        .env("HAARES_GPU_BUNDLE", bundle)
-        .env("HAARES_GPU_BACKEND", "ndarray")
-        .env("HAARES_KERNEL_CACHE", kernel_cache)
-        .output()
-        .unwrap();
-    let printed = String::from_utf8_lossy(&output.stdout).to_string()
-        + &String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{name}: {printed}");
-    printed
-}
-
-/// A bundle laid out as `build.sh` lays it out, from this build's binaries, in `dir/bundle`.
-fn packed_bundle(dir: &Path) -> PathBuf {
-    let bundle = dir.join("bundle");
-    std::fs::create_dir_all(bundle.join("bin")).unwrap();
-    for (name, path) in [
-        (
-            "haares-bench",
-            PathBuf::from(env!("CARGO_BIN_EXE_haares-bench")),
-        ),
-        ("haares-train", train_bin()),
-        ("portability", portability_bin()),
-    ] {
-        let packed = std::fs::File::create(bundle.join("bin").join(format!("{name}.gz"))).unwrap();
-        let status = Command::new("gzip")
-            .args(["-1", "-c"])
-            .arg(&path)
-            .stdout(packed)
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    let manifest = r#"{"commit": "0123456789abcdef", "dirty": false, "built": "today", "rustc": "rustc",
-            "kernel_cache_seed": {"bytes": 123, "sha256": "5eed"}}"#;
-    std::fs::write(bundle.join("manifest.json"), manifest).unwrap();
-    bundle
-}
-
-/// `scripts/gpu/run.sh` unpacks a bundle laid out as `build.sh` lays it out and runs the check.
-#[test]
-fn the_gpu_side_script_runs_the_check_from_a_bundle() {
-    let dir = tempfile::tempdir().unwrap();
-    let bundle = packed_bundle(dir.path());
-    // A kernel cache handed back by an earlier run, as build.sh puts it into a bundle.
-    let seed = dir.path().join("seed");
-    std::fs::create_dir_all(seed.join("ptx")).unwrap();
-    std::fs::write(seed.join("ptx/entry"), b"compiled before").unwrap();
-    let status = Command::new("tar")
-        .arg("-czf")
-        .arg(bundle.join("kernel-cache.tar.gz"))
-        .arg("-C")
-        .arg(&seed)
-        .arg(".")
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let out = dir.path().join("out");
-    let printed = run_script("run.sh", &bundle, &out, &dir.path().join("kernels"));
-    assert!(
-        printed.contains("bundle commit 0123456789abcdef"),
-        "{printed}"
-    );
-    // The closing line points at the summary that is handed back, not the check's own folder.
-    let handed_back_summary = format!("every stage passed; {}", out.join("summary.md").display());
-    assert!(printed.contains(&handed_back_summary), "{printed}");
-    let summary = packed_summary(&out);
-    assert_eq!(summary["stages"][0]["status"], "passed");
-    assert_eq!(summary["manifest"]["commit"], "0123456789abcdef");
-    // The kernel cache the stages use is the one the environment names.
-    let cache = dir.path().join("kernels");
-    assert_eq!(
-        summary["stages"][0]["results"]["kernel_cache"],
-        cache.to_str().unwrap()
-    );
-    let markdown = std::fs::read_to_string(out.join("summary.md")).unwrap();
-    assert!(
-        markdown.contains("Bundle built from commit `0123456789abcdef`")
-            && markdown.contains("started from an earlier run's (123 bytes, sha256 `5eed`)"),
-        "{markdown}"
-    );
-    // The seed went into the cache before the stages ran ...
-    assert_eq!(
-        std::fs::read(cache.join("ptx/entry")).unwrap(),
-        b"compiled before"
-    );
-    // ... and OUT holds only the few files a lent machine hands back (at most 8).
-    let mut handed_back: Vec<String> = std::fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    handed_back.sort();
-    assert_eq!(
-        handed_back,
-        ["kernel-cache.tar.gz.0", "results.tar.gz", "summary.md"]
-    );
-    let listing = |archive: &Path| {
-        let output = Command::new("tar")
-            .arg("-tzf")
-            .arg(archive)
-            .output()
-            .unwrap();
-        assert!(output.status.success());
-        String::from_utf8(output.stdout).unwrap()
-    };
-    let results = listing(&out.join("results.tar.gz"));
-    for name in [
-        "./facts.log",
-        "./manifest.json",
-        "./summary.md",
-        "./summary.json",
-    ] {
-        assert!(
-            results.lines().any(|l| l == name),
-            "{name} not in {results}"
-        );
-    }
-    let kernels = listing(&out.join("kernel-cache.tar.gz.0"));
-    assert!(kernels.lines().any(|l| l == "./ptx/entry"), "{kernels}");
-}
-
-/// `scripts/gpu/overlap.sh` runs the portability stage beside the others, each handing back its
-/// own few files.
-#[test]
-fn the_overlapping_script_runs_portability_beside_the_stages() {
-    let dir = tempfile::tempdir().unwrap();
-    let bundle = packed_bundle(dir.path());
-    let out = dir.path().join("out");
-    let printed = run_script("overlap.sh", &bundle, &out, &dir.path().join("kernels"));
-    let handed_back = |folder: &str| std::fs::read_dir(out.join(folder)).unwrap().count();
-    assert_eq!(
-        (handed_back("portability"), handed_back("check")),
-        (2, 2),
-        "summary.md and results.tar.gz each, no kernel cache on NdArray"
-    );
-    let beside = packed_summary(&out.join("portability"));
-    let main = packed_summary(&out.join("check"));
-    let names = |summary: &Value| -> Vec<String> {
-        summary["stages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| format!("{} {}", s["name"].as_str().unwrap(), s["status"]))
-            .collect()
-    };
-    assert_eq!(names(&beside), ["portability \"passed\""], "{printed}");
-    assert_eq!(names(&main), ["facts \"passed\""], "{printed}");
-    let refused = Command::new("bash")
-        .arg(gpu_script("overlap.sh"))
-        .arg(dir.path().join("refused"))
-        .arg("facts,portability")
-        .env("HAARES_GPU_BUNDLE", &bundle)
-        .output()
-        .unwrap();
-    assert_eq!(refused.status.code(), Some(2));
 }

@@ -77,6 +77,21 @@ impl FromStr for BackendKind {
     }
 }
 
+/// Whether CubeCL autotunes matrix products and reductions on the cube backends in this build
+/// (feature `autotune`, on by default as in Burn). Without it each new shape compiles one kernel,
+/// chosen by a fixed rule, instead of benchmarking every candidate (docs/benchmarks.md, "A GPU
+/// build without autotuning"); reports say which build measured them.
+pub const AUTOTUNE: bool = cfg!(feature = "autotune");
+
+/// How reports name a build's [`AUTOTUNE`].
+pub fn autotune_text(autotune: bool) -> &'static str {
+    if autotune {
+        "CubeCL autotuning on (Burn's default)"
+    } else {
+        "CubeCL autotuning off (built without the `autotune` feature)"
+    }
+}
+
 /// wgpu as the runners use it: Burn's cube backend without kernel fusion. Burn 0.21's fused
 /// kernels gave wrong logits in the portability tests (docs/deviations.md); unfused, wgpu matches
 /// the f64 reference to f32 rounding.

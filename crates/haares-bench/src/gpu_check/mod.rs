@@ -92,6 +92,9 @@ pub struct CheckReport {
     pub started_unix_s: u64,
     /// The bundle's manifest, if given.
     pub manifest: Option<serde_json::Value>,
+    /// Whether the binary running the check (and its workers) autotunes CubeCL kernels.
+    #[serde(default)]
+    pub autotune: bool,
     /// Finished stages, in order.
     pub stages: Vec<StageRecord>,
 }
@@ -164,6 +167,7 @@ pub fn run_check(spec: &CheckSpec) -> Result<CheckReport, String> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         manifest,
+        autotune: haares_train::backend::AUTOTUNE,
         stages: Vec::new(),
     };
     let chosen: Vec<&str> = STAGES
@@ -252,6 +256,11 @@ pub fn summary_markdown(report: &CheckReport) -> String {
             );
         }
     }
+    let _ = writeln!(
+        out,
+        "This binary and its workers run with {}.\n",
+        haares_train::backend::autotune_text(report.autotune)
+    );
     out.push_str("| stage | status | seconds | budget (s) | log |\n|---|---|---|---|---|\n");
     for stage in &report.stages {
         let _ = writeln!(

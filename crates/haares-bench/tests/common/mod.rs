@@ -3,6 +3,7 @@
 use std::process::Command;
 
 /// `(success, stdout, stderr)` of `haares-bench args…`.
+#[allow(dead_code)] // gpu_scripts.rs runs the bench through the scripts only
 pub fn bench(args: &[&str]) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_haares-bench"))
         .args(args)
@@ -54,3 +55,4 @@ pub const TINY_ORDER: [&str; 6] = [
     "block-attnres",
     "standard",
 ];
+pub mod gpu;
