@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::cost::report::method_with_path;
 use crate::cost::worker::TrainSample;
 use crate::cost::{CostSpec, write_atomically_both};
+use crate::kernel_events::KernelTally;
 
 /// What `first-step` measures.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -171,7 +172,7 @@ fn depth_growth(run: &FirstStepRun) -> String {
     );
     let mut any = false;
     for method in &run.spec.methods {
-        let by_depth: Vec<(usize, crate::kernel_events::KernelTally)> = run
+        let by_depth: Vec<(usize, KernelTally)> = run
             .samples
             .iter()
             .filter(|(_, s)| &s.method == method)
@@ -180,45 +181,112 @@ fn depth_growth(run: &FirstStepRun) -> String {
                 Some((*l, k.first_step_total()))
             })
             .collect();
-        let (Some(shallow), Some(deep)) = (
-            by_depth.iter().min_by_key(|(l, _)| *l),
-            by_depth.iter().max_by_key(|(l, _)| *l),
-        ) else {
+        if by_depth.is_empty() {
             continue;
-        };
+        }
         any = true;
         let counts: Vec<String> = by_depth
             .iter()
             .map(|(l, t)| format!("{} ({} autotuned) at L = {l}", t.compiled, t.autotuned))
             .collect();
-        // Tuning a key compiles its candidate kernels too, so more tuning also counts as growth.
-        let grows = deep.1.compiled > shallow.1.compiled || deep.1.autotuned > shallow.1.autotuned;
-        let verdict = if grows {
-            let grown: Vec<String> = deep
-                .1
-                .compiled_by_name
-                .iter()
-                .filter(|(name, n)| {
-                    **n > shallow.1.compiled_by_name.get(*name).copied().unwrap_or(0)
-                })
-                .map(|(name, n)| {
-                    let before = shallow.1.compiled_by_name.get(name).copied().unwrap_or(0);
-                    format!("{name} {before} → {n}")
-                })
-                .collect();
-            format!("**grows with depth** ({})", grown.join(", "))
-        } else {
-            "does not grow with depth".into()
-        };
         let _ = writeln!(
             out,
-            "- {}: {}: {verdict}",
+            "- {}: {}: {}",
             method_with_path(method),
-            counts.join(", ")
+            counts.join(", "),
+            growth_verdict(&by_depth)
         );
     }
     if !any {
         out.push_str("- no kernel counts: this backend runs no CubeCL kernels (CPU)\n");
     }
     out
+}
+
+/// Whether a step's kernels grow with depth, each depth against the next shallower one, naming
+/// the kernels that grew. Pairwise, so that a shallow model that lacks some block shapes (two
+/// layers with four blocks: one sublayer per block) is told apart from growth that goes on.
+fn growth_verdict(by_depth: &[(usize, KernelTally)]) -> String {
+    let mut sorted: Vec<&(usize, KernelTally)> = by_depth.iter().collect();
+    sorted.sort_by_key(|(layers, _)| *layers);
+    let (mut grew, mut flat) = (Vec::new(), Vec::new());
+    for pair in sorted.windows(2) {
+        let ((shallow, fewer), (deep, more)) = (pair[0], pair[1]);
+        // Tuning a key compiles its candidate kernels too, so more tuning also counts as growth.
+        if more.compiled > fewer.compiled || more.autotuned > fewer.autotuned {
+            let mut grown: Vec<String> = more
+                .compiled_by_name
+                .iter()
+                .filter_map(|(name, &n)| {
+                    let before = fewer.compiled_by_name.get(name).copied().unwrap_or(0);
+                    (n > before).then(|| format!("{name} {before} → {n}"))
+                })
+                .collect();
+            if more.autotuned > fewer.autotuned {
+                grown.push(format!(
+                    "autotune keys {} → {}",
+                    fewer.autotuned, more.autotuned
+                ));
+            }
+            grew.push(format!(
+                "from L = {shallow} to {deep} ({})",
+                grown.join(", ")
+            ));
+        } else {
+            flat.push(format!("{shallow} to {deep}"));
+        }
+    }
+    match (grew.is_empty(), flat.is_empty()) {
+        (true, _) => "does not grow with depth".into(),
+        (false, true) => format!("**grows with depth**: {}", grew.join("; ")),
+        (false, false) => format!(
+            "**grows with depth**: {}; not from L = {}",
+            grew.join("; "),
+            flat.join(", ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tally(compiled: &[(&str, usize)], autotuned: usize) -> KernelTally {
+        KernelTally {
+            compiled: compiled.iter().map(|(_, n)| n).sum(),
+            autotuned,
+            compiled_by_name: compiled.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
+            autotune_keys: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_same_kernels_at_every_depth_do_not_grow() {
+        let same = tally(&[("Binop", 40), ("Matmul", 13)], 0);
+        let by_depth = [(48, same.clone()), (2, same.clone()), (12, same)];
+        assert_eq!(growth_verdict(&by_depth), "does not grow with depth");
+    }
+
+    #[test]
+    fn growth_is_named_by_the_depths_and_kernels_it_happens_between() {
+        let shallow = tally(&[("Binop", 40), ("Matmul", 13)], 0);
+        let deep = tally(&[("Binop", 41), ("Matmul", 13)], 0);
+        // Given out of order: the verdict sorts by depth.
+        let by_depth = [(12, deep.clone()), (2, shallow), (48, deep)];
+        assert_eq!(
+            growth_verdict(&by_depth),
+            "**grows with depth**: from L = 2 to 12 (Binop 40 → 41); not from L = 12 to 48"
+        );
+        // Growth at every step counts, and so does more autotuning with the same kernels.
+        let ladder = [
+            (2, tally(&[("Binop", 40)], 0)),
+            (12, tally(&[("Binop", 41), ("Matmul", 13)], 0)),
+            (48, tally(&[("Binop", 41), ("Matmul", 13)], 2)),
+        ];
+        assert_eq!(
+            growth_verdict(&ladder),
+            "**grows with depth**: from L = 2 to 12 (Binop 40 → 41, Matmul 0 → 13); \
+             from L = 12 to 48 (autotune keys 0 → 2)"
+        );
+    }
 }

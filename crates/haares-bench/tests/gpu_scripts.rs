@@ -210,7 +210,10 @@ fn the_untuned_bench_runs_the_check_when_asked() {
     let untuned = [("HAARES_GPU_UNTUNED", "1")];
     let (ok, printed) = try_script("run.sh", &bundle, &dir.path().join("a"), &cache, &untuned);
     assert!(!ok, "{printed}");
-    assert!(printed.contains("the bundle has no haares-bench-untuned"), "{printed}");
+    assert!(
+        printed.contains("the bundle has no haares-bench-untuned"),
+        "{printed}"
+    );
 
     // A stand-in that says it ran, then runs this build's bench (which cannot be built without
     // its `autotune` feature inside a test).
