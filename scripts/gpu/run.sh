@@ -51,8 +51,6 @@ fi
 raw="$(mktemp -d)/check"
 mkdir -p "$raw"
 cp "$bundle/manifest.json" "$raw/manifest.json"
-# The portability test finds nothing relative to its working directory; the others write in the
-# check's folder.
 bench="$bin/haares-bench"
 if [ "${HAARES_GPU_UNTUNED:-0}" = 1 ]; then
     bench="$bin/haares-bench-untuned"
@@ -63,6 +61,8 @@ if [ "${HAARES_GPU_UNTUNED:-0}" = 1 ]; then
     fi
 fi
 echo "running $(basename "$bench")" >&2
+# The portability test finds nothing relative to its working directory; the others write in the
+# check's folder.
 cd "$root"
 "$bench" gpu-check --backend "${HAARES_GPU_BACKEND:-cuda}" --out "$raw" --pack "$out" \
     --train-bin "$bin/haares-train" --portability-bin "$bin/portability" \

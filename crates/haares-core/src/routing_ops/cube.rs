@@ -30,8 +30,8 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
     /// H200 (CUDA, 2026-11-27) both kernels and the whole models on both paths passed; the
     /// operator check failed, most likely on the TF32 rounding of both reads' matrix products (the
     /// kernels' `weighted_total` runs none now, and the check compares against a CPU reference);
-    /// neither change has run on a GPU, and no CUDA step has been timed. lavapipe, a CPU Vulkan, passes every check. `RoutingPath::Fused` still selects the
-    /// kernels (docs/benchmarks.md).
+    /// neither change has run on a GPU, and no CUDA step has been timed. lavapipe, a CPU Vulkan,
+    /// passes every check. `RoutingPath::Fused` still selects the kernels (docs/benchmarks.md).
     fn auto_routing() -> RoutingPath {
         RoutingPath::Reference
     }
