@@ -7,7 +7,7 @@ use burn::nn::Linear;
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::activation_ops::ActivationBackend;
-use crate::mlp::linear_no_bias;
+use crate::mlp::{linear_no_bias, project};
 use crate::rope::RotaryTable;
 
 /// Configuration of a [`CausalSelfAttention`].
@@ -64,9 +64,7 @@ impl<B: ActivationBackend> CausalSelfAttention<B> {
         // RoPE runs on each projection's own `[batch, seq, heads, d_h]` layout, which is
         // contiguous; only then are the heads moved in front of the positions.
         let heads = |projection: &Linear<B>| {
-            projection
-                .forward(x.clone())
-                .reshape([batch, seq, self.n_heads, head_dim])
+            project(projection, x.clone()).reshape([batch, seq, self.n_heads, head_dim])
         };
         let query = rope.apply(heads(&self.wq).mul_scalar(1.0 / (head_dim as f64).sqrt()));
         let key = rope.apply(heads(&self.wk));
@@ -75,8 +73,10 @@ impl<B: ActivationBackend> CausalSelfAttention<B> {
             B::swap_heads(key),
             B::swap_heads(heads(&self.wv)),
         );
-        self.wo
-            .forward(B::swap_heads(context).reshape([batch, seq, d_model]))
+        project(
+            &self.wo,
+            B::swap_heads(context).reshape([batch, seq, d_model]),
+        )
     }
 }
 
@@ -96,5 +96,6 @@ pub fn causal_attention<B: ActivationBackend>(
     key: Tensor<B, 4>,
     value: Tensor<B, 4>,
 ) -> Tensor<B, 4> {
-    B::causal_softmax(query.matmul(key.swap_dims(2, 3))).matmul(value)
+    let probabilities = B::causal_softmax(B::matmul(query, key.swap_dims(2, 3)));
+    B::matmul(probabilities, value)
 }

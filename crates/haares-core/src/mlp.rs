@@ -44,6 +44,24 @@ pub(crate) fn linear_no_bias<B: Backend>(
         .init(device)
 }
 
+/// `x W (+ b)` by `layer`, as one `[batch·seq, d_in] · [d_in, d_out]` product
+/// ([`ActivationBackend::matmul`]).
+///
+/// # Shapes
+/// - x: `[batch, seq, d_in]`
+/// - output: `[batch, seq, d_out]`
+pub fn project<B: ActivationBackend>(layer: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let [batch, seq, d_in] = x.dims();
+    let weight = layer.weight.val();
+    let d_out = weight.dims()[1];
+    let product = B::matmul(x.reshape([batch * seq, d_in]), weight);
+    let output = match &layer.bias {
+        Some(bias) => product + bias.val().unsqueeze::<2>(),
+        None => product,
+    };
+    output.reshape([batch, seq, d_out])
+}
+
 /// `SiLU(x) = x·σ(x)`, with σ from [`sigmoid`].
 pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     x.clone() * sigmoid(x)
@@ -82,7 +100,7 @@ impl<B: ActivationBackend> SwiGluMlp<B> {
     /// - x: `[batch, seq, d]`
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let gated = B::swiglu(self.w_gate.forward(x.clone()), self.w_up.forward(x));
-        self.w_down.forward(gated)
+        let gated = B::swiglu(project(&self.w_gate, x.clone()), project(&self.w_up, x));
+        project(&self.w_down, gated)
     }
 }

@@ -348,9 +348,7 @@ impl<B: RoutingBackend> HaaresModel<B> {
         let [batch, seq, d_model] = hidden.dims();
         let weight = self.embed.weight.val();
         let vocab = weight.dims()[0];
-        hidden
-            .reshape([batch * seq, d_model])
-            .matmul(weight.transpose())
+        B::matmul(hidden.reshape([batch * seq, d_model]), weight.transpose())
             .reshape([batch, seq, vocab])
     }
 }

@@ -8,6 +8,8 @@
 use burn::module::Module;
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 
+use crate::activation_ops::ActivationBackend;
+
 /// Cached cosines and sines of every position and frequency, and the pair rotation (constants,
 /// not parameters).
 #[derive(Module, Debug)]
@@ -57,7 +59,9 @@ impl<B: Backend> RotaryTable<B> {
             quarter_turn: Tensor::from_data(TensorData::new(turn, [head_dim, head_dim]), device),
         }
     }
+}
 
+impl<B: ActivationBackend> RotaryTable<B> {
     /// Rotates each interleaved pair `(x_{2i}, x_{2i+1})` by the angle of its position:
     /// `x ⊙ cos + (x P) ⊙ sin`, where `x P` turns every pair a quarter turn. Every operand is
     /// contiguous and `x P` is one small matrix product, where slicing the pairs apart would
@@ -71,11 +75,8 @@ impl<B: Backend> RotaryTable<B> {
         let [batch, seq, heads, head_dim] = x.dims();
         let row = seq * heads * head_dim;
         let at_positions = |table: &Tensor<B, 2>| table.clone().narrow(0, 0, seq).reshape([1, row]);
-        let turned = x
-            .clone()
-            .reshape([batch * seq * heads, head_dim])
-            .matmul(self.quarter_turn.clone())
-            .reshape([batch, row]);
+        let pairs = x.clone().reshape([batch * seq * heads, head_dim]);
+        let turned = B::matmul(pairs, self.quarter_turn.clone()).reshape([batch, row]);
         let rotated =
             x.reshape([batch, row]) * at_positions(&self.cos) + turned * at_positions(&self.sin);
         rotated.reshape([batch, seq, heads, head_dim])

@@ -1,5 +1,6 @@
 //! The fused activations on Burn's autodiff backend: each operation is one graph node whose
-//! backward pass is the inner backend's `*_backward` primitive.
+//! backward pass is the inner backend's `*_backward` primitive (the matrix product's: two more
+//! products).
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -30,6 +31,16 @@ impl<B: ActivationBackend, C: CheckpointStrategy> ActivationBackend for Autodiff
     fn swap_heads(x: Tensor<Self, 4>) -> Tensor<Self, 4> {
         let parents = [primitive(x.clone())];
         finish(SwapHeadsBackward, parents, (), B::swap_heads(x.inner()))
+    }
+
+    fn matmul<const D: usize>(lhs: Tensor<Self, D>, rhs: Tensor<Self, D>) -> Tensor<Self, D> {
+        let parents = [primitive(lhs.clone()), primitive(rhs.clone())];
+        // `∂A` needs `B` and `∂B` needs `A`: an operand is kept only for the other's gradient.
+        let (lhs_tracked, rhs_tracked) = (parents[0].is_tracked(), parents[1].is_tracked());
+        let (lhs, rhs) = (lhs.inner(), rhs.inner());
+        let output = B::matmul(lhs.clone(), rhs.clone());
+        let state = (rhs_tracked.then_some(lhs), lhs_tracked.then_some(rhs));
+        finish(MatmulBackward::<D>, parents, state, output)
     }
 }
 
@@ -84,5 +95,25 @@ impl<B: ActivationBackend> Backward<B, 1> for SwapHeadsBackward {
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let grad = from_primitive(grads.consume::<B>(&ops.node));
         register(grads, &ops, 0, B::swap_heads(grad));
+    }
+}
+
+#[derive(Debug)]
+struct MatmulBackward<const D: usize>;
+
+impl<B: ActivationBackend, const D: usize> Backward<B, 2> for MatmulBackward<D> {
+    /// The left operand when the right one is tracked, the right one when the left one is.
+    type State = (Option<Tensor<B, D>>, Option<Tensor<B, D>>);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad: Tensor<B, D> = from_primitive(grads.consume::<B>(&ops.node));
+        let (lhs, rhs) = ops.state.clone();
+        let transposed = |x: Tensor<B, D>| x.swap_dims(D - 2, D - 1);
+        if let Some(rhs) = rhs.filter(|_| ops.parents[0].is_some()) {
+            register(grads, &ops, 0, B::matmul(grad.clone(), transposed(rhs)));
+        }
+        if let Some(lhs) = lhs.filter(|_| ops.parents[1].is_some()) {
+            register(grads, &ops, 1, B::matmul(transposed(lhs), grad));
+        }
     }
 }

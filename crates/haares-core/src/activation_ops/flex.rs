@@ -16,6 +16,10 @@ use super::{ActivationBackend, naive};
 use crate::simd::{TASK_ELEMENTS, dot_product, exp, flex_tensor, max, sum};
 
 impl ActivationBackend for Flex {
+    fn matmul<const D: usize>(lhs: Tensor<Self, D>, rhs: Tensor<Self, D>) -> Tensor<Self, D> {
+        super::flex_matmul::matmul(&lhs, &rhs).unwrap_or_else(|| naive::matmul(lhs, rhs))
+    }
+
     fn swiglu<const D: usize>(gate: Tensor<Self, D>, up: Tensor<Self, D>) -> Tensor<Self, D> {
         let dims = gate.dims();
         match f32_buffers([&gate, &up]) {

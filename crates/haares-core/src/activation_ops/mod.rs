@@ -2,7 +2,8 @@
 //! each as one differentiable operation with its own backward pass: SwiGLU's gated product
 //! `SiLU(gate) ⊙ up` (App. A) and attention's causal softmax. Beside them, attention's move of
 //! its heads between the positions' dimension and their own ([`ActivationBackend::swap_heads`]),
-//! a layout change that Flex, given Burn's view, copies slowly.
+//! a layout change that Flex, given Burn's view, copies slowly, and the matrix product itself
+//! ([`ActivationBackend::matmul`]), whose output Flex copies once more than it needs to.
 //!
 //! Written as Burn tensor operations ([`naive`], the reference), SiLU is a sigmoid node and two
 //! products, and Burn's autodiff evaluates the sigmoid again in the backward pass; the softmax is
@@ -21,13 +22,16 @@
 //! neither evaluates the sigmoid's or softmax's exponentials from a stored copy of an
 //! intermediate. Every backend implements the trait with the plain defaults; Flex replaces the
 //! four primitives with SIMD loops (`flex.rs`, with a vectorised exponential: Flex's own calls
-//! libm's scalar `expf`), and the autodiff backend makes each operation one graph node
-//! (`autodiff.rs`). `tests/core/activations.rs` checks the loops and the nodes against the plain
-//! operations.
+//! libm's scalar `expf`) and the product with a direct call of its `gemm` kernel
+//! (`flex_matmul.rs`), and the autodiff backend makes each operation one graph node
+//! (`autodiff.rs`). `tests/core/activations.rs` and `tests/core/matmul.rs` check the loops and
+//! the nodes against the plain operations.
 
 mod autodiff;
 #[cfg(feature = "flex")]
 mod flex;
+#[cfg(feature = "flex")]
+mod flex_matmul;
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
@@ -91,6 +95,24 @@ pub trait ActivationBackend: Backend {
     /// - output: `[a, c, b, e]`
     fn swap_heads(x: Tensor<Self, 4>) -> Tensor<Self, 4> {
         naive::swap_heads(x)
+    }
+
+    /// The matrix product over the last two dimensions, `[..., m, k] · [..., k, n]`, both
+    /// operands with the same leading (batch) dimensions: every projection of the backbone (as
+    /// `[tokens, d_in] · [d_in, d_out]`), attention's two products, RoPE's quarter turn and the
+    /// tied head. Its backward pass is two more products, `∂A = ∂C Bᵀ` and `∂B = Aᵀ ∂C`.
+    ///
+    /// The plain form is Burn's `matmul`. Flex's allocates each output as zeroed bytes and copies
+    /// them into an aligned buffer before writing the product, ≈ 10% of a CPU step; Flex's form
+    /// here writes the product into a buffer of its own (`flex_matmul.rs`). A projection written
+    /// as one `[tokens, d_in]` product, where Burn's `Linear` multiplies a `[batch, seq, d_in]`
+    /// input, also takes its weight's gradient in one product, not one per batch row and a sum.
+    ///
+    /// # Shapes
+    /// - lhs: `[..., m, k]`; rhs: `[..., k, n]`
+    /// - output: `[..., m, n]`
+    fn matmul<const D: usize>(lhs: Tensor<Self, D>, rhs: Tensor<Self, D>) -> Tensor<Self, D> {
+        naive::matmul(lhs, rhs)
     }
 }
 
@@ -169,6 +191,14 @@ pub mod naive {
     /// [`ActivationBackend::swap_heads`](super::ActivationBackend::swap_heads): Burn's view.
     pub fn swap_heads<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
         x.swap_dims(1, 2)
+    }
+
+    /// [`ActivationBackend::matmul`](super::ActivationBackend::matmul): Burn's `matmul`.
+    pub fn matmul<B: Backend, const D: usize>(
+        lhs: Tensor<B, D>,
+        rhs: Tensor<B, D>,
+    ) -> Tensor<B, D> {
+        lhs.matmul(rhs)
     }
 
     /// [`ActivationBackend::causal_softmax_backward`](super::ActivationBackend::causal_softmax_backward):

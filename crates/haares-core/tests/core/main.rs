@@ -10,6 +10,7 @@ mod common;
 mod errors;
 mod fused;
 mod heads;
+mod matmul;
 mod primitives;
 mod read;
 mod readme;

@@ -1,0 +1,251 @@
+//! The matrix product (`ActivationBackend::matmul`): Flex's direct `gemm` path against f64
+//! computed here and against Burn's `matmul`, on every layout and threading path it takes; its
+//! autodiff node against Burn's autodiff of `matmul`; `project` against Burn's `Linear`.
+
+use burn::backend::{Autodiff, Flex};
+use burn::nn::LinearConfig;
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{DType, Tensor, TensorData};
+use haares_core::ActivationBackend;
+use haares_core::activation_ops::naive;
+use haares_core::mlp::project;
+
+use crate::common::{Ad64, Rng, max_abs_diff, tensor_values};
+
+fn tensor<B: Backend, const D: usize>(values: Vec<f64>, shape: [usize; D]) -> Tensor<B, D> {
+    Tensor::from_data(TensorData::new(values, shape), &Default::default())
+}
+
+/// A random `[..., rows, columns]` operand, stored as given or stored transposed (its last two
+/// dimensions swapped) and handed over as a transposed view, as attention's `Kᵀ` and the
+/// backward pass's `Aᵀ` and `Bᵀ` are.
+fn operand<B: Backend, const D: usize>(
+    rng: &mut Rng,
+    dims: [usize; D],
+    stored_transposed: bool,
+) -> Tensor<B, D> {
+    let values = rng.normals(dims.iter().product(), 1.0);
+    match stored_transposed {
+        false => tensor(values, dims),
+        true => {
+            let mut stored = dims;
+            stored.swap(D - 1, D - 2);
+            tensor::<B, D>(values, stored).swap_dims(D - 2, D - 1)
+        }
+    }
+}
+
+/// `a · b` over the last two dimensions in f64, with `Σ_k |a_ik| |b_kj|` beside each element:
+/// the scale an f32 sum of `k` products is accurate to.
+fn product_f64(a: &[f64], b: &[f64], matrices: usize, [m, k, n]: [usize; 3]) -> [Vec<f64>; 2] {
+    let (mut product, mut scale) = (vec![0.0; matrices * m * n], vec![0.0; matrices * m * n]);
+    for matrix in 0..matrices {
+        let (a, b) = (&a[matrix * m * k..], &b[matrix * k * n..]);
+        for (i, j) in (0..m).flat_map(|i| (0..n).map(move |j| (i, j))) {
+            let at = matrix * m * n + i * n + j;
+            for l in 0..k {
+                product[at] += a[i * k + l] * b[l * n + j];
+                scale[at] += (a[i * k + l] * b[l * n + j]).abs();
+            }
+        }
+    }
+    [product, scale]
+}
+
+/// Flex's product of `[batch, m, k] · [batch, k, n]` operands, in every storage order, against
+/// f64 (to within the rounding of an f32 sum of `k` products) and against Burn's `matmul`.
+fn check_flex_product<const D: usize>(rng: &mut Rng, batch: [usize; D], [m, k, n]: [usize; 3]) {
+    let dims = |rows, columns| -> [usize; 4] {
+        let mut dims = [1, 1, rows, columns];
+        dims[..D].copy_from_slice(&batch);
+        dims
+    };
+    let matrices = batch.iter().product();
+    for (lhs_transposed, rhs_transposed) in [(false, false), (true, false), (false, true)] {
+        let lhs = operand::<Flex, 4>(rng, dims(m, k), lhs_transposed);
+        let rhs = operand::<Flex, 4>(rng, dims(k, n), rhs_transposed);
+        let what = format!(
+            "batch {batch:?}, [{m}, {k}] · [{k}, {n}], transposed lhs {lhs_transposed}, rhs \
+             {rhs_transposed}"
+        );
+        let ours = tensor_values(Flex::matmul(lhs.clone(), rhs.clone()));
+        let (a, b) = (tensor_values(lhs.clone()), tensor_values(rhs.clone()));
+        let [exact, scale] = product_f64(&a, &b, matrices, [m, k, n]);
+        for (at, ((ours, exact), scale)) in ours.iter().zip(&exact).zip(&scale).enumerate() {
+            let bound = (k + 2) as f64 * f64::from(f32::EPSILON) * scale + 1e-30;
+            assert!(
+                (ours - exact).abs() <= bound,
+                "{what}: element {at} is {ours:e}, expected {exact:e} (bound {bound:e})"
+            );
+        }
+        let burns = tensor_values(naive::matmul(lhs, rhs));
+        let largest = scale.iter().fold(0.0f64, |m, s| m.max(*s));
+        let diff = max_abs_diff(&ours, &burns);
+        assert!(
+            diff <= 4.0 * f64::from(f32::EPSILON) * largest,
+            "{what}: {diff:e} from Burn's matmul"
+        );
+    }
+}
+
+/// Every threading path: one small matrix, one matrix large enough to split over threads
+/// (≥ 192³ multiply-adds), a batch too small to split, and a batch split a matrix per task
+/// (≥ 128³ in all); sizes off the SIMD width.
+#[test]
+fn flex_matmul_agrees_with_f64_and_with_burns_matmul() {
+    let mut rng = Rng::new(301);
+    check_flex_product(&mut rng, [], [5, 7, 3]);
+    check_flex_product(&mut rng, [], [1, 1, 1]);
+    check_flex_product(&mut rng, [], [197, 203, 190]);
+    check_flex_product(&mut rng, [2, 3], [17, 16, 19]);
+    check_flex_product(&mut rng, [4, 8], [64, 33, 65]);
+}
+
+/// An operand that starts inside its buffer (a narrowed view) and a product with nothing to sum
+/// over, which is zero.
+#[test]
+fn flex_matmul_reads_offset_views_and_sums_nothing_to_zero() {
+    let mut rng = Rng::new(302);
+    let stored = operand::<Flex, 2>(&mut rng, [9, 6], false);
+    let (lhs, rhs) = (
+        stored.narrow(0, 3, 4),
+        operand::<Flex, 2>(&mut rng, [6, 5], true),
+    );
+    let ours = tensor_values(Flex::matmul(lhs.clone(), rhs.clone()));
+    let (a, b) = (tensor_values(lhs), tensor_values(rhs));
+    let [exact, scale] = product_f64(&a, &b, 1, [4, 6, 5]);
+    for ((ours, exact), scale) in ours.iter().zip(&exact).zip(&scale) {
+        assert!((ours - exact).abs() <= 8.0 * f64::from(f32::EPSILON) * scale);
+    }
+    let empty = Flex::matmul(
+        Tensor::<Flex, 2>::zeros([3, 0], &Default::default()),
+        Tensor::<Flex, 2>::zeros([0, 4], &Default::default()),
+    );
+    assert_eq!(empty.dims(), [3, 4]);
+    assert_eq!(tensor_values(empty), vec![0.0; 12]);
+}
+
+/// Operands Flex's path does not take (batches that broadcast, f64) give Burn's result.
+#[test]
+fn flex_matmul_hands_other_operands_to_burn() {
+    let mut rng = Rng::new(303);
+    let lhs = operand::<Flex, 3>(&mut rng, [2, 3, 4], false);
+    let rhs = operand::<Flex, 3>(&mut rng, [1, 4, 5], false);
+    let ours = Flex::matmul(lhs.clone(), rhs.clone());
+    assert_eq!(ours.dims(), [2, 3, 5]);
+    assert_eq!(tensor_values(ours), tensor_values(lhs.matmul(rhs)));
+
+    let (lhs, rhs) = (
+        operand::<Flex, 2>(&mut rng, [3, 4], false).cast(DType::F64),
+        operand::<Flex, 2>(&mut rng, [4, 2], false).cast(DType::F64),
+    );
+    let ours = Flex::matmul(lhs.clone(), rhs.clone());
+    assert_eq!(ours.dtype(), DType::F64);
+    assert_eq!(tensor_values(ours), tensor_values(lhs.matmul(rhs)));
+}
+
+/// The node's gradients against Burn's autodiff of `matmul`, with either operand tracked or
+/// both, for a projection (`[tokens, d] · [d, d']`) and attention's batched `Q Kᵀ`.
+fn node_agrees_with_autodiff_of_matmul<B: AutodiffBackend + ActivationBackend>(tolerance: f64) {
+    let mut rng = Rng::new(304);
+    let cases: [([usize; 4], [usize; 4], bool); 2] = [
+        ([1, 1, 12, 8], [1, 1, 8, 6], false),
+        ([2, 3, 7, 5], [2, 3, 5, 7], true),
+    ];
+    for (lhs_dims, rhs_dims, rhs_transposed) in cases {
+        let (a, b) = (
+            rng.normals(lhs_dims.iter().product(), 1.0),
+            rng.normals(rhs_dims.iter().product(), 1.0),
+        );
+        let weights = rng.normals(lhs_dims[..3].iter().product::<usize>() * rhs_dims[3], 1.0);
+        for (lhs_tracked, rhs_tracked) in [(true, true), (true, false), (false, true)] {
+            let inputs = || {
+                let lhs = tensor::<B, 4>(a.clone(), lhs_dims);
+                let rhs = match rhs_transposed {
+                    false => tensor::<B, 4>(b.clone(), rhs_dims),
+                    true => {
+                        let [w, x, y, z] = rhs_dims;
+                        tensor::<B, 4>(b.clone(), [w, x, z, y]).swap_dims(2, 3)
+                    }
+                };
+                let track = |x: Tensor<B, 4>, on: bool| if on { x.require_grad() } else { x };
+                (track(lhs, lhs_tracked), track(rhs, rhs_tracked))
+            };
+            let total = |output: Tensor<B, 4>| {
+                let dims = output.dims();
+                (output * tensor::<B, 4>(weights.clone(), dims))
+                    .sum()
+                    .backward()
+            };
+            let (ours_lhs, ours_rhs) = inputs();
+            let ours = total(B::matmul(ours_lhs.clone(), ours_rhs.clone()));
+            let (burns_lhs, burns_rhs) = inputs();
+            let burns = total(burns_lhs.clone().matmul(burns_rhs.clone()));
+            let what = format!("{lhs_dims:?} · {rhs_dims:?}, tracked {lhs_tracked}/{rhs_tracked}");
+            for (ours_input, burns_input, tracked) in [
+                (ours_lhs, burns_lhs, lhs_tracked),
+                (ours_rhs, burns_rhs, rhs_tracked),
+            ] {
+                match (ours_input.grad(&ours), burns_input.grad(&burns)) {
+                    (Some(ours), Some(burns)) => {
+                        let (ours, burns) = (tensor_values(ours), tensor_values(burns));
+                        let scale = burns.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                        let diff = max_abs_diff(&ours, &burns);
+                        assert!(diff <= tolerance * scale, "{what}: {diff:e}");
+                    }
+                    (None, None) => assert!(!tracked, "{what}: a tracked input has no gradient"),
+                    _ => panic!("{what}: one side has a gradient, the other none"),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn node_agrees_with_autodiff_of_matmul_in_f64() {
+    node_agrees_with_autodiff_of_matmul::<Ad64>(1e-13);
+}
+
+#[test]
+fn node_agrees_with_autodiff_of_matmul_on_flex() {
+    node_agrees_with_autodiff_of_matmul::<Autodiff<Flex>>(2e-6);
+}
+
+/// `project` is Burn's `Linear`, bias included: output and every gradient, in f64.
+#[test]
+fn project_is_burns_linear() {
+    let device = Default::default();
+    let layer = LinearConfig::new(6, 4).init::<Ad64>(&device);
+    assert!(layer.bias.is_some(), "the check covers the bias");
+    let mut rng = Rng::new(305);
+    let x = rng.normals(2 * 3 * 6, 1.0);
+    let weights = rng.normals(2 * 3 * 4, 1.0);
+    let run = |linear: bool| {
+        let input = tensor::<Ad64, 3>(x.clone(), [2, 3, 6]).require_grad();
+        let output = match linear {
+            true => layer.forward(input.clone()),
+            false => project(&layer, input.clone()),
+        };
+        let values = tensor_values(output.clone());
+        let grads = (output * tensor::<Ad64, 3>(weights.clone(), [2, 3, 4]))
+            .sum()
+            .backward();
+        let bias = layer.bias.as_ref().expect("checked above").val();
+        [
+            values,
+            tensor_values(input.grad(&grads).expect("input gradient")),
+            tensor_values(layer.weight.val().grad(&grads).expect("weight gradient")),
+            tensor_values(bias.grad(&grads).expect("bias gradient")),
+        ]
+    };
+    let (ours, burns) = (run(false), run(true));
+    for (what, (ours, burns)) in ["output", "∂x", "∂W", "∂b"]
+        .iter()
+        .zip(ours.iter().zip(&burns))
+    {
+        assert!(
+            max_abs_diff(ours, burns) <= 1e-12,
+            "{what}: {ours:?} vs {burns:?}"
+        );
+    }
+}
