@@ -63,8 +63,9 @@ impl<B: ActivationBackend> CausalSelfAttention<B> {
         let head_dim = d_model / self.n_heads;
         // RoPE runs on each projection's own `[batch, seq, heads, d_h]` layout, which is
         // contiguous; only then are the heads moved in front of the positions.
+        let rows = x.reshape([batch * seq, d_model]);
         let heads = |projection: &Linear<B>| {
-            project(projection, x.clone()).reshape([batch, seq, self.n_heads, head_dim])
+            project(projection, rows.clone()).reshape([batch, seq, self.n_heads, head_dim])
         };
         let query = rope.apply(heads(&self.wq).mul_scalar(1.0 / (head_dim as f64).sqrt()));
         let key = rope.apply(heads(&self.wk));
@@ -73,10 +74,8 @@ impl<B: ActivationBackend> CausalSelfAttention<B> {
             B::swap_heads(key),
             B::swap_heads(heads(&self.wv)),
         );
-        project(
-            &self.wo,
-            B::swap_heads(context).reshape([batch, seq, d_model]),
-        )
+        let context = B::swap_heads(context).reshape([batch * seq, d_model]);
+        project(&self.wo, context).reshape([batch, seq, d_model])
     }
 }
 

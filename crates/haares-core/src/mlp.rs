@@ -44,22 +44,22 @@ pub(crate) fn linear_no_bias<B: Backend>(
         .init(device)
 }
 
-/// `x W (+ b)` by `layer`, as one `[batch·seq, d_in] · [d_in, d_out]` product
-/// ([`ActivationBackend::matmul`]).
+/// `x W (+ b)` by `layer` for token rows `x`, one product ([`ActivationBackend::matmul`]).
+///
+/// The model's projections take `[batch·seq, d]` rows, reshaped once per sublayer: a single
+/// product (where Burn's `Linear` multiplies `[batch, seq, d]` batch row by batch row, and sums
+/// its weight's gradient over them afterwards), and on NdArray, which copies a reshape of a tensor
+/// held elsewhere, one copy of the input where a reshape per projection would make three.
 ///
 /// # Shapes
-/// - x: `[batch, seq, d_in]`
-/// - output: `[batch, seq, d_out]`
-pub fn project<B: ActivationBackend>(layer: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
-    let [batch, seq, d_in] = x.dims();
-    let weight = layer.weight.val();
-    let d_out = weight.dims()[1];
-    let product = B::matmul(x.reshape([batch * seq, d_in]), weight);
-    let output = match &layer.bias {
+/// - x: `[tokens, d_in]`
+/// - output: `[tokens, d_out]`
+pub fn project<B: ActivationBackend>(layer: &Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+    let product = B::matmul(x, layer.weight.val());
+    match &layer.bias {
         Some(bias) => product + bias.val().unsqueeze::<2>(),
         None => product,
-    };
-    output.reshape([batch, seq, d_out])
+    }
 }
 
 /// `SiLU(x) = x·σ(x)`, with σ from [`sigmoid`].
@@ -100,7 +100,12 @@ impl<B: ActivationBackend> SwiGluMlp<B> {
     /// - x: `[batch, seq, d]`
     /// - output: `[batch, seq, d]`
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let gated = B::swiglu(project(&self.w_gate, x.clone()), project(&self.w_up, x));
-        project(&self.w_down, gated)
+        let [batch, seq, d_model] = x.dims();
+        let rows = x.reshape([batch * seq, d_model]);
+        let gated = B::swiglu(
+            project(&self.w_gate, rows.clone()),
+            project(&self.w_up, rows),
+        );
+        project(&self.w_down, gated).reshape([batch, seq, d_model])
     }
 }

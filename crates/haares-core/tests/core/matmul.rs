@@ -211,7 +211,8 @@ fn node_agrees_with_autodiff_of_matmul_on_flex() {
     node_agrees_with_autodiff_of_matmul::<Autodiff<Flex>>(2e-6);
 }
 
-/// `project` is Burn's `Linear`, bias included: output and every gradient, in f64.
+/// `project` of token rows is Burn's `Linear` of `[batch, seq, d]`, bias included: output and
+/// every gradient, in f64.
 #[test]
 fn project_is_burns_linear() {
     let device = Default::default();
@@ -224,7 +225,7 @@ fn project_is_burns_linear() {
         let input = tensor::<Ad64, 3>(x.clone(), [2, 3, 6]).require_grad();
         let output = match linear {
             true => layer.forward(input.clone()),
-            false => project(&layer, input.clone()),
+            false => project(&layer, input.clone().reshape([6, 6])).reshape([2, 3, 4]),
         };
         let values = tensor_values(output.clone());
         let grads = (output * tensor::<Ad64, 3>(weights.clone(), [2, 3, 4]))
