@@ -95,6 +95,6 @@ pub fn causal_attention<B: ActivationBackend>(
     key: Tensor<B, 4>,
     value: Tensor<B, 4>,
 ) -> Tensor<B, 4> {
-    let probabilities = B::causal_softmax(B::matmul(query, key.swap_dims(2, 3)));
+    let probabilities = B::causal_softmax(B::matmul_transposed_rhs(query, key));
     B::matmul(probabilities, value)
 }

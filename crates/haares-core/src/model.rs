@@ -348,7 +348,7 @@ impl<B: RoutingBackend> HaaresModel<B> {
         let [batch, seq, d_model] = hidden.dims();
         let weight = self.embed.weight.val();
         let vocab = weight.dims()[0];
-        B::matmul(hidden.reshape([batch * seq, d_model]), weight.transpose())
+        B::matmul_transposed_rhs(hidden.reshape([batch * seq, d_model]), weight)
             .reshape([batch, seq, vocab])
     }
 }

@@ -42,6 +42,18 @@ impl<B: ActivationBackend, C: CheckpointStrategy> ActivationBackend for Autodiff
         let state = (rhs_tracked.then_some(lhs), lhs_tracked.then_some(rhs));
         finish(MatmulBackward::<D>, parents, state, output)
     }
+
+    fn matmul_transposed_rhs<const D: usize>(
+        lhs: Tensor<Self, D>,
+        rhs: Tensor<Self, D>,
+    ) -> Tensor<Self, D> {
+        let parents = [primitive(lhs.clone()), primitive(rhs.clone())];
+        let (lhs_tracked, rhs_tracked) = (parents[0].is_tracked(), parents[1].is_tracked());
+        let (lhs, rhs) = (lhs.inner(), rhs.inner());
+        let output = B::matmul_transposed_rhs(lhs.clone(), rhs.clone());
+        let state = (rhs_tracked.then_some(lhs), lhs_tracked.then_some(rhs));
+        finish(MatmulTransposedRhsBackward::<D>, parents, state, output)
+    }
 }
 
 /// Registers `gradient` for the parent at `position`, when that parent is tracked.
@@ -101,6 +113,9 @@ impl<B: ActivationBackend> Backward<B, 1> for SwapHeadsBackward {
 #[derive(Debug)]
 struct MatmulBackward<const D: usize>;
 
+#[derive(Debug)]
+struct MatmulTransposedRhsBackward<const D: usize>;
+
 impl<B: ActivationBackend, const D: usize> Backward<B, 2> for MatmulBackward<D> {
     /// The left operand when the right one is tracked, the right one when the left one is.
     type State = (Option<Tensor<B, D>>, Option<Tensor<B, D>>);
@@ -114,6 +129,23 @@ impl<B: ActivationBackend, const D: usize> Backward<B, 2> for MatmulBackward<D> 
         }
         if let Some(lhs) = lhs.filter(|_| ops.parents[1].is_some()) {
             register(grads, &ops, 1, B::matmul(transposed(lhs), grad));
+        }
+    }
+}
+
+impl<B: ActivationBackend, const D: usize> Backward<B, 2> for MatmulTransposedRhsBackward<D> {
+    /// As [`MatmulBackward`]'s: each operand kept only for the other's gradient.
+    type State = (Option<Tensor<B, D>>, Option<Tensor<B, D>>);
+
+    /// `C = A Bᵀ`: `∂A = ∂C B` and `∂B = ∂Cᵀ A`, both in their operands' layouts.
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad: Tensor<B, D> = from_primitive(grads.consume::<B>(&ops.node));
+        let (lhs, rhs) = ops.state.clone();
+        if let Some(rhs) = rhs.filter(|_| ops.parents[0].is_some()) {
+            register(grads, &ops, 0, B::matmul(grad.clone(), rhs));
+        }
+        if let Some(lhs) = lhs.filter(|_| ops.parents[1].is_some()) {
+            register(grads, &ops, 1, B::matmul(grad.swap_dims(D - 2, D - 1), lhs));
         }
     }
 }

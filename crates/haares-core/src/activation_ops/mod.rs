@@ -114,6 +114,22 @@ pub trait ActivationBackend: Backend {
     fn matmul<const D: usize>(lhs: Tensor<Self, D>, rhs: Tensor<Self, D>) -> Tensor<Self, D> {
         naive::matmul(lhs, rhs)
     }
+
+    /// `lhs · rhsᵀ` over the last two dimensions: attention's scores `Q Kᵀ` and the tied head's
+    /// `h Eᵀ`. As [`matmul`](Self::matmul) of a transposed view it computes the same; as an
+    /// operation of its own its backward pass writes `∂rhs = ∂Cᵀ lhs` in `rhs`'s own layout,
+    /// where the view's gradient is a transposed view again, which every later use (the heads'
+    /// swap, RoPE's reshapes, the embedding's gradient sum) would copy element by element.
+    ///
+    /// # Shapes
+    /// - lhs: `[..., m, k]`; rhs: `[..., n, k]`
+    /// - output: `[..., m, n]`
+    fn matmul_transposed_rhs<const D: usize>(
+        lhs: Tensor<Self, D>,
+        rhs: Tensor<Self, D>,
+    ) -> Tensor<Self, D> {
+        Self::matmul(lhs, rhs.swap_dims(D - 2, D - 1))
+    }
 }
 
 #[cfg(feature = "ndarray")]

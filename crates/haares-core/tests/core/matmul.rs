@@ -1,6 +1,7 @@
 //! The matrix product (`ActivationBackend::matmul`): Flex's direct `gemm` path against f64
 //! computed here and against Burn's `matmul`, on every layout and threading path it takes; its
-//! autodiff node against Burn's autodiff of `matmul`; `project` against Burn's `Linear`.
+//! autodiff node and `matmul_transposed_rhs`'s against Burn's autodiff of `matmul`; `project`
+//! against Burn's `Linear`.
 
 use burn::backend::{Autodiff, Flex};
 use burn::nn::LinearConfig;
@@ -144,32 +145,46 @@ fn flex_matmul_hands_other_operands_to_burn() {
     assert_eq!(tensor_values(ours), tensor_values(lhs.matmul(rhs)));
 }
 
-/// The node's gradients against Burn's autodiff of `matmul`, with either operand tracked or
-/// both, for a projection (`[tokens, d] · [d, d']`) and attention's batched `Q Kᵀ`.
-fn node_agrees_with_autodiff_of_matmul<B: AutodiffBackend + ActivationBackend>(tolerance: f64) {
+/// How a case hands its stored right operand to the product.
+#[derive(Debug, Clone, Copy)]
+enum Rhs {
+    /// `A · B`, `B` stored `[k, n]`.
+    AsStored,
+    /// `A · Bᵀ` through `matmul` of a transposed view, `B` stored `[n, k]` (the view's gradient
+    /// goes back through Burn's `swap_dims`).
+    TransposedView,
+    /// `A · Bᵀ` by `matmul_transposed_rhs`, `B` stored `[n, k]`.
+    TransposedOperation,
+}
+
+/// The nodes' gradients against Burn's autodiff of `matmul`, with either operand tracked or
+/// both: a projection (`[tokens, d] · [d, d']`), attention's batched `Q Kᵀ` as a view and as its
+/// own operation, and the tied head's `h Eᵀ`.
+fn nodes_agree_with_autodiff_of_matmul<B: AutodiffBackend + ActivationBackend>(tolerance: f64) {
     let mut rng = Rng::new(304);
-    let cases: [([usize; 4], [usize; 4], bool); 2] = [
-        ([1, 1, 12, 8], [1, 1, 8, 6], false),
-        ([2, 3, 7, 5], [2, 3, 5, 7], true),
+    let cases = [
+        ([1, 1, 12, 8], [1, 1, 8, 6], Rhs::AsStored),
+        ([2, 3, 7, 5], [2, 3, 7, 5], Rhs::TransposedView),
+        ([2, 3, 7, 5], [2, 3, 7, 5], Rhs::TransposedOperation),
+        ([1, 1, 12, 8], [1, 1, 10, 8], Rhs::TransposedOperation),
     ];
-    for (lhs_dims, rhs_dims, rhs_transposed) in cases {
+    for (lhs_dims, rhs_dims, form) in cases {
         let (a, b) = (
             rng.normals(lhs_dims.iter().product(), 1.0),
             rng.normals(rhs_dims.iter().product(), 1.0),
         );
-        let weights = rng.normals(lhs_dims[..3].iter().product::<usize>() * rhs_dims[3], 1.0);
+        let columns = match form {
+            Rhs::AsStored => rhs_dims[3],
+            Rhs::TransposedView | Rhs::TransposedOperation => rhs_dims[2],
+        };
+        let weights = rng.normals(lhs_dims[..3].iter().product::<usize>() * columns, 1.0);
         for (lhs_tracked, rhs_tracked) in [(true, true), (true, false), (false, true)] {
             let inputs = || {
-                let lhs = tensor::<B, 4>(a.clone(), lhs_dims);
-                let rhs = match rhs_transposed {
-                    false => tensor::<B, 4>(b.clone(), rhs_dims),
-                    true => {
-                        let [w, x, y, z] = rhs_dims;
-                        tensor::<B, 4>(b.clone(), [w, x, z, y]).swap_dims(2, 3)
-                    }
-                };
                 let track = |x: Tensor<B, 4>, on: bool| if on { x.require_grad() } else { x };
-                (track(lhs, lhs_tracked), track(rhs, rhs_tracked))
+                (
+                    track(tensor::<B, 4>(a.clone(), lhs_dims), lhs_tracked),
+                    track(tensor::<B, 4>(b.clone(), rhs_dims), rhs_tracked),
+                )
             };
             let total = |output: Tensor<B, 4>| {
                 let dims = output.dims();
@@ -177,11 +192,22 @@ fn node_agrees_with_autodiff_of_matmul<B: AutodiffBackend + ActivationBackend>(t
                     .sum()
                     .backward()
             };
+            let transposed = |x: Tensor<B, 4>| x.swap_dims(2, 3);
             let (ours_lhs, ours_rhs) = inputs();
-            let ours = total(B::matmul(ours_lhs.clone(), ours_rhs.clone()));
+            let ours = total(match form {
+                Rhs::AsStored => B::matmul(ours_lhs.clone(), ours_rhs.clone()),
+                Rhs::TransposedView => B::matmul(ours_lhs.clone(), transposed(ours_rhs.clone())),
+                Rhs::TransposedOperation => {
+                    B::matmul_transposed_rhs(ours_lhs.clone(), ours_rhs.clone())
+                }
+            });
             let (burns_lhs, burns_rhs) = inputs();
-            let burns = total(burns_lhs.clone().matmul(burns_rhs.clone()));
-            let what = format!("{lhs_dims:?} · {rhs_dims:?}, tracked {lhs_tracked}/{rhs_tracked}");
+            let burns = total(match form {
+                Rhs::AsStored => burns_lhs.clone().matmul(burns_rhs.clone()),
+                _ => burns_lhs.clone().matmul(transposed(burns_rhs.clone())),
+            });
+            let what =
+                format!("{lhs_dims:?}, {rhs_dims:?} {form:?}, tracked {lhs_tracked}/{rhs_tracked}");
             for (ours_input, burns_input, tracked) in [
                 (ours_lhs, burns_lhs, lhs_tracked),
                 (ours_rhs, burns_rhs, rhs_tracked),
@@ -202,13 +228,13 @@ fn node_agrees_with_autodiff_of_matmul<B: AutodiffBackend + ActivationBackend>(t
 }
 
 #[test]
-fn node_agrees_with_autodiff_of_matmul_in_f64() {
-    node_agrees_with_autodiff_of_matmul::<Ad64>(1e-13);
+fn nodes_agree_with_autodiff_of_matmul_in_f64() {
+    nodes_agree_with_autodiff_of_matmul::<Ad64>(1e-13);
 }
 
 #[test]
-fn node_agrees_with_autodiff_of_matmul_on_flex() {
-    node_agrees_with_autodiff_of_matmul::<Autodiff<Flex>>(2e-6);
+fn nodes_agree_with_autodiff_of_matmul_on_flex() {
+    nodes_agree_with_autodiff_of_matmul::<Autodiff<Flex>>(2e-6);
 }
 
 /// `project` of token rows is Burn's `Linear` of `[batch, seq, d]`, bias included: output and
