@@ -35,6 +35,8 @@ pub mod learner;
 pub mod loss;
 pub mod metrics;
 pub mod optim;
+#[cfg(feature = "flex")]
+mod optim_flex;
 pub mod overrides;
 pub mod parallel;
 pub mod plot;

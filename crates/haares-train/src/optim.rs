@@ -163,7 +163,8 @@ impl<B: Backend> AdamW<B> {
         }
     }
 
-    /// New value of one parameter (flattened) given its flattened gradient.
+    /// New value of one parameter (flattened) given its flattened gradient: on Flex one pass
+    /// over the four buffers (`optim_flex.rs`), elsewhere [`update_plain`]'s tensor operations.
     fn update(
         &mut self,
         name: &str,
@@ -171,8 +172,7 @@ impl<B: Backend> AdamW<B> {
         value: Tensor<B, 1>,
         grad: Tensor<B, 1>,
     ) -> Tensor<B, 1> {
-        let s = self.settings;
-        let t = self.steps as i32;
+        let rule = UpdateRule::new(&self.settings, self.steps, decays(name, rank));
         let moments = self
             .state
             .entry(name.to_string())
@@ -180,17 +180,11 @@ impl<B: Backend> AdamW<B> {
                 exp_avg: grad.zeros_like(),
                 exp_avg_sq: grad.zeros_like(),
             });
-        moments.exp_avg = moments.exp_avg.clone() * s.beta1 + grad.clone() * (1.0 - s.beta1);
-        moments.exp_avg_sq = moments.exp_avg_sq.clone() * s.beta2 + grad.square() * (1.0 - s.beta2);
-        let bias1 = 1.0 - s.beta1.powi(t);
-        let bias2 = 1.0 - s.beta2.powi(t);
-        let denominator = moments.exp_avg_sq.clone().sqrt() / bias2.sqrt() + s.epsilon;
-        let decayed = if decays(name, rank) && s.weight_decay != 0.0 {
-            value * (1.0 - s.lr * s.weight_decay)
-        } else {
-            value
-        };
-        decayed - moments.exp_avg.clone() / denominator * (s.lr / bias1)
+        #[cfg(feature = "flex")]
+        if let Some(updated) = crate::optim_flex::update(&rule, &value, &grad, moments) {
+            return updated;
+        }
+        update_plain(&rule, value, grad, moments)
     }
 
     /// The moments as named host tensors (`exp_avg.<name>`, `exp_avg_sq.<name>`), for a checkpoint.
@@ -235,6 +229,56 @@ impl<B: Backend> AdamW<B> {
         }
         Ok(optimizer)
     }
+}
+
+/// The constants of one parameter's update at time step `t` (PyTorch's AdamW): the moments'
+/// decays, the bias corrections, and the decoupled decay factor where the parameter decays.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UpdateRule {
+    pub(crate) beta1: f64,
+    pub(crate) beta2: f64,
+    /// `√(1 − β₂ᵗ)`, the second moment's bias correction under the root.
+    pub(crate) bias2_root: f64,
+    pub(crate) epsilon: f64,
+    /// `lr / (1 − β₁ᵗ)`.
+    pub(crate) step_size: f64,
+    /// `1 − lr·λ`, or `None` where the parameter does not decay.
+    pub(crate) decay: Option<f64>,
+}
+
+impl UpdateRule {
+    pub(crate) fn new(settings: &AdamWSettings, steps: u64, decays: bool) -> Self {
+        let t = steps as i32;
+        Self {
+            beta1: settings.beta1,
+            beta2: settings.beta2,
+            bias2_root: (1.0 - settings.beta2.powi(t)).sqrt(),
+            epsilon: settings.epsilon,
+            step_size: settings.lr / (1.0 - settings.beta1.powi(t)),
+            decay: (decays && settings.weight_decay != 0.0)
+                .then(|| 1.0 - settings.lr * settings.weight_decay),
+        }
+    }
+}
+
+/// One parameter's update as tensor operations, the reference for `optim_flex.rs`:
+/// `m ← β₁m + (1 − β₁)g`, `v ← β₂v + (1 − β₂)g²`, `p ← p·(1 − lr·λ) − lr/(1 − β₁ᵗ) ·
+/// m / (√v / √(1 − β₂ᵗ) + ε)`.
+pub(crate) fn update_plain<B: Backend>(
+    rule: &UpdateRule,
+    value: Tensor<B, 1>,
+    grad: Tensor<B, 1>,
+    moments: &mut Moments<B>,
+) -> Tensor<B, 1> {
+    moments.exp_avg = moments.exp_avg.clone() * rule.beta1 + grad.clone() * (1.0 - rule.beta1);
+    moments.exp_avg_sq =
+        moments.exp_avg_sq.clone() * rule.beta2 + grad.square() * (1.0 - rule.beta2);
+    let denominator = moments.exp_avg_sq.clone().sqrt() / rule.bias2_root + rule.epsilon;
+    let decayed = match rule.decay {
+        Some(factor) => value * factor,
+        None => value,
+    };
+    decayed - moments.exp_avg.clone() / denominator * rule.step_size
 }
 
 /// Every parameter's gradient, flattened, by checkpoint name, in the model's visiting order (the
