@@ -34,26 +34,41 @@ impl<B: ActivationBackend, C: CheckpointStrategy> ActivationBackend for Autodiff
     }
 
     fn matmul<const D: usize>(lhs: Tensor<Self, D>, rhs: Tensor<Self, D>) -> Tensor<Self, D> {
-        let parents = [primitive(lhs.clone()), primitive(rhs.clone())];
-        // `∂A` needs `B` and `∂B` needs `A`: an operand is kept only for the other's gradient.
-        let (lhs_tracked, rhs_tracked) = (parents[0].is_tracked(), parents[1].is_tracked());
-        let (lhs, rhs) = (lhs.inner(), rhs.inner());
-        let output = B::matmul(lhs.clone(), rhs.clone());
-        let state = (rhs_tracked.then_some(lhs), lhs_tracked.then_some(rhs));
-        finish(MatmulBackward::<D>, parents, state, output)
+        product_node(MatmulBackward::<D>, lhs, rhs, B::matmul)
     }
 
     fn matmul_transposed_rhs<const D: usize>(
         lhs: Tensor<Self, D>,
         rhs: Tensor<Self, D>,
     ) -> Tensor<Self, D> {
-        let parents = [primitive(lhs.clone()), primitive(rhs.clone())];
-        let (lhs_tracked, rhs_tracked) = (parents[0].is_tracked(), parents[1].is_tracked());
-        let (lhs, rhs) = (lhs.inner(), rhs.inner());
-        let output = B::matmul_transposed_rhs(lhs.clone(), rhs.clone());
-        let state = (rhs_tracked.then_some(lhs), lhs_tracked.then_some(rhs));
-        finish(MatmulTransposedRhsBackward::<D>, parents, state, output)
+        product_node(
+            MatmulTransposedRhsBackward::<D>,
+            lhs,
+            rhs,
+            B::matmul_transposed_rhs,
+        )
     }
+}
+
+/// The node of a product of two operands, `forward` on the inner backend. `∂A` needs `B` and
+/// `∂B` needs `A`: an operand is kept only for the other's gradient.
+fn product_node<B, C, T, const D: usize>(
+    backward: T,
+    lhs: Tensor<Autodiff<B, C>, D>,
+    rhs: Tensor<Autodiff<B, C>, D>,
+    forward: impl FnOnce(Tensor<B, D>, Tensor<B, D>) -> Tensor<B, D>,
+) -> Tensor<Autodiff<B, C>, D>
+where
+    B: ActivationBackend,
+    C: CheckpointStrategy,
+    T: Backward<B, 2, State = (Option<Tensor<B, D>>, Option<Tensor<B, D>>)>,
+{
+    let parents = [primitive(lhs.clone()), primitive(rhs.clone())];
+    let (lhs_tracked, rhs_tracked) = (parents[0].is_tracked(), parents[1].is_tracked());
+    let (lhs, rhs) = (lhs.inner(), rhs.inner());
+    let output = forward(lhs.clone(), rhs.clone());
+    let state = (rhs_tracked.then_some(lhs), lhs_tracked.then_some(rhs));
+    finish(backward, parents, state, output)
 }
 
 /// Registers `gradient` for the parent at `position`, when that parent is tracked.
