@@ -74,9 +74,11 @@ pub(crate) fn update<B: Backend>(
     let device = value.device();
     let tensor =
         |values: Vec<f32>| Tensor::<Flex, 1>::from_data(TensorData::new(values, [len]), &device);
+    // Converted back before the moments change, so that `None` always means nothing changed.
+    let updated = same_type(tensor(new_p))?;
     moments.exp_avg = tensor(new_m);
     moments.exp_avg_sq = tensor(new_v);
-    same_type(tensor(new_p))
+    Some(updated)
 }
 
 /// The rule's constants as f32, converted as Flex converts a scalar operand (`as f32`).
