@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Builds the GPU check's bundle here (no GPU needed; CUDA is loaded at run time):
-#   .gpu/bin/haares-bench.gz, .gpu/bin/haares-train.gz, .gpu/bin/portability.gz  (stripped, gzip)
-#   .gpu/bin/haares-bench-untuned.gz  (haares-bench without CubeCL autotuning, for run.sh's
-#                                      HAARES_GPU_UNTUNED=1)
-#   .gpu/manifest.json  (commit, uncommitted changes, build date, toolchain, feature, sizes, sha256)
+#   .gpu/bin/haares-bench.gz, .gpu/bin/haares-train.gz  (without CubeCL autotuning: one kernel per
+#                                                       matrix-product shape, so a cold first step
+#                                                       takes seconds, not minutes)
+#   .gpu/bin/haares-bench-tuned.gz  (haares-bench with autotuning, for run.sh's HAARES_GPU_TUNED=1)
+#   .gpu/bin/portability.gz  (the core's portability test, with autotuning)
+#   all stripped and gzipped, and .gpu/manifest.json (commit, uncommitted changes, build date,
+#   toolchain, feature, sizes, sha256).
 # Send `.gpu` with the device tool's `carry` and run scripts/gpu/run.sh there (docs/benchmarks.md,
 # "The GPU check").
 #
@@ -29,7 +32,7 @@ trap 'rm -rf "$staging"' EXIT
 mkdir -p "$staging/bin"
 # Strips and packs what one cargo command built, at once: another build into the same target
 # directory (a `cargo test` without the feature) would overwrite the uplifted binaries later.
-# PACK_SUFFIX names a variant (`-untuned`).
+# PACK_SUFFIX names a variant (`-tuned`).
 pack() {
     local exe name
     for exe in "$@"; do
@@ -43,21 +46,22 @@ pack() {
         rm "$staging/bin/$name"
     done
 }
-echo "building haares-bench and haares-train with --features $feature ..." >&2
+# Without the `autotune` feature (docs/benchmarks.md, "A GPU build without autotuning"): on a cold
+# H200 its 48-layer first step took 13 s, the autotuned one compiled for more than 5 minutes.
+echo "building haares-bench and haares-train with --features $feature, without autotuning ..." >&2
 built="$(cargo build --message-format=json-render-diagnostics -p haares-bench -p haares-train \
-    --features "haares-bench/$feature,haares-train/$feature" | executables)"
+    --no-default-features --features "haares-bench/ndarray,haares-bench/flex,haares-bench/$feature,\
+haares-train/ndarray,haares-train/flex,haares-train/$feature" | executables)"
 pack $built
 echo "building the core's portability test with --features $feature,autotune ..." >&2
 built="$(cargo test --no-run --message-format=json-render-diagnostics -p haares-core \
     --features "$feature,autotune" --test portability | executables)"
 pack $built
-# The same bench without the `autotune` feature: one kernel per matrix-product shape instead of
-# every candidate compiled and timed (docs/benchmarks.md, "A GPU build without autotuning").
-echo "building haares-bench without autotuning ..." >&2
+echo "building haares-bench with autotuning ..." >&2
 built="$(cargo build --message-format=json-render-diagnostics -p haares-bench \
-    --no-default-features --features "ndarray,flex,$feature" | executables)"
-PACK_SUFFIX=-untuned pack $built
-for name in haares-bench haares-train portability haares-bench-untuned; do
+    --features "haares-bench/$feature" | executables)"
+PACK_SUFFIX=-tuned pack $built
+for name in haares-bench haares-train portability haares-bench-tuned; do
     if [ ! -f "$staging/bin/$name.gz" ]; then
         echo "error: cargo built no \`$name\` executable" >&2
         exit 1
@@ -109,6 +113,7 @@ cat > "$staging/manifest.json" <<JSON
   "built": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
   "rustc": "$(rustc --version)",
   "feature": "$feature",
+  "autotune": {"haares-bench": false, "haares-train": false, "haares-bench-tuned": true, "portability": true},
   "total_bytes": $total,
   "kernel_cache_seed": $seed,
   "files": [$files

@@ -13,9 +13,9 @@
 # Environment: HAARES_GPU_BUNDLE (default .gpu), HAARES_GPU_BACKEND (default cuda),
 #              HAARES_KERNEL_CACHE (CubeCL's compiled-kernel and autotune caches; default
 #              ~/.cache/haares/kernels, seeded from the bundle's kernel-cache.tar.gz if it has one),
-#              HAARES_GPU_UNTUNED=1 (the check and its first-step and cost workers run the bundle's
-#              haares-bench-untuned, built without CubeCL autotuning; the real run still trains
-#              with the autotuned haares-train).
+#              HAARES_GPU_TUNED=1 (the check and its GEMM, first-step and cost workers run the
+#              bundle's haares-bench-tuned, built with CubeCL autotuning; the default bench and the
+#              real run's haares-train are built without it).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:?usage: bash scripts/gpu/run.sh OUT [STAGES] [options]}"
@@ -52,10 +52,14 @@ raw="$(mktemp -d)/check"
 mkdir -p "$raw"
 cp "$bundle/manifest.json" "$raw/manifest.json"
 bench="$bin/haares-bench"
-if [ "${HAARES_GPU_UNTUNED:-0}" = 1 ]; then
-    bench="$bin/haares-bench-untuned"
+if [ -n "${HAARES_GPU_UNTUNED:-}" ]; then
+    echo "note: HAARES_GPU_UNTUNED is no longer read: the bundle's haares-bench and haares-train" \
+        "are built without autotuning; HAARES_GPU_TUNED=1 runs the autotuned bench" >&2
+fi
+if [ "${HAARES_GPU_TUNED:-0}" = 1 ]; then
+    bench="$bin/haares-bench-tuned"
     if [ ! -x "$bench" ]; then
-        echo "error: HAARES_GPU_UNTUNED=1, but the bundle has no haares-bench-untuned: rebuild it" \
+        echo "error: HAARES_GPU_TUNED=1, but the bundle has no haares-bench-tuned: rebuild it" \
             "with scripts/gpu/build.sh" >&2
         exit 2
     fi

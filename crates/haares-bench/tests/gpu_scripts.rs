@@ -74,6 +74,7 @@ fn packed_bundle(dir: &Path) -> PathBuf {
         gzip_into(&path, &bundle.join("bin").join(format!("{name}.gz")));
     }
     let manifest = r#"{"commit": "0123456789abcdef", "dirty": false, "built": "today", "rustc": "rustc",
+            "autotune": {"haares-bench": false, "haares-train": false, "haares-bench-tuned": true},
             "kernel_cache_seed": {"bytes": 123, "sha256": "5eed"}}"#;
     std::fs::write(bundle.join("manifest.json"), manifest).unwrap();
     bundle
@@ -121,7 +122,9 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
         markdown.contains("Bundle built from commit `0123456789abcdef`")
             && markdown.contains("started from an earlier run's (123 bytes, sha256 `5eed`)")
             // This test's build has Burn's default autotuning, and the summary says so.
-            && markdown.contains("run with CubeCL autotuning on"),
+            && markdown.contains("run with CubeCL autotuning on")
+            // The trainer's build is the manifest's word.
+            && markdown.contains("`haares-train` was built with CubeCL autotuning off"),
         "{markdown}"
     );
     // The seed went into the cache before the stages ran ...
@@ -200,36 +203,44 @@ fn the_overlapping_script_runs_portability_beside_the_stages() {
     assert_eq!(refused.status.code(), Some(2));
 }
 
-/// `HAARES_GPU_UNTUNED=1` runs the check with the bundle's `haares-bench-untuned`, and refuses a
-/// bundle without one.
+/// `HAARES_GPU_TUNED=1` runs the check with the bundle's `haares-bench-tuned`, and refuses a
+/// bundle without one; the retired `HAARES_GPU_UNTUNED` is named in a note, not obeyed.
 #[test]
-fn the_untuned_bench_runs_the_check_when_asked() {
+fn the_tuned_bench_runs_the_check_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let bundle = packed_bundle(dir.path());
     let cache = dir.path().join("kernels");
-    let untuned = [("HAARES_GPU_UNTUNED", "1")];
-    let (ok, printed) = try_script("run.sh", &bundle, &dir.path().join("a"), &cache, &untuned);
+    let tuned = [("HAARES_GPU_TUNED", "1")];
+    let (ok, printed) = try_script("run.sh", &bundle, &dir.path().join("a"), &cache, &tuned);
     assert!(!ok, "{printed}");
     assert!(
-        printed.contains("the bundle has no haares-bench-untuned"),
+        printed.contains("the bundle has no haares-bench-tuned"),
         "{printed}"
     );
 
-    // A stand-in that says it ran, then runs this build's bench (which cannot be built without
-    // its `autotune` feature inside a test).
-    let stand_in = dir.path().join("haares-bench-untuned");
+    // A stand-in that says it ran, then runs this build's bench.
+    let stand_in = dir.path().join("haares-bench-tuned");
     let script = format!(
         "#!/bin/sh\necho stand-in ran >&2\nexec '{}' \"$@\"\n",
         env!("CARGO_BIN_EXE_haares-bench")
     );
     std::fs::write(&stand_in, script).unwrap();
-    gzip_into(&stand_in, &bundle.join("bin/haares-bench-untuned.gz"));
+    gzip_into(&stand_in, &bundle.join("bin/haares-bench-tuned.gz"));
     let out = dir.path().join("b");
-    let (ok, printed) = try_script("run.sh", &bundle, &out, &cache, &untuned);
+    let (ok, printed) = try_script("run.sh", &bundle, &out, &cache, &tuned);
     assert!(ok, "{printed}");
     assert!(
-        printed.contains("running haares-bench-untuned") && printed.contains("stand-in ran"),
+        printed.contains("running haares-bench-tuned") && printed.contains("stand-in ran"),
         "{printed}"
     );
     assert_eq!(packed_summary(&out)["stages"][0]["status"], "passed");
+
+    let retired = [("HAARES_GPU_UNTUNED", "1")];
+    let (ok, printed) = try_script("run.sh", &bundle, &dir.path().join("c"), &cache, &retired);
+    assert!(ok, "{printed}");
+    assert!(
+        printed.contains("HAARES_GPU_UNTUNED is no longer read")
+            && printed.contains("running haares-bench\n"),
+        "{printed}"
+    );
 }

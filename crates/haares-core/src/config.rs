@@ -196,9 +196,9 @@ pub enum RoutingPath {
 impl RoutingPath {
     /// The path this one stands for on backend `B`: `Auto` becomes
     /// [`RoutingBackend::auto_routing`](crate::RoutingBackend::auto_routing) — the fused path on
-    /// the CPU backends, where it was faster and lighter in every measurement, and the reference
-    /// path on the cube backends (CUDA, wgpu), whose kernels have not yet passed their checks on
-    /// a GPU (docs/benchmarks.md).
+    /// the CPU backends and on CUDA, where it was faster in every measurement and passes every
+    /// check, and the reference path on wgpu, whose kernels have not been timed on a GPU
+    /// (docs/benchmarks.md).
     pub fn resolve<B: crate::RoutingBackend>(self) -> Self {
         match self {
             Self::Auto => B::auto_routing(),

@@ -231,7 +231,7 @@ fn ndarray_f32_passes_the_numerical_checks() {
 /// check; docs/deviations.md).
 #[cfg(feature = "cube")]
 macro_rules! cube_backend_tests {
-    ($name:ident, $backend:ty, $tolerance:expr, $missing:literal) => {
+    ($name:ident, $backend:ty, $tolerance:expr, $auto_fused:expr, $missing:literal) => {
         mod $name {
             use burn::backend::Autodiff;
             use burn::tensor::Tensor;
@@ -250,16 +250,18 @@ macro_rules! cube_backend_tests {
                 super::every_check::<Autodiff<Cube>>(&device, $tolerance);
             }
 
-            /// Until the kernels pass their checks on a GPU and are timed there, `Auto` must not
-            /// select them.
+            /// `Auto` takes the kernels where they passed every check on a GPU and were timed
+            /// faster there (CUDA), the reference path elsewhere (wgpu).
             #[test]
-            fn auto_takes_the_reference_path() {
+            fn auto_takes_the_measured_path() {
                 use haares_core::RoutingPath;
-                assert_eq!(RoutingPath::Auto.resolve::<Cube>(), RoutingPath::Reference);
-                assert_eq!(
-                    RoutingPath::Auto.resolve::<Autodiff<Cube>>(),
+                let expected = if $auto_fused {
+                    RoutingPath::Fused
+                } else {
                     RoutingPath::Reference
-                );
+                };
+                assert_eq!(RoutingPath::Auto.resolve::<Cube>(), expected);
+                assert_eq!(RoutingPath::Auto.resolve::<Autodiff<Cube>>(), expected);
             }
 
             #[test]
@@ -285,6 +287,7 @@ cube_backend_tests!(
     wgpu,
     burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>,
     crate::F32_TOLERANCE,
+    false,
     "no wgpu adapter: install a Vulkan driver (Debian: `apt-get install mesa-vulkan-drivers` \
      for the lavapipe software device) or run without `--features wgpu`"
 );
@@ -294,6 +297,7 @@ cube_backend_tests!(
     cuda,
     burn_cubecl::CubeBackend<burn_cubecl::cubecl::cuda::CudaRuntime, f32, i32, u8>,
     crate::TF32_TOLERANCE,
+    true,
     "no CUDA device: run on a machine with an NVIDIA GPU and its driver, or without \
      `--features cuda`"
 );

@@ -261,6 +261,18 @@ pub fn summary_markdown(report: &CheckReport) -> String {
         "This binary and its workers run with {}.\n",
         haares_train::backend::autotune_text(report.autotune)
     );
+    // The real run's trainer is another binary, built as the manifest says.
+    if let Some(train) = report
+        .manifest
+        .as_ref()
+        .and_then(|manifest| manifest["autotune"]["haares-train"].as_bool())
+    {
+        let _ = writeln!(
+            out,
+            "The real run's `haares-train` was built with {}.\n",
+            haares_train::backend::autotune_text(train)
+        );
+    }
     out.push_str("| stage | status | seconds | budget (s) | log |\n|---|---|---|---|---|\n");
     for stage in &report.stages {
         let _ = writeln!(

@@ -69,10 +69,12 @@ impl Profile {
                 "paper",
                 "--family",
                 "small",
+                // 30 steps (20 timed) of five workers: about 150 s at the H200's untuned steps
+                // (0.5–1.3 s); 60 did not fit the budget there.
                 "--steps",
-                "60",
+                "30",
                 "--warmup",
-                "20",
+                "10",
                 "--repeats",
                 "1",
                 "--methods",
@@ -80,8 +82,11 @@ impl Profile {
             ],
             real_run: RealRunSizes {
                 layers: 12,
-                steps: 300,
-                checkpoint_every: 100,
+                // Three runs' worth of steps in all (uninterrupted, killed at the first
+                // checkpoint, resumed): 400 here, which the untuned H200's steps (a 48-layer step
+                // took 2.3 s) should fit into the budget at 12 layers.
+                steps: 200,
+                checkpoint_every: 50,
                 // The first-step stages' widths and batch: the same matrix-product shapes, so a
                 // cold machine compiles and tunes them once, not again for the real run.
                 sets: &[

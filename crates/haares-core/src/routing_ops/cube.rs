@@ -26,14 +26,17 @@ const OTHER_BINDINGS: usize = 4;
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBackend
     for CubeBackend<R, F, I, BT>
 {
-    /// The reference path, until the kernels pass every check on a GPU and are timed there. On an
-    /// H200 (CUDA, 2026-11-27) both kernels and the whole models on both paths passed; the
-    /// operator check failed, most likely on the TF32 rounding of both reads' matrix products (the
-    /// kernels' `weighted_total` runs none now, and the check compares against a CPU reference);
-    /// neither change has run on a GPU, and no CUDA step has been timed. lavapipe, a CPU Vulkan,
-    /// passes every check. `RoutingPath::Fused` still selects the kernels (docs/benchmarks.md).
+    /// The fused path on CUDA, the reference path on wgpu. On an H200 (2026-11-28) every CUDA
+    /// check passed, the operator on the kernels included, and Block AttnRes's fused steps took
+    /// 0.82–0.89 s against the reference path's 1.17–1.28 s (docs/benchmarks.md). wgpu's kernels
+    /// pass every check on lavapipe, a CPU Vulkan, but have not been timed on a GPU.
+    /// `RoutingPath::Fused` selects the kernels on either.
     fn auto_routing() -> RoutingPath {
-        RoutingPath::Reference
+        if is_cuda::<R>() {
+            RoutingPath::Fused
+        } else {
+            RoutingPath::Reference
+        }
     }
 
     fn row_dots(slots: &[Tensor<Self, 2>], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
@@ -70,6 +73,18 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
             .sum_dim(0)
             .reshape([d_model])
     }
+}
+
+/// Whether `R` is CubeCL's CUDA runtime. Only this crate's `cuda` feature names that runtime, so
+/// without it every runtime counts as not CUDA.
+#[cfg(feature = "cuda")]
+fn is_cuda<R: CubeRuntime>() -> bool {
+    std::any::TypeId::of::<R>() == std::any::TypeId::of::<burn_cubecl::cubecl::cuda::CudaRuntime>()
+}
+
+#[cfg(not(feature = "cuda"))]
+fn is_cuda<R: CubeRuntime>() -> bool {
+    false
 }
 
 /// The kernels, in a module of their own because CubeCL's `Tensor` is not Burn's.

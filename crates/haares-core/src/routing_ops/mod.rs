@@ -76,7 +76,7 @@ pub struct SlotRows<B: Backend> {
 
 /// A backend that computes the routing operator. Every Burn backend can implement it with the
 /// default methods; Flex and NdArray override the primitives with host loops, the cube backends
-/// override two of them with kernels (and send `Auto` to the reference path), and the autodiff
+/// override two of them with kernels (and send `Auto` to the fused path on CUDA only), and the autodiff
 /// backend overrides the operations with their own backward passes.
 ///
 /// A routing backend also computes the backbone's fused activations ([`ActivationBackend`]), so
