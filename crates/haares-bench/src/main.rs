@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use haares_bench::analytic::{params_table, sources_table};
+use haares_bench::cost::paired::{PairedArgs, run_paired, write_paired_run};
 use haares_bench::cost::worker::{RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
 use haares_bench::cost::{CostSpec, run_cost, write_cost_run};
 use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
@@ -62,6 +63,10 @@ enum Command {
     /// The cost protocol (sec:costprotocol): step time, throughput, peak memory, ratios between
     /// methods and model FLOP utilisation; writes `<out>.md` and `<out>.json`.
     Cost(CostArgs),
+    /// Two methods' training steps alternated in one process (A B, B A, …): the median of their
+    /// step-time ratio pair by pair, with a 95% interval and the target's verdict; writes
+    /// `<out>.md` and `<out>.json`.
+    Paired(PairedArgs),
     /// First-step anatomy: backend start, model init, forward, backward and update of one fresh
     /// worker per depth × method, with the kernels CubeCL compiled and autotuned; writes
     /// `<out>.md` and `<out>.json` after every worker.
@@ -286,6 +291,14 @@ fn cost(args: CostArgs) -> Result<String, String> {
     Ok(table)
 }
 
+fn paired(args: PairedArgs) -> Result<String, String> {
+    let (spec, out) = args.spec();
+    let run = run_paired(&spec, |line| eprintln!("{line}"))?;
+    let table = write_paired_run(&run, &out)?;
+    eprintln!("wrote {0}.md and {0}.json", out.display());
+    Ok(table)
+}
+
 fn cost_worker(backend: &str, task: &str) -> Result<String, String> {
     let started = Instant::now();
     let kind: BackendKind = backend.parse().map_err(|e: TrainError| e.to_string())?;
@@ -358,6 +371,7 @@ fn main() -> ExitCode {
             &grid.methods,
         ),
         Command::Cost(args) => cost(args),
+        Command::Paired(args) => paired(args),
         Command::FirstStep(args) => first_step(args),
         Command::Gemm { backend, size } => gemm(&backend, size),
         Command::GpuCheck(args) => gpu_check(args),

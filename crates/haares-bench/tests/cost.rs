@@ -140,3 +140,75 @@ fn cost_refuses_bad_arguments_before_measuring() {
         );
     }
 }
+
+/// `paired` alternates the two methods' steps in one process and writes every pair's steps, the
+/// order and the ratio's interval.
+#[test]
+fn paired_alternates_two_methods_and_reports_the_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("paired");
+    let args = [
+        "paired",
+        "--backend",
+        "ndarray",
+        "--layers",
+        "2",
+        "--blocks",
+        "2",
+        "--batch",
+        "2",
+        "--seq",
+        "16",
+        "--pairs",
+        "9",
+        "--warmup",
+        "2",
+        "--out",
+    ];
+    let (ok, stdout, stderr) = bench(&[&args[..], &[out.to_str().unwrap()]].concat());
+    assert!(ok, "{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
+            .unwrap();
+    let methods = &json["spec"]["cost"]["methods"];
+    assert_eq!(methods, &serde_json::json!(["haares", "block-attnres"]));
+    for m in 0..2 {
+        let steps = json["step_s"][m].as_array().unwrap();
+        assert_eq!(steps.len(), 9);
+        assert!(steps.iter().all(|s| s.as_f64().unwrap() > 0.0));
+        let first_loss = json["losses"][m][0].as_f64().unwrap();
+        assert!((first_loss - 256f64.ln()).abs() < 0.5, "{first_loss}");
+    }
+    let first: Vec<u64> = (json["first"].as_array().unwrap().iter())
+        .map(|f| f.as_u64().unwrap())
+        .collect();
+    assert_eq!(first, [0, 1, 0, 1, 0, 1, 0, 1, 0]);
+    // Seven pairs after the warm-up: the sign test's 95% interval is the extremes (ranks 1, 7).
+    let table = std::fs::read_to_string(out.with_extension("md")).unwrap();
+    assert!(
+        table.contains("median") && table.contains("over 7 pairs, 95% interval"),
+        "{table}"
+    );
+    assert_eq!(stdout, table);
+}
+
+#[test]
+fn paired_refuses_other_than_two_methods_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("refused");
+    let (ok, _, stderr) = bench(&[
+        "paired",
+        "--backend",
+        "ndarray",
+        "--methods",
+        "haares",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("compares two methods"), "{stderr}");
+    assert!(!out.with_extension("json").exists());
+    let (ok, _, stderr) = bench(&["paired", "--backend", "ndarray", "--pairs", "7"]);
+    assert!(!ok);
+    assert!(stderr.contains("fewer than 6 pairs"), "{stderr}");
+}

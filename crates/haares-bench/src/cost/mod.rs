@@ -8,6 +8,7 @@
 //! affects every method alike.
 
 pub mod anatomy;
+pub mod paired;
 pub mod peer;
 pub mod peer_report;
 pub mod report;
