@@ -94,7 +94,7 @@ pub struct MedianInterval {
 /// The median of `values` and the interval between their k-th smallest and k-th largest, with
 /// the largest `k` for which `P(Binomial(n, ½) ≤ k − 1) ≤ 2.5%`: the interval covers the true
 /// median with at least 95% probability whatever the distribution, when the values are
-/// independent (the sign test's interval). `None` for fewer than [`MIN_PAIRS`] values.
+/// independent (the sign test's interval). `None` for fewer than 6 values.
 pub fn median_interval(values: &[f64]) -> Option<MedianInterval> {
     let n = values.len();
     let k = median_rank(n);
@@ -296,7 +296,7 @@ pub struct PairedArgs {
     /// The ratio's target [default: 1.05, HAARES / Block AttnRes in the CPU-speed issue].
     #[arg(long, default_value_t = 1.05)]
     target: f64,
-    /// Output path without extension [default: runs/bench/paired-<backend>].
+    /// Output path without extension [default: runs/bench/paired-{backend}].
     #[arg(long)]
     out: Option<std::path::PathBuf>,
 }
