@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use haares_bench::analytic::{params_table, sources_table};
 use haares_bench::cost::paired::{PairedArgs, run_paired, write_paired_run};
 use haares_bench::cost::worker::{RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
-use haares_bench::cost::{CostSpec, run_cost, write_cost_run};
+use haares_bench::cost::{CostSpec, SizeArgs, run_cost, write_cost_run};
 use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
 use haares_bench::flops::flops_table;
 use haares_bench::gpu_check::cli::{GpuCheckArgs, gpu_check};
@@ -140,18 +140,8 @@ struct CostArgs {
     /// Families (widths).
     #[arg(long, value_enum, value_delimiter = ',')]
     family: Option<Vec<Family>>,
-    /// Depth L.
-    #[arg(long)]
-    layers: Option<usize>,
-    /// Blocks N (must divide 2L).
-    #[arg(long)]
-    blocks: Option<usize>,
-    /// Rows per batch.
-    #[arg(long)]
-    batch: Option<usize>,
-    /// Context length.
-    #[arg(long)]
-    seq: Option<usize>,
+    #[command(flatten)]
+    sizes: SizeArgs,
     /// Steps K per measurement.
     #[arg(long)]
     steps: Option<usize>,
@@ -265,10 +255,7 @@ impl CostArgs {
                 *field = value;
             }
         };
-        set(&mut spec.layers, self.layers);
-        set(&mut spec.blocks, self.blocks);
-        set(&mut spec.batch, self.batch);
-        set(&mut spec.seq, self.seq);
+        self.sizes.apply(&mut spec);
         set(&mut spec.steps, self.steps);
         set(&mut spec.warmup, self.warmup);
         set(&mut spec.repeats, self.repeats);

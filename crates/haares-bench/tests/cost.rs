@@ -2,13 +2,13 @@
 
 mod common;
 
-use common::{TINY, TINY_ORDER, bench};
+use common::{TINY_MODEL, TINY_ORDER, bench, tiny_cost};
 
 #[test]
 fn cost_runs_end_to_end_and_writes_valid_json() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("nested").join("cost");
-    let mut args = TINY.to_vec();
+    let mut args = tiny_cost();
     args.extend(["--out", out.to_str().unwrap()]);
     let (ok, _, stderr) = bench(&args);
     assert!(ok, "{stderr}");
@@ -119,7 +119,7 @@ fn cost_refuses_bad_arguments_before_measuring() {
         (("--blocks", "3"), "N = 3 does not divide the 2L = 4"),
         (("--warmup", "3"), "must exceed --warmup"),
     ] {
-        let mut args = TINY.to_vec();
+        let mut args = tiny_cost();
         let at = args.iter().position(|a| *a == change.0).unwrap();
         args[at + 1] = change.1;
         let (ok, _, stderr) = bench(&args);
@@ -131,7 +131,7 @@ fn cost_refuses_bad_arguments_before_measuring() {
     }
     #[cfg(not(feature = "wgpu"))]
     {
-        let mut args = TINY.to_vec();
+        let mut args = tiny_cost();
         args[2] = "wgpu";
         let (ok, _, stderr) = bench(&args);
         assert!(
@@ -147,25 +147,17 @@ fn cost_refuses_bad_arguments_before_measuring() {
 fn paired_alternates_two_methods_and_reports_the_ratio() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("paired");
-    let args = [
-        "paired",
-        "--backend",
-        "ndarray",
-        "--layers",
-        "2",
-        "--blocks",
-        "2",
-        "--batch",
-        "2",
-        "--seq",
-        "16",
+    let mut args = vec!["paired"];
+    args.extend(TINY_MODEL);
+    args.extend([
         "--pairs",
         "9",
         "--warmup",
         "2",
         "--out",
-    ];
-    let (ok, stdout, stderr) = bench(&[&args[..], &[out.to_str().unwrap()]].concat());
+        out.to_str().unwrap(),
+    ]);
+    let (ok, stdout, stderr) = bench(&args);
     assert!(ok, "{stderr}");
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())

@@ -7,7 +7,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use common::{TINY, TINY_ORDER, bench};
+use common::{TINY_ORDER, bench, tiny_cost};
 
 /// Runs the tiny cost protocol, with the values of `overrides` (flag, value) in place of its own,
 /// and the peer at `python`; `(success, stderr, json, markdown)`.
@@ -17,9 +17,12 @@ fn cost_with_peer(
     dir: &Path,
 ) -> (bool, String, serde_json::Value, String) {
     let out = dir.join("cost");
-    let mut args = TINY.to_vec();
+    let mut args = tiny_cost();
     for (flag, value) in overrides {
-        let at = args.iter().position(|a| a == flag).expect("a flag of TINY");
+        let at = args
+            .iter()
+            .position(|a| a == flag)
+            .expect("a flag of tiny_cost");
         args[at + 1] = value;
     }
     args.extend(["--peer", "torch", "--python", python]);

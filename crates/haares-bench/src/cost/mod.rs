@@ -189,6 +189,33 @@ impl CostSpec {
     }
 }
 
+/// The model sizes `cost` and `paired` take on the command line, each replacing its preset's.
+#[derive(clap::Args)]
+pub struct SizeArgs {
+    /// Depth L [default: the preset's].
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Blocks N, which must divide 2L [default: the preset's].
+    #[arg(long)]
+    blocks: Option<usize>,
+    /// Rows per batch [default: the preset's].
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Context length [default: the preset's].
+    #[arg(long)]
+    seq: Option<usize>,
+}
+
+impl SizeArgs {
+    /// `spec` with the sizes given here.
+    pub fn apply(&self, spec: &mut CostSpec) {
+        spec.layers = self.layers.unwrap_or(spec.layers);
+        spec.blocks = self.blocks.unwrap_or(spec.blocks);
+        spec.batch = self.batch.unwrap_or(spec.batch);
+        spec.seq = self.seq.unwrap_or(spec.seq);
+    }
+}
+
 /// Every sample of a cost run, ready for [`report`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CostRun {

@@ -272,18 +272,8 @@ pub struct PairedArgs {
     /// Family (width): small, medium or large.
     #[arg(long, default_value = "small", value_parser = ["small", "medium", "large"])]
     family: String,
-    /// Depth L [default: the preset's].
-    #[arg(long)]
-    layers: Option<usize>,
-    /// Blocks N, which must divide 2L [default: the preset's].
-    #[arg(long)]
-    blocks: Option<usize>,
-    /// Rows per batch [default: the preset's].
-    #[arg(long)]
-    batch: Option<usize>,
-    /// Context length [default: the preset's].
-    #[arg(long)]
-    seq: Option<usize>,
+    #[command(flatten)]
+    sizes: super::SizeArgs,
     /// Pairs of steps.
     #[arg(long, default_value_t = 60)]
     pairs: usize,
@@ -313,10 +303,7 @@ impl PairedArgs {
             "large" => haares_core::ModelFamily::Large,
             _ => haares_core::ModelFamily::Small,
         }];
-        cost.layers = self.layers.unwrap_or(cost.layers);
-        cost.blocks = self.blocks.unwrap_or(cost.blocks);
-        cost.batch = self.batch.unwrap_or(cost.batch);
-        cost.seq = self.seq.unwrap_or(cost.seq);
+        self.sizes.apply(&mut cost);
         (cost.steps, cost.warmup, cost.repeats) = (self.pairs, self.warmup, 1);
         cost.methods = self.methods;
         let out = self.out.unwrap_or_else(|| {

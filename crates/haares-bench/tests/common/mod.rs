@@ -16,14 +16,11 @@ pub fn bench(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-/// A cost run small enough for a test: three methods, two repeats, on NdArray.
+/// The tiny model on NdArray, as `cost` and `paired` take it: backend and sizes.
 #[allow(dead_code)]
-pub const TINY: &[&str] = &[
-    "cost",
+pub const TINY_MODEL: [&str; 10] = [
     "--backend",
     "ndarray",
-    "--family",
-    "small",
     "--layers",
     "2",
     "--blocks",
@@ -32,19 +29,31 @@ pub const TINY: &[&str] = &[
     "2",
     "--seq",
     "16",
-    "--steps",
-    "3",
-    "--warmup",
-    "1",
-    "--repeats",
-    "2",
-    "--gemm-size",
-    "64",
-    "--methods",
-    "standard,block-attnres,haares",
 ];
 
-/// The order in which [`TINY`]'s methods are measured: interleaved over two repeats, the second
+/// A cost run small enough for a test: the tiny model, three methods, two repeats.
+#[allow(dead_code)]
+pub fn tiny_cost() -> Vec<&'static str> {
+    let mut args = vec!["cost"];
+    args.extend(TINY_MODEL);
+    args.extend([
+        "--family",
+        "small",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--repeats",
+        "2",
+        "--gemm-size",
+        "64",
+        "--methods",
+        "standard,block-attnres,haares",
+    ]);
+    args
+}
+
+/// The order in which [`tiny_cost`]'s methods are measured: interleaved over two repeats, the second
 /// reversed.
 #[allow(dead_code)]
 pub const TINY_ORDER: [&str; 6] = [
