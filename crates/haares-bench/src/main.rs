@@ -7,11 +7,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use haares_bench::analytic::{params_table, sources_table};
 use haares_bench::cost::paired::{PairedArgs, run_paired, write_paired_run};
 use haares_bench::cost::worker::{RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
-use haares_bench::cost::{CostSpec, SizeArgs, run_cost, write_cost_run};
+use haares_bench::cost::{CostSpec, Family, Preset, SizeArgs, run_cost, write_cost_run};
 use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
 use haares_bench::flops::flops_table;
 use haares_bench::gpu_check::cli::{GpuCheckArgs, gpu_check};
-use haares_core::ModelFamily;
 use haares_train::TrainError;
 use haares_train::backend::{BackendKind, dispatch};
 use std::path::PathBuf;
@@ -30,13 +29,6 @@ static ALLOCATOR: haares_bench::heap::CountingAllocator = haares_bench::heap::Co
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Family {
-    Small,
-    Medium,
-    Large,
 }
 
 #[derive(Subcommand)]
@@ -119,14 +111,6 @@ struct Grid {
         default_value = "standard,block-attnres,haares"
     )]
     methods: Vec<String>,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Preset {
-    /// Small widths at 12 layers, batch 8 × 128, 12 steps × 2 repeats: minutes on a 2-core CPU.
-    Cpu,
-    /// tab:cost: d = 128/512/768 at 48 layers, batch 16 × 512, 2K steps (a GPU).
-    Paper,
 }
 
 #[derive(clap::Args)]
@@ -240,10 +224,7 @@ fn first_step(args: FirstStepArgs) -> Result<String, String> {
 
 impl CostArgs {
     fn spec(self) -> (CostSpec, PathBuf) {
-        let (mut spec, preset) = match self.preset {
-            Preset::Cpu => (CostSpec::cpu(&self.backend), "cpu"),
-            Preset::Paper => (CostSpec::paper(&self.backend), "paper"),
-        };
+        let (mut spec, preset) = self.preset.spec(&self.backend);
         let out = self
             .out
             .unwrap_or_else(|| PathBuf::from(format!("runs/bench/cost-{}-{preset}", self.backend)));
@@ -323,19 +304,6 @@ fn gemm(backend: &str, size: usize) -> Result<String, String> {
     match dispatch(kind, worker).map_err(|e| e.to_string())? {
         WorkerResult::Gemm { flops_per_s } => Ok(format!("GFLOP/s {:.1}\n", flops_per_s / 1e9)),
         _ => Err("the GEMM answered with something else".into()),
-    }
-}
-
-impl Family {
-    fn of(families: Vec<Family>) -> Vec<ModelFamily> {
-        families
-            .into_iter()
-            .map(|f| match f {
-                Family::Small => ModelFamily::Small,
-                Family::Medium => ModelFamily::Medium,
-                Family::Large => ModelFamily::Large,
-            })
-            .collect()
     }
 }
 

@@ -189,6 +189,50 @@ impl CostSpec {
     }
 }
 
+/// A model family on the command line.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Family {
+    /// d = 128.
+    Small,
+    /// d = 512.
+    Medium,
+    /// d = 768.
+    Large,
+}
+
+impl Family {
+    /// The families named.
+    pub fn of(families: Vec<Family>) -> Vec<ModelFamily> {
+        families
+            .into_iter()
+            .map(|f| match f {
+                Family::Small => ModelFamily::Small,
+                Family::Medium => ModelFamily::Medium,
+                Family::Large => ModelFamily::Large,
+            })
+            .collect()
+    }
+}
+
+/// The sizes a cost-protocol run (or a paired run) starts from.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Preset {
+    /// Small widths at 12 layers, batch 8 × 128, 12 steps × 2 repeats: minutes on a 2-core CPU.
+    Cpu,
+    /// tab:cost: d = 128/512/768 at 48 layers, batch 16 × 512, 2K steps (a GPU).
+    Paper,
+}
+
+impl Preset {
+    /// The preset's spec on `backend`, and its name.
+    pub fn spec(self, backend: &str) -> (CostSpec, &'static str) {
+        match self {
+            Preset::Cpu => (CostSpec::cpu(backend), "cpu"),
+            Preset::Paper => (CostSpec::paper(backend), "paper"),
+        }
+    }
+}
+
 /// The model sizes `cost` and `paired` take on the command line, each replacing its preset's.
 #[derive(clap::Args)]
 pub struct SizeArgs {

@@ -94,11 +94,11 @@ pub struct MedianInterval {
 /// The median of `values` and the interval between their k-th smallest and k-th largest, with
 /// the largest `k` for which `P(Binomial(n, ½) ≤ k − 1) ≤ 2.5%`: the interval covers the true
 /// median with at least 95% probability whatever the distribution, when the values are
-/// independent (the sign test's interval). `None` for fewer than 6 values.
+/// independent (the sign test's interval). `None` where no k exists: fewer than 6 values.
 pub fn median_interval(values: &[f64]) -> Option<MedianInterval> {
     let n = values.len();
     let k = median_rank(n);
-    if n < MIN_PAIRS || k == 0 {
+    if k == 0 {
         return None;
     }
     let mut sorted = values.to_vec();
@@ -145,7 +145,6 @@ pub fn run_paired(spec: &PairedSpec, log: impl FnMut(&str) + Send) -> Result<Pai
     let config = |m: usize| spec.cost.model(family, &spec.cost.methods[m]);
     let job = PairedJob {
         configs: [config(0)?, config(1)?],
-        names: [0, 1].map(|m| spec.cost.methods[m].clone()),
         cost: &spec.cost,
         log,
     };
@@ -162,7 +161,6 @@ type PairedSteps = ([Vec<f64>; 2], Vec<usize>, [(f64, f64); 2]);
 
 struct PairedJob<'a, L> {
     configs: [ModelConfig; 2],
-    names: [String; 2],
     cost: &'a CostSpec,
     log: L,
 }
@@ -202,9 +200,9 @@ impl<L: FnMut(&str) + Send> BackendJob for PairedJob<'_, L> {
                 (self.log)(&format!(
                     "pair {}/{pairs}: {} {:.3} s, {} {:.3} s",
                     pair + 1,
-                    self.names[0],
+                    self.cost.methods[0],
                     step_s[0][pair],
-                    self.names[1],
+                    self.cost.methods[1],
                     step_s[1][pair]
                 ));
             }
@@ -266,12 +264,12 @@ pub struct PairedArgs {
     /// Backend: flex, ndarray, wgpu, cuda (GPU backends need `--features wgpu|cuda`).
     #[arg(long, default_value = "flex")]
     backend: String,
-    /// The cost preset the sizes start from: `cpu` or `paper`.
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "paper"])]
-    preset: String,
-    /// Family (width): small, medium or large.
-    #[arg(long, default_value = "small", value_parser = ["small", "medium", "large"])]
-    family: String,
+    /// The cost preset the sizes start from.
+    #[arg(long, value_enum, default_value = "cpu")]
+    preset: super::Preset,
+    /// Family (width).
+    #[arg(long, value_enum, default_value = "small")]
+    family: super::Family,
     #[command(flatten)]
     sizes: super::SizeArgs,
     /// Pairs of steps.
@@ -294,15 +292,8 @@ pub struct PairedArgs {
 impl PairedArgs {
     /// The run these options describe, and where it is written.
     pub fn spec(self) -> (PairedSpec, std::path::PathBuf) {
-        let mut cost = match self.preset.as_str() {
-            "paper" => CostSpec::paper(&self.backend),
-            _ => CostSpec::cpu(&self.backend),
-        };
-        cost.families = vec![match self.family.as_str() {
-            "medium" => haares_core::ModelFamily::Medium,
-            "large" => haares_core::ModelFamily::Large,
-            _ => haares_core::ModelFamily::Small,
-        }];
+        let (mut cost, _) = self.preset.spec(&self.backend);
+        cost.families = super::Family::of(vec![self.family]);
         self.sizes.apply(&mut cost);
         (cost.steps, cost.warmup, cost.repeats) = (self.pairs, self.warmup, 1);
         cost.methods = self.methods;
