@@ -7,8 +7,8 @@
 #   .gpu/bin/portability.gz  (the core's portability test, with autotuning)
 #   all stripped and gzipped, and .gpu/manifest.json (commit, uncommitted changes, build date,
 #   toolchain, feature, sizes, sha256).
-# Send `.gpu` with the device tool's `carry` and run scripts/gpu/run.sh there (docs/benchmarks.md,
-# "The GPU check").
+# Send `.gpu` with the device tool's `carry` and run scripts/gpu/run.sh there
+# (scripts/gpu/README.md).
 #
 # Usage: bash scripts/gpu/build.sh [cuda|wgpu]     (default cuda; output folder: $HAARES_GPU_BUNDLE or .gpu)
 # With HAARES_GPU_SEED=DIR, the kernel cache an earlier run handed back (DIR/kernel-cache.tar.gz.0,
@@ -46,7 +46,7 @@ pack() {
         rm "$staging/bin/$name"
     done
 }
-# Without the `autotune` feature (docs/benchmarks.md, "A GPU build without autotuning"): on a cold
+# Without the `autotune` feature (docs/benchmarks.md, "Build options for the GPU backends"): on a cold
 # H200 its 48-layer first step took 13 s, the autotuned one compiled for more than 5 minutes.
 echo "building haares-bench and haares-train with --features $feature, without autotuning ..." >&2
 built="$(cargo build --message-format=json-render-diagnostics -p haares-bench -p haares-train \

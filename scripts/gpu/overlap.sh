@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check with its portability stage beside the others instead of before them
-# (docs/benchmarks.md, "The GPU check"). On a cold machine both are bound by NVRTC, which compiles
+# (scripts/gpu/README.md). On a cold machine both are bound by NVRTC, which compiles
 # one kernel at a time per process (about a second per matrix-product candidate on an H200), so
 # running them side by side saves the portability stage's minutes. The portability tests use
 # their own, empty kernel cache (they never read the shared one) and their GPU work is a few

@@ -3,7 +3,7 @@
 # Rust toolchain and no network. Every stage has its own time budget. After each stage OUT holds a
 # few files, as a lent machine hands back at most 8: summary.md, results.tar.gz (the whole check
 # folder: summary.json, logs, reports, JSON) and kernel-cache.tar.gz.0, .1, … (CubeCL's compiled and
-# tuned kernels, for the bundle of the next run; docs/benchmarks.md, "The GPU check").
+# tuned kernels, for the bundle of the next run; scripts/gpu/README.md).
 #
 # Usage: bash scripts/gpu/run.sh OUT [STAGES] [more haares-bench gpu-check options]
 #   OUT      output folder (on the device tool: "$OUT")

@@ -9,13 +9,13 @@ use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Distribution, Tensor};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use haares_bench::cost::worker::Trainer;
+use haares_core::ResidualMethod;
 use haares_core::accumulator::BlockAccumulator;
 use haares_core::config::DetailBias;
 use haares_core::rms_match::rms_match;
 use haares_core::router::DepthRouterConfig;
 use haares_core::routing_ops::naive;
 use haares_core::{ModelFamily, RoutingBackend, RoutingPath, SlotKind, Source, SourceBank};
-use haares_train::config::parse_method;
 use haares_train::cpu::on_cpu_pool;
 
 type B = Autodiff<Flex>;
@@ -167,7 +167,11 @@ fn training_step(c: &mut Criterion) {
     ];
     for (method, routing) in cases {
         let config = ModelFamily::Small
-            .config(12, 256, parse_method(method).expect("a known method"))
+            .config(
+                12,
+                256,
+                method.parse::<ResidualMethod>().expect("a known method"),
+            )
             .with_max_seq_len(SEQ.max(512))
             .with_routing(routing);
         let mut trainer =

@@ -41,7 +41,7 @@ def rope_tables(head_dim, seq, base):
 
 
 def apply_rope(x, cos, sin):
-    """Interleaved pairing: dimensions (2j, 2j+1) of each head rotate together (NOTES 5)."""
+    """Interleaved pairing: dimensions (2j, 2j+1) of each head rotate together (docs/decisions.md, decision 5)."""
     pairs = x.unflatten(-1, (-1, 2))
     even, odd = pairs[..., 0], pairs[..., 1]
     rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
@@ -141,7 +141,7 @@ class Layer(torch.nn.Module):
 
 
 def split_mix_signs(seed, blocks, events_per_block):
-    """The fixed random-sign ablation's signs: SplitMix64 low bits (NOTES decision 6)."""
+    """The fixed random-sign ablation's signs: SplitMix64 low bits (docs/decisions.md, decision 6)."""
     mask, state, signs = (1 << 64) - 1, seed, []
     for _ in range(blocks):
         row = []

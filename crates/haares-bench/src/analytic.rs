@@ -3,9 +3,10 @@
 
 use std::fmt::Write as _;
 
+use haares_core::ResidualMethod;
 use haares_core::analysis::{parameter_count, source_count_summary};
+use haares_core::method::method_label;
 use haares_core::{ModelConfig, ModelFamily, Result};
-use haares_train::config::{method_label, parse_method};
 
 /// tab:sourcecounts for `layers` at each block count: average and maximum intermediate-read slots
 /// of Block AttnRes and HAARES, and the final router's slots (N + 1 in both).
@@ -48,7 +49,7 @@ pub fn params_table(
     for family in families {
         for &l in layers {
             for name in methods {
-                let method = parse_method(name).map_err(|e| e.to_string())?;
+                let method = name.parse::<ResidualMethod>().map_err(|e| e.to_string())?;
                 let config: ModelConfig = family.config(l, vocab, method);
                 config.validate().map_err(|e| e.to_string())?;
                 let count = parameter_count(&config);

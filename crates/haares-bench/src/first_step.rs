@@ -12,7 +12,7 @@ use std::path::Path;
 use haares_core::ModelFamily;
 use serde::{Deserialize, Serialize};
 
-use crate::cost::report::method_with_path;
+use crate::cost::summary::method_with_path;
 use crate::cost::worker::TrainSample;
 use crate::cost::{CostSpec, write_atomically_both};
 use crate::kernel_events::KernelTally;

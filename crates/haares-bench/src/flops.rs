@@ -17,8 +17,8 @@ use std::fmt::Write as _;
 
 use haares_core::analysis::source_count;
 use haares_core::config::DetailSource;
+use haares_core::method::method_label;
 use haares_core::{ModelConfig, ModelFamily, ResidualMethod};
-use haares_train::config::{method_label, parse_method};
 
 /// Forward FLOPs per token, by component.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -31,7 +31,8 @@ pub struct FlopCount {
     pub elementwise: f64,
     /// The tied head and the cross-entropy.
     pub head: f64,
-    /// Depth routing: key RMSNorm, scores, softmax and mixture at every read site (eq:routingweights).
+    /// Depth routing: key RMSNorm, scores, softmax and mixture at every read site
+    /// (eq:routingweights).
     pub routing: f64,
     /// `C ← C + u` and `D ← D ± u` (eq:update).
     pub accumulation: f64,
@@ -97,7 +98,8 @@ pub fn flops_per_token(config: &ModelConfig, seq: usize) -> FlopCount {
         matrices: layers * (2.0 * 4.0 * d * d + 2.0 * 3.0 * d * d_ff),
         // QKᵀ and AV (2·d·T each), softmax with scale and mask (≈ 6 per score), RoPE on q and k.
         attention: layers * (4.0 * d * t + 6.0 * heads * t + 6.0 * d),
-        // Two pre-norms, SiLU (4) and the gate product per MLP unit, two residual updates; final norm.
+        // Two pre-norms, SiLU (4) and the gate product per MLP unit, two residual updates; final
+        // norm.
         elementwise: layers * (2.0 * rms_norm(d) + 5.0 * d_ff + 2.0 * residual_update)
             + rms_norm(d),
         // Logits, then log-softmax and the target pick.
@@ -131,7 +133,8 @@ fn add_source_handling(config: &ModelConfig, d: f64, count: &mut FlopCount) {
             }
         }
         if matches_rms && block < config.blocks {
-            // The completed pair's detail, matched once and cached (the last block's is never read).
+            // The completed pair's detail, matched once and cached (the last block's is never
+            // read).
             count.rms_matching += rms_match_flops(d);
         }
     }
@@ -166,8 +169,11 @@ pub fn flops_table(
     for &family in families {
         for &l in layers {
             let count_of = |name: &str| -> Result<FlopCount, String> {
-                let config =
-                    family.config(l, vocab, parse_method(name).map_err(|e| e.to_string())?);
+                let config = family.config(
+                    l,
+                    vocab,
+                    name.parse::<ResidualMethod>().map_err(|e| e.to_string())?,
+                );
                 config.validate().map_err(|e| e.to_string())?;
                 Ok(flops_per_token(&config, seq))
             };

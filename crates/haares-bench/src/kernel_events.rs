@@ -143,7 +143,7 @@ mod tests {
     use super::*;
 
     /// The messages as CubeCL 0.10 writes them (`CompiledKernel::format_basic`,
-    /// `tuner::log_result` at the minimal level); the wgpu run in docs/benchmarks.md counted
+    /// `tuner::log_result` at the minimal level); the wgpu runs in docs/notebook/first-step.md counted
     /// real ones.
     #[test]
     fn compilations_and_autotune_results_are_told_apart_and_diffed() {

@@ -3,7 +3,9 @@
 
 use burn::tensor::{Tensor, backend::Backend};
 
-use crate::config::DetailSource;
+use haares_base::SplitMix64;
+
+use crate::method::DetailSource;
 use crate::routing_ops::RoutingBackend;
 
 /// The first-half size `k = ⌈m/2⌉` of a block of `m` events (odd `m`: the early half takes the
@@ -22,19 +24,13 @@ pub fn half_split_sign(r: usize, events_per_block: usize) -> f64 {
     }
 }
 
-/// Fixed random signs `s_{n,r} ∈ {±1}` for the random-sign ablation (NOTES decision 6), indexed
-/// `[block][event]`. Each sign is the low bit of successive SplitMix64 outputs from `seed`: a
-/// generator fixed by this definition (not by a crate version), so a sign pattern stored as its
-/// seed stays reproducible, also from other languages.
+/// Fixed random signs `s_{n,r} ∈ {±1}` for the random-sign ablation (docs/decisions.md, decision
+/// 6), indexed `[block][event]`. Each sign is the low bit of successive SplitMix64 outputs from
+/// `seed`: a generator fixed by this definition (not by a crate version), so a sign pattern stored
+/// as its seed stays reproducible, also from other languages.
 pub fn random_signs(seed: u64, blocks: usize, events_per_block: usize) -> Vec<Vec<f64>> {
-    let mut state = seed;
-    let mut next = move || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
+    let mut rng = SplitMix64::new(seed);
+    let mut next = move || rng.next_u64();
     (0..blocks)
         .map(|_| {
             (0..events_per_block)
@@ -160,7 +156,8 @@ impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
     }
 
     /// Hands over the completed raw pair `(C, D)` and resets to zero (a block boundary), or
-    /// `None` when nothing was written. `D` is `None` when only [`write_cumulative`](Self::write_cumulative) was used.
+    /// `None` when nothing was written. `D` is `None` when only
+    /// [`write_cumulative`](Self::write_cumulative) was used.
     pub fn take(&mut self) -> Option<(Tensor<B, D>, Option<Tensor<B, D>>)> {
         let detail = self.detail().cloned();
         self.writes = 0;

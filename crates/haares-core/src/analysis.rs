@@ -33,7 +33,7 @@ pub struct SourceCountSummary {
 }
 
 /// Enumerates [`source_count`] over every event of an `n_layers`-deep model in `blocks` blocks.
-/// Refuses partitions where `blocks` does not divide `2L` (NOTES decision 12).
+/// Refuses partitions where `blocks` does not divide `2L` (docs/decisions.md, decision 12).
 pub fn source_count_summary(
     with_detail: bool,
     n_layers: usize,
@@ -43,7 +43,7 @@ pub fn source_count_summary(
     if blocks == 0 || events == 0 || !events.is_multiple_of(blocks) {
         return Err(HaaresError::config(
             "blocks",
-            format!("N = {blocks} must divide 2L = {events} (NOTES decision 12)"),
+            format!("N = {blocks} must divide 2L = {events} (docs/decisions.md, decision 12)"),
         ));
     }
     let events_per_block = events / blocks;

@@ -218,8 +218,9 @@ impl<B: Backend> HaaresModel<B> {
         serialize_named_tensors(self.to_named_tensors(), metadata)
     }
 
-    /// Rebuilds a model from `.safetensors` bytes written by [`to_safetensors_bytes`](Self::to_safetensors_bytes)
-    /// (or by any tool that uses the same names, layouts and config metadata).
+    /// Rebuilds a model from `.safetensors` bytes written by
+    /// [`to_safetensors_bytes`](Self::to_safetensors_bytes) (or by any tool that uses the same
+    /// names, layouts and config metadata).
     pub fn from_safetensors_bytes(bytes: &[u8], device: &B::Device) -> Result<Self> {
         let (_, metadata) = SafeTensors::read_metadata(bytes).map_err(safetensors_error)?;
         let config_json = metadata.metadata().as_ref().and_then(|m| m.get(CONFIG_METADATA_KEY)).ok_or_else(|| {
@@ -239,7 +240,7 @@ impl<B: Backend> HaaresModel<B> {
     pub fn save_safetensors(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         let bytes = self.to_safetensors_bytes()?;
-        write_atomically(path, &bytes)
+        haares_base::write_atomically(path, &bytes)
             .map_err(|e| HaaresError::Checkpoint(format!("cannot write {}: {e}", path.display())))
     }
 
@@ -337,26 +338,4 @@ fn tensor_data(name: &str, view: &TensorView<'_>) -> Result<TensorData> {
 
 fn safetensors_error(error: safetensors::SafeTensorError) -> HaaresError {
     HaaresError::Checkpoint(format!("invalid safetensors data: {error}"))
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::other("the path has no file name"))?;
-    let temporary = path.with_file_name(format!(
-        ".{}.tmp-{}",
-        file_name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| {
-        let mut file = std::fs::File::create(&temporary)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    result
 }

@@ -1,180 +1,14 @@
-//! Model configuration: the backbone (App. A, tab:reprobackbone), the model families
-//! (tab:modelconfig) and the residual method with every ablation of tab:basisablation.
+//! Model configuration: the backbone (App. A, tab:reprobackbone) and the model families
+//! (tab:modelconfig); the residual method with every ablation of tab:basisablation is
+//! [`crate::method`]'s.
 
 use burn::config::Config;
 use serde::{Deserialize, Serialize};
 
 use crate::error::HaaresError;
-
-/// Where the second slot of each HAARES block pair comes from (tab:basisablation).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub enum DetailSource {
-    /// The paper's half split: `D = E − F` with signs `+1` for `r ≤ k = ⌈m/2⌉`, `−1` after
-    /// (eq:segments, eq:bases, eq:partial).
-    HalfSplit,
-    /// Fixed random signs `s_{n,r} ∈ {±1}` drawn once from `seed` (NOTES decision 6); see
-    /// [`crate::accumulator::random_signs`] for the generator.
-    RandomSigns {
-        /// Seed of the sign generator; the paper's record does not give one, ours defaults to 0.
-        seed: u64,
-    },
-    /// Duplicated `C×2` control: the extra slot holds the cumulative value itself and keeps the
-    /// learned detail bias (NOTES decision 7, eq:duplicate).
-    DuplicatedCumulative,
-}
-
-/// How the router biases detail slots (eq:routingweights, eq:initialmass).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub enum DetailBias {
-    /// One learned scalar per read site, shared by its visible detail slots.
-    Learned {
-        /// Initial value; the paper uses −2.
-        init: f64,
-    },
-    /// A constant, not trained (the fixed-bias ablations use 0, −2 and −4).
-    Fixed {
-        /// The constant bias.
-        value: f64,
-    },
-}
-
-impl DetailBias {
-    /// The bias value at initialisation.
-    pub fn initial_value(&self) -> f64 {
-        match *self {
-            Self::Learned { init } => init,
-            Self::Fixed { value } => value,
-        }
-    }
-}
-
-/// Options of HAARES; [`HaaresOptions::paper`] is the full method, the other constructors are the
-/// paper's ablations.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct HaaresOptions {
-    /// Source of the detail slot.
-    pub detail: DetailSource,
-    /// Whether the detail is RMS-matched to the cumulative source (eq:rmsmatch).
-    pub rms_match: bool,
-    /// Clip bound γ of eq:rmsmatch (paper: 4).
-    pub rms_gamma: f64,
-    /// ε of eq:rmsmatch (paper: 1e-6).
-    pub rms_epsilon: f64,
-    /// Routing bias of detail slots.
-    pub detail_bias: DetailBias,
-}
-
-impl HaaresOptions {
-    /// The full method: half split, RMS matching with γ = 4, ε = 1e-6, learned bias from −2.
-    pub fn paper() -> Self {
-        Self {
-            detail: DetailSource::HalfSplit,
-            rms_match: true,
-            rms_gamma: 4.0,
-            rms_epsilon: 1e-6,
-            detail_bias: DetailBias::Learned { init: -2.0 },
-        }
-    }
-    /// Ablation "Duplicated C×2".
-    pub fn duplicated_cumulative() -> Self {
-        Self {
-            detail: DetailSource::DuplicatedCumulative,
-            ..Self::paper()
-        }
-    }
-    /// Ablation "Random-sign detail" with the given sign seed.
-    pub fn random_signs(seed: u64) -> Self {
-        Self {
-            detail: DetailSource::RandomSigns { seed },
-            ..Self::paper()
-        }
-    }
-    /// Ablation "Fixed detail bias `value`" (paper: 0, −2, −4).
-    pub fn fixed_detail_bias(value: f64) -> Self {
-        Self {
-            detail_bias: DetailBias::Fixed { value },
-            ..Self::paper()
-        }
-    }
-    /// Ablation "HAARES without RMS match".
-    pub fn without_rms_match() -> Self {
-        Self {
-            rms_match: false,
-            ..Self::paper()
-        }
-    }
-}
-
-impl Default for HaaresOptions {
-    fn default() -> Self {
-        Self::paper()
-    }
-}
-
-/// The residual connection of the backbone: one config enum for every method of the paper.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub enum ResidualMethod {
-    /// Ordinary PreNorm residual: `h ← h + f(Norm(h))`.
-    Standard,
-    /// `h ← h + g·f(Norm(h))` with a zero-initialised scalar gate per sublayer (NOTES decision 4).
-    ReZero,
-    /// `h ← h + λ ⊙ f(Norm(h))` with a per-channel scale; `init: None` uses the paper's
-    /// depth rule (see [`layer_scale_init`]).
-    LayerScale {
-        /// Initial scale, or `None` for the depth rule.
-        init: Option<f64>,
-    },
-    /// Block Attention Residuals: HAARES's read rule with every detail slot removed.
-    BlockAttnRes,
-    /// HAARES with the given options.
-    Haares(HaaresOptions),
-}
-
-impl ResidualMethod {
-    /// Full HAARES as in the paper.
-    pub fn haares() -> Self {
-        Self::Haares(HaaresOptions::paper())
-    }
-    /// Whether sublayer inputs are read through a depth router (Block AttnRes and HAARES).
-    pub fn is_routed(&self) -> bool {
-        matches!(self, Self::BlockAttnRes | Self::Haares(_))
-    }
-    /// The HAARES options, if this is a HAARES variant.
-    pub fn haares_options(&self) -> Option<&HaaresOptions> {
-        match self {
-            Self::Haares(options) => Some(options),
-            _ => None,
-        }
-    }
-    /// A short stable name, used in run names and reports.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Standard => "standard",
-            Self::ReZero => "rezero",
-            Self::LayerScale { .. } => "layerscale",
-            Self::BlockAttnRes => "block_attnres",
-            Self::Haares(options) => match (options.detail, options.rms_match, options.detail_bias)
-            {
-                (DetailSource::DuplicatedCumulative, ..) => "haares_duplicated_c",
-                (DetailSource::RandomSigns { .. }, ..) => "haares_random_signs",
-                (_, _, DetailBias::Fixed { .. }) => "haares_fixed_bias",
-                (_, false, _) => "haares_no_rms_match",
-                _ => "haares",
-            },
-        }
-    }
-}
-
-/// The paper's LayerScale initial value for a depth of `n_layers` (tab:reprobackbone: 0.1, 1e-5,
-/// 1e-6 at 12, 24, 48 layers; NOTES decision 4 extends it to 0.1 for L ≤ 18, 1e-5 for L ≤ 24,
-/// 1e-6 above).
-pub fn layer_scale_init(n_layers: usize) -> f64 {
-    match n_layers {
-        0..=18 => 0.1,
-        19..=24 => 1e-5,
-        _ => 1e-6,
-    }
-}
+pub use crate::method::{
+    DetailBias, DetailSource, HaaresOptions, ResidualMethod, layer_scale_init,
+};
 
 /// Which implementation of the depth router reads the source banks. Both compute
 /// eq:routingweights; they differ in rounding only (see [`crate::router`]).
@@ -198,7 +32,7 @@ impl RoutingPath {
     /// [`RoutingBackend::auto_routing`](crate::RoutingBackend::auto_routing) — the fused path on
     /// the CPU backends and on CUDA, where it was faster in every measurement and passes every
     /// check, and the reference path on wgpu, whose kernels have not been timed on a GPU
-    /// (docs/benchmarks.md).
+    /// (docs/benchmarks.md, "Current results").
     pub fn resolve<B: crate::RoutingBackend>(self) -> Self {
         match self {
             Self::Auto => B::auto_routing(),
@@ -299,7 +133,7 @@ impl ModelConfig {
             return Err(HaaresError::config(
                 "blocks",
                 format!(
-                    "N = {} does not divide the 2L = {} residual events; uneven partitions are refused (NOTES decision 12). Valid block counts: {divisors:?}",
+                    "N = {} does not divide the 2L = {} residual events; uneven partitions are refused (docs/decisions.md, decision 12). Valid block counts: {divisors:?}",
                     self.blocks,
                     self.events()
                 ),
@@ -317,35 +151,7 @@ impl ModelConfig {
                 ));
             }
         }
-        if let ResidualMethod::Haares(options) = &self.method {
-            if !(options.rms_gamma.is_finite() && options.rms_gamma >= 1.0) {
-                return Err(HaaresError::config(
-                    "method.rms_gamma",
-                    format!("the clip bound γ must be ≥ 1, got {}", options.rms_gamma),
-                ));
-            }
-            if !(options.rms_epsilon.is_finite() && options.rms_epsilon > 0.0) {
-                return Err(HaaresError::config(
-                    "method.rms_epsilon",
-                    format!("must be positive, got {}", options.rms_epsilon),
-                ));
-            }
-            if !options.detail_bias.initial_value().is_finite() {
-                return Err(HaaresError::config(
-                    "method.detail_bias",
-                    "must be finite; mask detail slots by choosing BlockAttnRes instead",
-                ));
-            }
-        }
-        if let ResidualMethod::LayerScale { init: Some(init) } = self.method
-            && !init.is_finite()
-        {
-            return Err(HaaresError::config(
-                "method.init",
-                format!("LayerScale init must be finite, got {init}"),
-            ));
-        }
-        Ok(())
+        self.method.validate()
     }
 }
 

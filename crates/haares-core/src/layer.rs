@@ -120,7 +120,7 @@ impl<B: Backend> Layer<B> {
     }
 
     /// The additive update of the unrouted methods: `h + u` (Standard), `h + g·u` (ReZero) or
-    /// `h + λ ⊙ u` (LayerScale) (NOTES decision 4).
+    /// `h + λ ⊙ u` (LayerScale) (docs/decisions.md, decision 4).
     ///
     /// # Shapes
     /// - hidden, output: `[batch, seq, d]`

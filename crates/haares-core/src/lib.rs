@@ -59,6 +59,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod layer;
+pub mod method;
 pub mod mlp;
 pub mod model;
 pub mod norm;
@@ -73,10 +74,9 @@ pub mod source_bank;
 pub mod telemetry;
 
 pub use activation_ops::ActivationBackend;
-pub use config::{
-    DetailBias, DetailSource, HaaresOptions, ModelConfig, ModelFamily, ResidualMethod, RoutingPath,
-};
+pub use config::{ModelConfig, ModelFamily, RoutingPath};
 pub use error::{HaaresError, Result};
+pub use method::{DetailBias, DetailSource, HaaresOptions, ResidualMethod};
 pub use model::HaaresModel;
 pub use routing_ops::{RoutingBackend, SlotRows, TrainingBackend};
 pub use routing_stats::{GroupMass, RoutingStatistics, RoutingTally, SiteStatistics};

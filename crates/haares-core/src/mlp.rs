@@ -3,7 +3,7 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Initializer, Linear, LinearConfig};
-use burn::tensor::{DType, Tensor, activation, backend::Backend};
+use burn::tensor::{Tensor, backend::Backend};
 
 use crate::activation_ops::ActivationBackend;
 
@@ -59,25 +59,6 @@ pub fn project<B: ActivationBackend>(layer: &Linear<B>, x: Tensor<B, 2>) -> Tens
     match &layer.bias {
         Some(bias) => product + bias.val().unsqueeze::<2>(),
         None => product,
-    }
-}
-
-/// `SiLU(x) = x·σ(x)`, with σ from [`sigmoid`].
-pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    x.clone() * sigmoid(x)
-}
-
-/// `σ(x) = 1 / (1 + e^{−x})` in the tensor's own precision.
-///
-/// In f32, Burn's `sigmoid`: one exponential per element, and a backward pass `σ(1 − σ)·g` that
-/// is finite for every finite `x` (on Flex, the `tanh` it replaces took 15% of a training step;
-/// docs/benchmarks.md). Burn's default `sigmoid` (NdArray's) rounds through f32 whatever the
-/// float type, so other precisions use the identity `σ(x) = (1 + tanh(x/2))/2`, which stays in
-/// the backend's precision and, unlike `1 / (1 + e^{−x})`, has a finite gradient everywhere.
-pub fn sigmoid<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    match x.dtype() {
-        DType::F32 => activation::sigmoid(x),
-        _ => (x * 0.5).tanh() * 0.5 + 0.5,
     }
 }
 

@@ -88,7 +88,7 @@ pub struct HaaresModel<B: Backend> {
     pub embed: Embedding<B>,
     /// The L layers.
     pub layers: Vec<Layer<B>>,
-    /// RMSNorm before the tied head (NOTES decision 3).
+    /// RMSNorm before the tied head (docs/decisions.md, decision 3).
     pub final_norm: RmsNorm<B>,
     /// Router of the final readout over `{e, C_1 … C_N}` (routed methods only).
     pub final_router: Option<DepthRouter<B>>,

@@ -58,7 +58,7 @@ impl<B: Backend> RmsNorm<B> {
 }
 
 /// Per-token root mean square over the last dimension, `RMS(x) = sqrt(mean(x²))`, kept as a
-/// size-1 last dimension so that it broadcasts against `x` (NOTES decision 1).
+/// size-1 last dimension so that it broadcasts against `x` (docs/decisions.md, decision 1).
 ///
 /// # Shapes
 /// - x: `[..., d]`

@@ -8,10 +8,10 @@ use crate::source_bank::Source;
 /// eq:rmsmatch: `D̂ = D · sg[clip(RMS(C) / (RMS(D) + ε), 1/γ, γ)]`.
 ///
 /// The RMS is taken over the hidden (last) dimension separately at every (batch, position)
-/// (NOTES decision 1: the only choice that keeps the model causal), in the backend's float type
-/// (fp32 in training). The multiplier is detached, so the gradient with respect to `D` is exactly
-/// `a·I` and nothing flows into `C`. Degenerate cases follow from the formula: `C = 0, D ≠ 0`
-/// gives `D/γ`, and `D = 0` stays `0`.
+/// (docs/decisions.md, decision 1: the only choice that keeps the model causal), in the backend's
+/// float type (fp32 in training). The multiplier is detached, so the gradient with respect to `D`
+/// is exactly `a·I` and nothing flows into `C`. Degenerate cases follow from the formula:
+/// `C = 0, D ≠ 0` gives `D/γ`, and `D = 0` stays `0`.
 ///
 /// # Shapes
 /// - detail, cumulative: `[..., d]`

@@ -3,7 +3,8 @@
 //! Burn's `nn::RotaryEncoding` builds its frequencies from an `f32` base, which limits an f64
 //! backend to f32 accuracy; this table is computed in f64 on the host and stored in the backend's
 //! float type. The pairing is Burn's and the RoFormer paper's interleaved one: dimensions
-//! `(2i, 2i+1)` of each head rotate together by `pos · base^(−2i/d_h)` (NOTES decision 5).
+//! `(2i, 2i+1)` of each head rotate together by `pos · base^(−2i/d_h)` (docs/decisions.md, decision
+//! 5).
 
 use burn::module::Module;
 use burn::tensor::{Tensor, TensorData, backend::Backend};

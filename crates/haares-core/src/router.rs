@@ -24,10 +24,11 @@ use crate::source_bank::{SlotKind, Source, SourceBank, rows};
 pub struct DepthRouterConfig {
     /// Hidden width d.
     pub d_model: usize,
-    /// Bias of detail slots; `None` for a router that never sees one (Block AttnRes, final readout).
+    /// Bias of detail slots; `None` for a router that never sees one (Block AttnRes, final
+    /// readout).
     #[config(default = "None")]
     pub detail_bias: Option<DetailBias>,
-    /// ε of the key RMSNorm. Default: 1e-6 (NOTES decision 2).
+    /// ε of the key RMSNorm. Default: 1e-6 (docs/decisions.md, decision 2).
     #[config(default = 1e-6)]
     pub norm_epsilon: f64,
 }
@@ -61,7 +62,7 @@ impl DepthRouterConfig {
 pub struct DepthRouter<B: Backend> {
     /// The query `q ∈ ℝ^d`, zero-initialised.
     pub query: Param<Tensor<B, 1>>,
-    /// Affine RMSNorm producing the keys (NOTES decision 2; no 1/√d scaling).
+    /// Affine RMSNorm producing the keys (docs/decisions.md, decision 2; no 1/√d scaling).
     pub key_norm: RmsNorm<B>,
     /// Learned detail bias `[1]`, shared by the site's visible detail slots.
     pub detail_bias: Option<Param<Tensor<B, 1>>>,

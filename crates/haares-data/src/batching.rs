@@ -2,6 +2,7 @@
 //! data-order seed each epoch, resumable exactly from a saved position, and an in-order full
 //! validation pass.
 
+use haares_base::SplitMix64;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{DataError, Result};
@@ -18,7 +19,7 @@ pub struct Batch {
     pub inputs: Vec<u32>,
     /// Target ids: chunk tokens `1 … seq` (pads where the chunk is padded).
     pub targets: Vec<u32>,
-    /// 1 where the target is a real token, 0 where it is padding (NOTES decision 11).
+    /// 1 where the target is a real token, 0 where it is padding (docs/decisions.md, decision 11).
     pub mask: Vec<f32>,
 }
 
@@ -155,14 +156,8 @@ pub fn validation_batches(
 /// A permutation of `0..n` by Fisher–Yates, driven by SplitMix64 seeded from `(seed, epoch)`: fixed
 /// by this definition, not by a crate version, so that a data order is reproducible anywhere.
 pub fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
-    let mut state = seed ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03);
-    let mut next = move || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
+    let mut rng = SplitMix64::new(seed ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03));
+    let mut next = move || rng.next_u64();
     let mut order: Vec<usize> = (0..n).collect();
     for i in (1..n).rev() {
         let j = (next() % (i as u64 + 1)) as usize;

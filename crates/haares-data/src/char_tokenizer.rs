@@ -1,5 +1,6 @@
 //! The character tokenizer of sec:methodology: ids 0–3 are `<pad> <unk> <bos> <eos>`, then the
-//! most frequent characters of the training split (ties by code point, NOTES decision 8).
+//! most frequent characters of the training split (ties by code point, docs/decisions.md, decision
+//! 8).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -19,7 +20,7 @@ pub const PAD: u32 = 0;
 /// Id of `<unk>`.
 pub const UNK: u32 = 1;
 
-/// `\r\n` and lone `\r` become `\n` (sec:methodology; NOTES decision 8).
+/// `\r\n` and lone `\r` become `\n` (sec:methodology; docs/decisions.md, decision 8).
 pub fn normalize_newlines(text: &str) -> Cow<'_, str> {
     if text.contains('\r') {
         Cow::Owned(text.replace("\r\n", "\n").replace('\r', "\n"))

@@ -1,6 +1,6 @@
-//! Row-by-row chunking (sec:methodology, NOTES decision 8): each row's tokens are cut into pieces
-//! of `CHUNK_LEN = 513` (512 inputs + the shifted target); rows are never concatenated, no
-//! end-of-sequence token is inserted, a short tail is padded with `<pad>`, and pieces with fewer
+//! Row-by-row chunking (sec:methodology, docs/decisions.md, decision 8): each row's tokens are cut
+//! into pieces of `CHUNK_LEN = 513` (512 inputs + the shifted target); rows are never concatenated,
+//! no end-of-sequence token is inserted, a short tail is padded with `<pad>`, and pieces with fewer
 //! than 2 real tokens (nothing to predict) are dropped.
 
 /// Tokens per chunk: a context of 512 predictions needs 513 tokens.

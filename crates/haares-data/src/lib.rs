@@ -44,21 +44,10 @@ pub use shards::{ReadStats, RowSource, TextColumnReader, TextRow, find_shards};
 
 use std::path::Path;
 
-/// Writes `bytes` to `path` atomically: a temporary file beside it is written, synced and renamed
-/// over `path`.
+/// Writes `bytes` to `path` atomically ([`haares_base::write_atomically`]), an error naming
+/// `path`.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let temporary = temporary_beside(path);
-    let result = (|| {
-        let mut file = std::fs::File::create(&temporary)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temporary);
-    }
-    result.map_err(|e| DataError::io(path, e))
+    haares_base::write_atomically(path, bytes).map_err(|e| DataError::io(path, e))
 }
 
 /// A temporary path beside `path`, unique to this process and call: concurrent writers of one

@@ -183,8 +183,8 @@ pub fn prepare_split(
     ))
 }
 
-/// The BPE pipeline's split (NOTES decision 10): every 513-token chunk of the training source,
-/// shuffled with `seed`, the first `validation_fraction` of them to validation, the rest to
+/// The BPE pipeline's split (docs/decisions.md, decision 10): every 513-token chunk of the training
+/// source, shuffled with `seed`, the first `validation_fraction` of them to validation, the rest to
 /// training (both in their original order). Returns `(train, validation)`, cached like
 /// [`prepare_split`].
 pub fn prepare_chunk_split(

@@ -37,7 +37,8 @@ pub enum SplitRule {
         validation: String,
     },
     /// One set of shards: the first `shards` by file name; rows whose global index (counted over
-    /// those shards in order, NOTES decision 9) is divisible by `modulo` are validation.
+    /// those shards in order; docs/decisions.md, decision 9) is divisible by `modulo` are
+    /// validation.
     RowModulo {
         /// Glob of all shards.
         pattern: String,
@@ -115,7 +116,8 @@ pub fn registry() -> Vec<DatasetSpec> {
             "text",
             own_splits("data/train-*.parquet", "data/validation-*.parquet"),
         ),
-        // Yelp has no validation split; its 50K-row test split served for checkpoint selection (app:data).
+        // Yelp has no validation split; its 50K-row test split served for checkpoint selection
+        // (app:data).
         hub(
             "yelp",
             "Yelp/yelp_review_full",

@@ -61,7 +61,8 @@ pub struct ReadStats {
 /// One row of text and where it came from.
 #[derive(Debug, Clone, Copy)]
 pub struct TextRow<'a> {
-    /// Index of the row over all shards in order, counting skipped rows (NOTES decision 9).
+    /// Index of the row over all shards in order, counting skipped rows (docs/decisions.md,
+    /// decision 9).
     pub global_index: u64,
     /// Index of the shard in the list the reader was given.
     pub shard: usize,

@@ -11,7 +11,7 @@ use crate::error::{Result, TrainError};
 /// A Burn backend the runner can train on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
-    /// Burn's Flex CPU backend (feature `flex`): the faster CPU backend here (docs/benchmarks.md).
+    /// Burn's Flex CPU backend (feature `flex`): the faster CPU backend here (docs/notebook/cpu-speed.md).
     Flex,
     /// Burn's NdArray CPU backend (feature `ndarray`): the tests' reference backend.
     Ndarray,
@@ -79,8 +79,8 @@ impl FromStr for BackendKind {
 
 /// Whether CubeCL autotunes matrix products and reductions on the cube backends in this build
 /// (feature `autotune`, on by default as in Burn). Without it each new shape compiles one kernel,
-/// chosen by a fixed rule, instead of benchmarking every candidate (docs/benchmarks.md, "A GPU
-/// build without autotuning"); reports say which build measured them.
+/// chosen by a fixed rule, instead of benchmarking every candidate (docs/benchmarks.md, "Build
+/// options for the GPU backends"); reports say which build measured them.
 pub const AUTOTUNE: bool = cfg!(feature = "autotune");
 
 /// How reports name a build's [`AUTOTUNE`].

@@ -1,11 +1,10 @@
-//! One run's complete configuration, and the residual-method names used in studies and on the
-//! command line.
+//! One run's complete configuration.
 
-use haares_core::{HaaresOptions, ModelConfig, ResidualMethod, RoutingPath};
-use serde::{Deserialize, Serialize};
+use haares_core::{ModelConfig, ResidualMethod, RoutingPath};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::error::{Result, TrainError};
-use crate::optim::AdamWSettings;
+use crate::run::optim::AdamWSettings;
 
 /// Which tokeniser a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -13,7 +12,7 @@ use crate::optim::AdamWSettings;
 pub enum TokenizerKind {
     /// Characters: 4 specials + the most frequent training characters (at most 256 ids).
     Char,
-    /// Byte-level BPE with 4096 entries, chunk-level 95/5 split (NOTES 10).
+    /// Byte-level BPE with 4096 entries, chunk-level 95/5 split (docs/decisions.md, decision 10).
     Bpe,
 }
 
@@ -26,7 +25,9 @@ pub struct RunConfig {
     pub dataset: String,
     /// Tokeniser.
     pub tokenizer: TokenizerKind,
-    /// Residual method (see [`parse_method`]).
+    /// Residual method, by its name ([`ResidualMethod`]'s `FromStr`: `block-attnres`, `haares`,
+    /// …).
+    #[serde(deserialize_with = "method_name")]
     pub method: String,
     /// Layers L.
     pub layers: usize,
@@ -92,7 +93,7 @@ impl Default for RunConfig {
 impl RunConfig {
     /// The model config for a vocabulary of `vocab_size` ids, validated.
     pub fn model_config(&self, vocab_size: usize) -> Result<ModelConfig> {
-        let method = parse_method(&self.method)?;
+        let method = self.method.parse::<ResidualMethod>()?;
         let config = ModelConfig::new(vocab_size, self.d_model, self.d_ff, self.layers)
             .with_n_heads(self.heads)
             .with_blocks(self.blocks)
@@ -145,7 +146,7 @@ impl RunConfig {
                 "optimizer settings out of range: {o:?} (lr > 0, 0 ≤ β < 1, ε > 0, decay ≥ 0, clip > 0)"
             )));
         }
-        parse_method(&self.method)?;
+        self.method.parse::<ResidualMethod>()?;
         // Vocabulary does not change validity; check the shape now with a stand-in.
         self.model_config(256).map(|_| ())
     }
@@ -156,86 +157,14 @@ impl RunConfig {
     }
 }
 
-/// Every method name [`parse_method`] accepts, in report order.
-pub const METHOD_NAMES: &[&str] = &[
-    "standard",
-    "rezero",
-    "layerscale",
-    "block-attnres",
-    "haares-duplicated-c",
-    "haares-random-signs",
-    "haares-fixed-bias=0",
-    "haares-fixed-bias=-2",
-    "haares-fixed-bias=-4",
-    "haares-no-rms-match",
-    "haares",
-];
-
-/// Parses a method name: `standard`, `rezero`, `layerscale`, `block-attnres`, `haares`, and the
-/// ablations `haares-duplicated-c`, `haares-random-signs[=SEED]`, `haares-fixed-bias=VALUE`,
-/// `haares-no-rms-match` (tab:basisablation).
-pub fn parse_method(name: &str) -> Result<ResidualMethod> {
-    let unknown = || {
-        TrainError::Config(format!(
-            "unknown method `{name}`; choose one of: {} (fixed-bias and random-signs take any value, e.g. haares-fixed-bias=-3)",
-            METHOD_NAMES.join(", ")
-        ))
-    };
-    let (head, value) = match name.split_once('=') {
-        Some((head, value)) => (head, Some(value)),
-        None => (name, None),
-    };
-    let number = |v: Option<&str>| -> Result<f64> {
-        v.and_then(|v| v.parse::<f64>().ok())
-            .filter(|v| v.is_finite())
-            .ok_or_else(unknown)
-    };
-    Ok(match (head, value) {
-        ("standard", None) => ResidualMethod::Standard,
-        ("rezero", None) => ResidualMethod::ReZero,
-        ("layerscale", None) => ResidualMethod::LayerScale { init: None },
-        ("block-attnres", None) => ResidualMethod::BlockAttnRes,
-        ("haares", None) => ResidualMethod::haares(),
-        ("haares-duplicated-c", None) => {
-            ResidualMethod::Haares(HaaresOptions::duplicated_cumulative())
-        }
-        ("haares-random-signs", seed) => {
-            // NOTES 6: the signs' seed is a config field, 0 unless named.
-            let seed = match seed {
-                Some(s) => s.parse::<u64>().map_err(|_| unknown())?,
-                None => 0,
-            };
-            ResidualMethod::Haares(HaaresOptions::random_signs(seed))
-        }
-        ("haares-fixed-bias", v) => {
-            ResidualMethod::Haares(HaaresOptions::fixed_detail_bias(number(v)?))
-        }
-        ("haares-no-rms-match", None) => ResidualMethod::Haares(HaaresOptions::without_rms_match()),
-        _ => return Err(unknown()),
-    })
-}
-
-/// The name a report prints for a method (the paper's table labels).
-pub fn method_label(name: &str) -> String {
-    match name.split_once('=') {
-        _ if name == "standard" => "Standard Residual".into(),
-        _ if name == "rezero" => "ReZero".into(),
-        _ if name == "layerscale" => "LayerScale".into(),
-        _ if name == "block-attnres" => "Block AttnRes".into(),
-        _ if name == "haares" => "HAARES".into(),
-        _ if name == "haares-duplicated-c" => "Duplicated C×2".into(),
-        _ if name == "haares-no-rms-match" => "HAARES without RMS match".into(),
-        Some(("haares-fixed-bias", v)) => format!("Fixed detail bias {v}"),
-        _ if name.starts_with("haares-random-signs") => "Random-sign detail".into(),
-        _ => name.into(),
-    }
-}
-
-/// Report order of a method name: baselines first, HAARES last.
-pub fn method_rank(name: &str) -> usize {
-    let head = name.split('=').next().unwrap_or(name);
-    METHOD_NAMES
-        .iter()
-        .position(|m| m.split('=').next() == Some(head))
-        .unwrap_or(METHOD_NAMES.len())
+/// Reads a method name in its one spelling ([`ResidualMethod`]'s): a name an earlier version
+/// wrote (`block_attnres`) reads as today's (`block-attnres`). A name that is no method stays as
+/// written, for [`RunConfig::validate`] to refuse with the list of names.
+fn method_name<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<String, D::Error> {
+    let name = String::deserialize(deserializer)?;
+    Ok(name
+        .parse::<ResidualMethod>()
+        .map_or(name, |method| method.name()))
 }

@@ -1,7 +1,7 @@
 //! How a CPU job runs: on a thread of a Rayon pool, with glibc's allocator keeping freed memory.
 //!
 //! Both are about what a training step on Flex or NdArray pays besides its arithmetic
-//! (docs/benchmarks.md, "The CPU job on Rayon's pool"). With the routing loops split over the
+//! (docs/notebook/cpu-speed.md, "The CPU job on Rayon's pool"). With the routing loops split over the
 //! pool, the pool took a step of the cost protocol's cpu preset from 0.26 / 0.29 / 0.32 s to
 //! 0.24 / 0.25 / 0.27 s (Standard / Block AttnRes / HAARES, 2 cores); the allocator's setting
 //! saved a further 1–6% in one run of two and nothing measurable in the other.

@@ -162,7 +162,8 @@ pub fn prepare(config: &RunConfig, paths: &DataPaths, progress: bool) -> Result<
             )?;
             (train, validation)
         }
-        // NOTES 10: the BPE pipeline splits chunks, seed 42, 5% to validation.
+        // docs/decisions.md, decision 10: the BPE pipeline splits chunks, seed 42, 5% to
+        // validation.
         TokenizerKind::Bpe => {
             prepare_chunk_split(&spec, &root, text, &paths.cache_dir, 42, 0.05, progress)?
         }

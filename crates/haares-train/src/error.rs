@@ -32,10 +32,10 @@ pub enum TrainError {
     Report(String),
     /// The backend reported an error while running (lost device, out of memory, …).
     Device(String),
-    /// Another process is training this run ([`crate::run_lock`]).
+    /// Another process is training this run ([`crate::run::lock`]).
     Locked {
-        /// The run directory.
-        run_dir: PathBuf,
+        /// The run directory's lock file.
+        lock_file: PathBuf,
         /// Who holds it, in words.
         holder: String,
     },
@@ -78,12 +78,12 @@ impl fmt::Display for TrainError {
                 "the backend failed: {message} (check the device with its own tools, or choose \
                  another with --backend)"
             ),
-            Self::Locked { run_dir, holder } => write!(
+            Self::Locked { lock_file, holder } => write!(
                 f,
                 "`{}` is being trained by {holder}; wait for it to finish, train another run \
                  directory, or delete `{}` if that process is known to be gone",
-                run_dir.display(),
-                run_dir.join(crate::run_lock::LOCK_FILE).display()
+                lock_file.parent().unwrap_or(lock_file).display(),
+                lock_file.display()
             ),
         }
     }

@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
+use haares_base::SplitMix64;
 use haares_core::HaaresModel;
 
 use crate::backend::{BackendJob, BackendKind};
 use crate::config::RunConfig;
 use crate::data::{self, DataPaths, Tokenizer};
 use crate::error::{Result, TrainError};
-use crate::loss::{validation_loss, validation_pass};
+use crate::run::loss::{validation_loss, validation_pass};
 
 /// A model file and the run it belongs to: a `.safetensors` file inside a run directory (its
 /// `config.json` and `tokenizer.json` are beside it or one level up), or the run directory itself
@@ -70,7 +71,7 @@ impl ModelSource {
     /// The run's config.
     pub fn run_config(&self) -> Result<RunConfig> {
         let path = self.run_dir.join("config.json");
-        crate::learner::saved_run_config(&path)?
+        crate::run::learner::saved_run_config(&path)?
             .ok_or_else(|| TrainError::Checkpoint(format!("`{}` does not exist", path.display())))
     }
 
@@ -165,7 +166,7 @@ impl BackendJob for SampleJob {
             ));
         }
         let context = model.config.max_seq_len.min(512);
-        let mut rng = SplitMix64(self.seed);
+        let mut rng = SplitMix64::new(self.seed);
         let start = ids.len();
         for _ in 0..self.tokens {
             let window = &ids[ids.len().saturating_sub(context)..];
@@ -218,18 +219,4 @@ pub fn choose(logits: &[f32], temperature: f64, top_k: usize, rng: &mut SplitMix
         target -= w;
     }
     order[keep - 1]
-}
-
-/// A small seeded generator for sampling (the same SplitMix64 step as the data order).
-pub struct SplitMix64(pub u64);
-
-impl SplitMix64 {
-    /// A uniform number in [0, 1).
-    pub fn next_f64(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
 }

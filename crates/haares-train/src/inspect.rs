@@ -1,7 +1,7 @@
 //! `inspect`: what the routers of a trained model do — per read site its slots and their mean
 //! weights `ᾱ`, the detail mass `p_D` (eq:groupmixture), the entropy of `α` and the detail bias —
 //! over a run's validation tokens or over a prompt (then also per token), with the heatmap of the
-//! report ([`crate::heatmap::Heatmap`]).
+//! report ([`crate::report::heatmap::Heatmap`]).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,9 +16,9 @@ use crate::backend::{BackendJob, BackendKind};
 use crate::config::TokenizerKind;
 use crate::data::{self, DataPaths, Tokenizer};
 use crate::error::{Result, TrainError, write_atomically};
-use crate::heatmap::Heatmap;
 use crate::inference::ModelSource;
-use crate::loss::{to_device, validation_pass};
+use crate::report::heatmap::Heatmap;
+use crate::run::loss::{to_device, validation_pass};
 
 /// What `inspect` reads: a model inside a run (with its config, tokeniser and data), or a bare
 /// `.safetensors` file (the model alone).

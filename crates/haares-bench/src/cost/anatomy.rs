@@ -11,40 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::kernel_events::{KernelTally, settled_tally};
-
-/// A phase of a training step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Phase {
-    /// Batch upload, forward pass and loss, ending with the loss read back.
-    Forward,
-    /// `loss.backward()`, ending with a device sync.
-    Backward,
-    /// The clipped AdamW update, ending with a device sync.
-    Optimizer,
-}
-
-impl Phase {
-    /// The three phases in order.
-    pub const ALL: [Phase; 3] = [Phase::Forward, Phase::Backward, Phase::Optimizer];
-
-    fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The phase after this one in a step (`None` after the update).
-    pub fn next(self) -> Option<Phase> {
-        Phase::ALL.get(self.index() + 1).copied()
-    }
-
-    /// The phase's name in the live log and the reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Phase::Forward => "forward",
-            Phase::Backward => "backward",
-            Phase::Optimizer => "update",
-        }
-    }
-}
+pub use haares_train::run::step::Phase;
 
 /// One step's loss and the seconds of its three phases.
 #[derive(Debug, Clone, Copy)]
@@ -95,7 +62,7 @@ impl Anatomy {
             .skip(1)
             .map(|p| p.iter().sum())
             .collect();
-        (!later.is_empty()).then(|| super::report::median(&later))
+        (!later.is_empty()).then(|| super::stats::median(&later))
     }
 }
 

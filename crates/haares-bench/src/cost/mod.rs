@@ -8,18 +8,21 @@
 //! affects every method alike.
 
 pub mod anatomy;
+pub mod export;
 pub mod paired;
 pub mod peer;
 pub mod peer_report;
 pub mod report;
+pub mod stats;
+pub mod summary;
 pub mod worker;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use haares_core::ResidualMethod;
 use haares_core::{ModelConfig, ModelFamily, RoutingPath};
 use haares_train::backend::BackendKind;
-use haares_train::config::parse_method;
 use serde::{Deserialize, Serialize};
 
 use crate::flops::flops_per_token;
@@ -129,7 +132,7 @@ impl CostSpec {
             .config(
                 self.layers,
                 self.vocab,
-                parse_method(name).map_err(|e| e.to_string())?,
+                name.parse::<ResidualMethod>().map_err(|e| e.to_string())?,
             )
             .with_blocks(self.blocks)
             .with_max_seq_len(self.seq.max(512))
@@ -308,7 +311,7 @@ pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, S
                 log(&format!(
                     "{family:?} {method} (repeat {}): {:.3} s/step, loss {:.3} → {:.3}",
                     repeat + 1,
-                    report::median(&sample.step_s[spec.warmup..]),
+                    stats::median(&sample.step_s[spec.warmup..]),
                     sample.first_loss,
                     sample.last_loss
                 ));

@@ -15,15 +15,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use burn::module::{AutodiffModule, Module, ModuleMapper, Param};
-use burn::tensor::backend::Backend;
-use burn::tensor::{Distribution, Int, Tensor, TensorData};
-use haares_core::{ModelConfig, ModelFamily, TrainingBackend};
-use haares_train::inference::SplitMix64;
-use haares_train::learner::init_model;
+use haares_core::ModelFamily;
 use serde::{Deserialize, Serialize};
 
 use super::CostSpec;
+use super::export::ExportTask;
+use super::stats::median;
 use super::worker::{RESULT_PREFIX, TrainSample, WorkerTask};
 
 /// The peer script, compiled in so that an installed `haares-bench` carries it.
@@ -32,10 +29,6 @@ pub const SCRIPT: &str = include_str!("../../peer/torch_peer.py");
 /// Logits agree when they differ by at most this much relative to `max(1, max |logit|)`: fp32
 /// rounding of two implementations (different summation orders) stays orders of magnitude below.
 pub const LOGITS_TOLERANCE: f64 = 1e-4;
-
-/// Rows and positions of the logits check.
-const CHECK_ROWS: usize = 2;
-const CHECK_SEQ: usize = 32;
 
 /// What the peer measured in a cost run, or why it did not run.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -194,67 +187,6 @@ impl Peer {
     }
 }
 
-/// A worker's export of one method for the peer: the initial model, a perturbed copy, and our
-/// logits of the copy on fixed tokens (JSON `{"tokens": [[id…]…], "logits": [f…]}`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ExportTask {
-    /// The model.
-    pub config: ModelConfig,
-    /// The initial weights (model seed 42, as our training workers start).
-    pub initial: PathBuf,
-    /// The perturbed copy.
-    pub perturbed: PathBuf,
-    /// Tokens and our logits of the perturbed copy.
-    pub reference: PathBuf,
-}
-
-impl ExportTask {
-    /// Writes the three files on backend `B`.
-    pub fn run<B: TrainingBackend>(&self, device: &B::Device) -> haares_train::Result<()> {
-        let model = init_model::<B>(&self.config, 42, device)?;
-        model.save_safetensors(&self.initial)?;
-        let perturbed = model.valid().map(&mut Perturb { rng: SplitMix64(7) });
-        perturbed.save_safetensors(&self.perturbed)?;
-        let mut rng = SplitMix64(99);
-        let vocab = self.config.vocab_size;
-        let ids: Vec<i64> = (0..CHECK_ROWS * CHECK_SEQ)
-            .map(|_| ((rng.next_f64() * vocab as f64) as i64).min(vocab as i64 - 1))
-            .collect();
-        let tokens = Tensor::<B::InnerBackend, 2, Int>::from_data(
-            TensorData::new(ids.clone(), [CHECK_ROWS, CHECK_SEQ]),
-            device,
-        );
-        let logits = perturbed.forward(tokens)?.into_data().convert::<f64>();
-        let reference = serde_json::json!({
-            "tokens": ids.chunks(CHECK_SEQ).collect::<Vec<_>>(),
-            "logits": logits.to_vec::<f64>().map_err(|e| haares_train::TrainError::Device(format!("{e:?}")))?,
-        });
-        haares_data::write_atomically(&self.reference, reference.to_string().as_bytes())?;
-        Ok(())
-    }
-}
-
-/// Adds N(0, 0.1²) to every vector parameter (router queries, norm weights, detail biases,
-/// gates, scales); matrices are random already.
-struct Perturb {
-    rng: SplitMix64,
-}
-
-impl<B: Backend> ModuleMapper<B> for Perturb {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        if D != 1 {
-            return param;
-        }
-        let seed = (self.rng.next_f64() * 1e9) as u64;
-        param.map(|tensor| {
-            let device = tensor.device();
-            B::seed(&device, seed);
-            let noise = Tensor::random(tensor.shape(), Distribution::Normal(0.0, 0.1), &device);
-            tensor + noise
-        })
-    }
-}
-
 /// The peer's part of a cost run. A failure stops the peer, not the run: its reason is kept in
 /// [`PeerRun::skipped`] and the Rust measurements go on.
 pub struct PeerSession {
@@ -337,7 +269,7 @@ impl PeerSession {
             Ok(sample) => {
                 log(&format!(
                     "  PyTorch {method}: {:.3} s/step, logits within {:.1e} of ours",
-                    super::report::median(sample.sample.step_s.get(spec.warmup..).unwrap_or(&[])),
+                    median(sample.sample.step_s.get(spec.warmup..).unwrap_or(&[])),
                     sample.logits_max_abs_diff
                 ));
                 match self.run.samples.iter_mut().find(|(f, _)| *f == family) {

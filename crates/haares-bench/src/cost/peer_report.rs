@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use super::CostRun;
 use super::peer::{LOGITS_TOLERANCE, PeerSample};
-use super::report::{MethodCost, median, megabytes, method_with_path};
+use super::stats::median;
+use super::summary::{MethodCost, megabytes, method_with_path};
 
 /// Throughput of ours / PyTorch's at which the CPU-speed issue's target is met.
 pub const THROUGHPUT_TARGET: f64 = 0.6;

@@ -6,15 +6,16 @@ use std::time::Instant;
 
 use burn::module::AutodiffModule;
 use burn::tensor::backend::Backend;
-use burn::tensor::{ElementConversion, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
+use haares_base::SplitMix64;
 use haares_core::{HaaresModel, ModelConfig};
 use haares_data::batching::Batch;
 use haares_train::backend::{BackendJob, BackendKind};
-use haares_train::inference::SplitMix64;
-use haares_train::learner::init_model;
-use haares_train::loss::{mean_cross_entropy, to_device, validate};
-use haares_train::metrics::peak_memory_bytes;
-use haares_train::optim::{AdamW, AdamWSettings};
+use haares_train::run::learner::init_model;
+use haares_train::run::loss::validate;
+use haares_train::run::metrics::peak_memory_bytes;
+use haares_train::run::optim::{AdamW, AdamWSettings};
+use haares_train::run::step::{Replica, Stepped};
 use serde::{Deserialize, Serialize};
 
 use super::anatomy::{Anatomy, AnatomyRecorder, Phase, StepTimes};
@@ -37,7 +38,7 @@ pub enum WorkerTask {
         steps: usize,
     },
     /// The initial and a perturbed model, with our logits, for the PyTorch peer.
-    Export(super::peer::ExportTask),
+    Export(super::export::ExportTask),
     /// The best of `reps` square `n × n` matrix products (the GEMM peak).
     Gemm {
         /// Matrix size.
@@ -234,40 +235,46 @@ impl<B: TrainingBackend> Trainer<B> {
         Ok(Self {
             model: init_model::<B>(config, 42, device)?,
             optimizer: AdamW::new(AdamWSettings::default()),
-            rng: SplitMix64(2026),
+            rng: SplitMix64::new(2026),
             batch,
             seq,
             device: device.clone(),
         })
     }
 
-    /// One step on a fresh random batch, its phases timed apart: the forward pass ends with the
-    /// loss read back, the backward pass and the update each with a device sync. `at_end` runs
-    /// after each phase, outside its timing (a memory sampling point, a kernel tally).
+    /// One step of the learner ([`Replica::step`]) on a fresh random batch, its phases timed
+    /// apart: the forward pass ends with the loss read back, the backward pass and the update
+    /// each with a device sync. `at_end` runs after each phase, outside its timing (a memory
+    /// sampling point, a kernel tally).
     pub fn step(&mut self, mut at_end: impl FnMut(Phase)) -> haares_train::Result<StepTimes> {
         let vocab = self.model.config.vocab_size;
-        let start = Instant::now();
+        let mut start = Instant::now();
         let batch = random_batch(&mut self.rng, self.batch, self.seq, vocab);
-        let data = to_device::<B>(&batch, self.seq, &self.device);
-        let loss = mean_cross_entropy(&self.model, &data);
-        let value = loss.clone().into_scalar().elem::<f64>();
-        let forward_s = start.elapsed().as_secs_f64();
-        at_end(Phase::Forward);
-        let start = Instant::now();
-        let grads = loss.backward();
-        sync::<B>(&self.device)?;
-        let backward_s = start.elapsed().as_secs_f64();
-        at_end(Phase::Backward);
-        let start = Instant::now();
-        self.optimizer.step(&mut self.model, &grads);
-        drop(grads);
-        sync::<B>(&self.device)?;
-        let optimizer_s = start.elapsed().as_secs_f64();
-        at_end(Phase::Optimizer);
-        Ok(StepTimes {
-            loss: value,
-            phase_s: [forward_s, backward_s, optimizer_s],
-        })
+        let mut phase_s = [0.0; 3];
+        let device = &self.device;
+        let stepped = Replica::SOLE.step_observed(
+            &mut self.model,
+            &mut self.optimizer,
+            &batch,
+            self.seq,
+            device,
+            |phase| {
+                if phase != Phase::Forward {
+                    sync::<B>(device)?;
+                }
+                phase_s[phase.index()] = start.elapsed().as_secs_f64();
+                at_end(phase);
+                start = Instant::now();
+                Ok(())
+            },
+        )?;
+        match stepped {
+            Stepped::Updated { loss, .. } => Ok(StepTimes { loss, phase_s }),
+            Stepped::NonFinite(loss) => Err(haares_train::TrainError::Config(format!(
+                "the cost protocol's loss became {loss} on a random batch; the model's \
+                 initialisation or the backend is broken (check it with `cargo test -p haares-core`)"
+            ))),
+        }
     }
 }
 
@@ -340,7 +347,7 @@ fn random_batch(rng: &mut SplitMix64, batch: usize, seq: usize, vocab: usize) ->
 
 /// The fastest of `reps` `n × n` products, as FLOP/s (2n³ per product).
 fn gemm_rate<B: Backend>(n: usize, reps: usize, device: &B::Device) -> f64 {
-    let mut rng = SplitMix64(7);
+    let mut rng = SplitMix64::new(7);
     let mut matrix = || {
         let values: Vec<f32> = (0..n * n).map(|_| rng.next_f64() as f32 - 0.5).collect();
         Tensor::<B, 2>::from_data(TensorData::new(values, [n, n]), device)

@@ -14,6 +14,7 @@ pub mod cli;
 mod pack;
 mod process;
 mod real_run;
+mod stage;
 mod stages;
 
 use std::fmt::Write as _;

@@ -4,11 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use haares_train::metrics::{MetricsLine, read_metrics};
+use haares_train::run::metrics::{MetricsLine, read_metrics};
 use serde_json::json;
 
 use super::StageStatus;
-use super::stages::{Outcome, Stage, status_of};
+use super::process::Exit;
+use super::stage::{Outcome, Stage, status_of};
 
 /// Largest difference between the two runs' logged losses, relative to the loss, that still
 /// counts as the same run: float noise (and a GPU's non-deterministic reductions) stays orders
@@ -16,24 +17,71 @@ use super::stages::{Outcome, Stage, status_of};
 pub const RESUME_TOLERANCE: f64 = 1e-3;
 
 pub(super) fn real_run(stage: &Stage) -> Result<Outcome, String> {
-    let spec = stage.spec;
-    let sizes = &spec.profile.real_run;
-    let root = spec.out.join("real-run");
-    let common: Vec<String> = [
-        "--backend",
-        &spec.backend,
-        "--runs-dir",
-        &root.display().to_string(),
-        "--data-dir",
-        &root.join("data").display().to_string(),
-        "--cache-dir",
-        &root.join("cache").display().to_string(),
-        "--offline",
-        "--quiet",
-    ]
-    .map(String::from)
-    .to_vec();
-    let train_args = |run_dir: &Path| -> Vec<String> {
+    let run = RealRun::new(stage);
+    let (whole, resumed) = (
+        run.root.join("uninterrupted"),
+        run.root.join("killed-and-resumed"),
+    );
+    let killed_at = match run.train_twice(&whole, &resumed)? {
+        Ok(killed_at) => killed_at,
+        Err(failed) => return Ok(failed),
+    };
+    let (a, b) = (metrics(&whole)?, metrics(&resumed)?);
+    let comparison = compare(&a, &b);
+    let used = run.use_model(&resumed)?;
+    let train_losses: Vec<f64> = b.iter().filter_map(|l| l.train_loss).collect();
+    let checks = Checks {
+        first: train_losses.first().copied(),
+        last: train_losses.last().copied(),
+        killed_at,
+        comparison,
+    };
+    let sizes = &stage.spec.profile.real_run;
+    let setup = format!(
+        "HAARES, {} layers, {} steps ({}), checkpoint every {} steps, on the embedded corpus.",
+        sizes.layers,
+        sizes.steps,
+        sizes.sets.join(", "),
+        sizes.checkpoint_every,
+    );
+    Ok(checks.outcome(&setup, used))
+}
+
+/// The stage's commands: `haares-train` with the stage's backend and folders.
+struct RealRun<'a> {
+    stage: &'a Stage<'a>,
+    root: PathBuf,
+    /// The options every command takes.
+    common: Vec<String>,
+}
+
+impl<'a> RealRun<'a> {
+    fn new(stage: &'a Stage<'a>) -> Self {
+        let root = stage.spec.out.join("real-run");
+        let common = [
+            "--backend",
+            &stage.spec.backend,
+            "--runs-dir",
+            &root.display().to_string(),
+            "--data-dir",
+            &root.join("data").display().to_string(),
+            "--cache-dir",
+            &root.join("cache").display().to_string(),
+            "--offline",
+            "--quiet",
+        ]
+        .map(String::from)
+        .to_vec();
+        Self {
+            stage,
+            root,
+            common,
+        }
+    }
+
+    /// `train` into `run_dir` at the profile's sizes.
+    fn train_args(&self, run_dir: &Path) -> Vec<String> {
+        let sizes = &self.stage.spec.profile.real_run;
         let mut args: Vec<String> = vec![
             "train".into(),
             "--run-dir".into(),
@@ -48,107 +96,151 @@ pub(super) fn real_run(stage: &Stage) -> Result<Outcome, String> {
             sizes.steps.to_string(),
         ];
         let every = sizes.checkpoint_every;
-        for set in [
+        let sets = [
             format!("checkpoint_every={every}"),
             format!("eval_every={every}"),
-        ]
-        .iter()
-        .map(String::as_str)
-        .chain(sizes.sets.iter().copied())
+        ];
+        for set in sets
+            .iter()
+            .map(String::as_str)
+            .chain(sizes.sets.iter().copied())
         {
             args.extend(["--set".into(), set.into()]);
         }
-        args.extend(common.iter().cloned());
+        args.extend(self.common.iter().cloned());
         args
-    };
-    let (whole, resumed) = (root.join("uninterrupted"), root.join("killed-and-resumed"));
-
-    let finished = stage.run(&spec.train_bin, &train_args(&whole))?;
-    if status_of(&finished) != StageStatus::Passed {
-        return Ok(failed_at("the uninterrupted run", status_of(&finished)));
     }
-    let state = resumed.join("checkpoint").join("state.json");
-    let killed = stage.run_until(&spec.train_bin, &train_args(&resumed), &|| {
-        checkpoint_step(&state).is_some_and(|step| step >= sizes.checkpoint_every)
-    })?;
-    let killed_at = checkpoint_step(&state);
-    match killed.exit {
-        super::process::Exit::Stopped => {}
-        super::process::Exit::Success => {
-            return Ok(Outcome::failed(
-                "the run finished before it could be killed: raise the profile's steps",
-            ));
+
+    /// Trains `whole` uninterrupted, then `resumed` killed after its first checkpoint and
+    /// resumed. Returns the step of the checkpoint it was killed with, or the stage's failure.
+    fn train_twice(
+        &self,
+        whole: &Path,
+        resumed: &Path,
+    ) -> Result<Result<Option<usize>, Outcome>, String> {
+        let (spec, every) = (
+            self.stage.spec,
+            self.stage.spec.profile.real_run.checkpoint_every,
+        );
+        let finished = self.stage.run(&spec.train_bin, &self.train_args(whole))?;
+        if status_of(&finished) != StageStatus::Passed {
+            return Ok(Err(failed_at(
+                "the uninterrupted run",
+                status_of(&finished),
+            )));
         }
-        _ => return Ok(failed_at("the run to be killed", status_of(&killed))),
-    }
-    let finished = stage.run(&spec.train_bin, &train_args(&resumed))?;
-    if status_of(&finished) != StageStatus::Passed {
-        return Ok(failed_at("the resumed run", status_of(&finished)));
-    }
-
-    let (a, b) = (metrics(&whole)?, metrics(&resumed)?);
-    let comparison = compare(&a, &b);
-    let run_dir = resumed.display().to_string();
-    let mut eval_args = vec!["eval".to_string(), run_dir.clone()];
-    eval_args.extend(common.iter().cloned());
-    let eval = stage.run(&spec.train_bin, &eval_args)?;
-    let mut sample_args: Vec<String> = ["sample", &run_dir, "--tokens", "120", "--seed", "1"]
-        .map(String::from)
-        .to_vec();
-    sample_args.extend(common.iter().cloned());
-    let sample = stage.run(&spec.train_bin, &sample_args)?;
-
-    let train_losses: Vec<f64> = b.iter().filter_map(|l| l.train_loss).collect();
-    let (first, last) = (train_losses.first().copied(), train_losses.last().copied());
-    let falls = matches!((first, last), (Some(f), Some(l)) if l < f);
-    let matches = comparison.compared > 0 && comparison.max_relative <= RESUME_TOLERANCE;
-    let eval_line = eval.stdout.trim().to_string();
-    let sample_text = sample.stdout.trim().to_string();
-    let status = [(status_of(&eval), "eval"), (status_of(&sample), "sample")]
-        .into_iter()
-        .find(|(s, _)| *s != StageStatus::Passed)
-        .map(|(s, what)| match s {
-            StageStatus::Failed(why) => StageStatus::Failed(format!("{what}: {why}")),
-            other => other,
-        })
-        .unwrap_or_else(|| match (falls, matches, sample_text.is_empty()) {
-            (false, _, _) => StageStatus::Failed("the training loss did not fall".into()),
-            (_, false, _) => {
-                StageStatus::Failed("the resumed run differs from the uninterrupted one".into())
+        let state = resumed.join("checkpoint").join("state.json");
+        let killed = self
+            .stage
+            .run_until(&spec.train_bin, &self.train_args(resumed), &|| {
+                checkpoint_step(&state).is_some_and(|step| step >= every)
+            })?;
+        let killed_at = checkpoint_step(&state);
+        match killed.exit {
+            Exit::Stopped => {}
+            Exit::Success => {
+                return Ok(Err(Outcome::failed(
+                    "the run finished before it could be killed: raise the profile's steps",
+                )));
             }
-            (_, _, true) => StageStatus::Failed("sample printed no text".into()),
-            _ => StageStatus::Passed,
-        });
-    let markdown = format!(
-        "HAARES, {} layers, {} steps ({}), checkpoint every {} steps, on the embedded corpus.\n\n\
-         - training loss {} → {} ({})\n\
-         - killed (SIGKILL) with its checkpoint at step {}, then resumed: {} logged values \
-           compared with the uninterrupted run, largest difference {:.2e} relative \
-           (tolerance {RESUME_TOLERANCE:.0e}): {}\n\
-         - `eval`: {eval_line}\n\
-         - `sample` (120 tokens, seed 1):\n\n```\n{sample_text}\n```\n",
-        sizes.layers,
-        sizes.steps,
-        sizes.sets.join(", "),
-        sizes.checkpoint_every,
-        first.map_or("–".into(), |v| format!("{v:.4}")),
-        last.map_or("–".into(), |v| format!("{v:.4}")),
-        if falls { "falls" } else { "does not fall" },
-        killed_at.map_or("–".into(), |s| s.to_string()),
-        comparison.compared,
-        comparison.max_relative,
-        if matches { "matches" } else { "DIFFERS" },
-    );
-    Ok(Outcome {
-        status,
-        results: json!({
-            "first_train_loss": first, "last_train_loss": last, "loss_falls": falls,
-            "killed_at_step": killed_at, "compared_values": comparison.compared,
-            "max_relative_difference": comparison.max_relative, "resume_matches": matches,
-            "eval": eval_line, "sample": sample_text,
-        }),
-        markdown,
-    })
+            _ => return Ok(Err(failed_at("the run to be killed", status_of(&killed)))),
+        }
+        let finished = self.stage.run(&spec.train_bin, &self.train_args(resumed))?;
+        if status_of(&finished) != StageStatus::Passed {
+            return Ok(Err(failed_at("the resumed run", status_of(&finished))));
+        }
+        Ok(Ok(killed_at))
+    }
+
+    /// `eval` and `sample` on the run in `run_dir`.
+    fn use_model(&self, run_dir: &Path) -> Result<Used, String> {
+        let run_dir = run_dir.display().to_string();
+        let with_common = |args: &[&str]| {
+            let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            all.extend(self.common.iter().cloned());
+            all
+        };
+        let train_bin = &self.stage.spec.train_bin;
+        let eval = self
+            .stage
+            .run(train_bin, &with_common(&["eval", &run_dir]))?;
+        let sample_args = ["sample", &run_dir, "--tokens", "120", "--seed", "1"];
+        let sample = self.stage.run(train_bin, &with_common(&sample_args))?;
+        Ok(Used {
+            eval_status: status_of(&eval),
+            eval_line: eval.stdout.trim().to_string(),
+            sample_status: status_of(&sample),
+            sample_text: sample.stdout.trim().to_string(),
+        })
+    }
+}
+
+/// What `eval` and `sample` did with the resumed run.
+struct Used {
+    eval_status: StageStatus,
+    eval_line: String,
+    sample_status: StageStatus,
+    sample_text: String,
+}
+
+/// What the two runs showed.
+struct Checks {
+    first: Option<f64>,
+    last: Option<f64>,
+    killed_at: Option<usize>,
+    comparison: Comparison,
+}
+
+impl Checks {
+    /// The stage's verdict and report, `setup` its first line.
+    fn outcome(&self, setup: &str, used: Used) -> Outcome {
+        let (first, last, comparison) = (self.first, self.last, &self.comparison);
+        let falls = matches!((first, last), (Some(f), Some(l)) if l < f);
+        let matches = comparison.compared > 0 && comparison.max_relative <= RESUME_TOLERANCE;
+        let status = [(&used.eval_status, "eval"), (&used.sample_status, "sample")]
+            .into_iter()
+            .find(|(s, _)| **s != StageStatus::Passed)
+            .map(|(s, what)| match s {
+                StageStatus::Failed(why) => StageStatus::Failed(format!("{what}: {why}")),
+                other => other.clone(),
+            })
+            .unwrap_or_else(|| match (falls, matches, used.sample_text.is_empty()) {
+                (false, _, _) => StageStatus::Failed("the training loss did not fall".into()),
+                (_, false, _) => {
+                    StageStatus::Failed("the resumed run differs from the uninterrupted one".into())
+                }
+                (_, _, true) => StageStatus::Failed("sample printed no text".into()),
+                _ => StageStatus::Passed,
+            });
+        let markdown = format!(
+            "{setup}\n\n\
+             - training loss {} → {} ({})\n\
+             - killed (SIGKILL) with its checkpoint at step {}, then resumed: {} logged values \
+               compared with the uninterrupted run, largest difference {:.2e} relative \
+               (tolerance {RESUME_TOLERANCE:.0e}): {}\n\
+             - `eval`: {}\n\
+             - `sample` (120 tokens, seed 1):\n\n```\n{}\n```\n",
+            first.map_or("–".into(), |v| format!("{v:.4}")),
+            last.map_or("–".into(), |v| format!("{v:.4}")),
+            if falls { "falls" } else { "does not fall" },
+            self.killed_at.map_or("–".into(), |s| s.to_string()),
+            comparison.compared,
+            comparison.max_relative,
+            if matches { "matches" } else { "DIFFERS" },
+            used.eval_line,
+            used.sample_text,
+        );
+        Outcome {
+            status,
+            results: json!({
+                "first_train_loss": first, "last_train_loss": last, "loss_falls": falls,
+                "killed_at_step": self.killed_at, "compared_values": comparison.compared,
+                "max_relative_difference": comparison.max_relative, "resume_matches": matches,
+                "eval": used.eval_line, "sample": used.sample_text,
+            }),
+            markdown,
+        }
+    }
 }
 
 fn failed_at(what: &str, status: StageStatus) -> Outcome {

@@ -4,9 +4,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::process::{Exit, Finished, run_logged};
+use super::process::{Finished, run_logged};
+use super::stage::{Outcome, Stage, status_of};
 use super::{CheckSpec, StageStatus};
 
 /// Every stage, in the order they run.
@@ -52,7 +53,7 @@ pub(super) struct RealRunSizes {
 
 impl Profile {
     /// The paper's small family at 12 and 48 layers, batch 16 × 512; about 16 minutes of budget
-    /// in all, so run it in two calls (docs/benchmarks.md).
+    /// in all, so run it in two calls (scripts/gpu/README.md).
     pub fn gpu() -> Self {
         Self {
             name: "gpu",
@@ -159,25 +160,6 @@ impl Profile {
     }
 }
 
-/// What a stage reports.
-pub struct Outcome {
-    pub(super) status: StageStatus,
-    pub(super) results: Value,
-    pub(super) markdown: String,
-}
-
-impl Outcome {
-    /// A stage that failed before it measured anything.
-    pub(super) fn failed(why: impl Into<String>) -> Self {
-        let why = why.into();
-        Self {
-            markdown: format!("Failed: {why}.\n"),
-            status: StageStatus::Failed(why),
-            results: Value::Null,
-        }
-    }
-}
-
 /// Runs stage `name`; every command it starts shares `deadline` and appends to `log`.
 pub fn run_stage(name: &str, spec: &CheckSpec, deadline: Instant, log: &Path) -> Outcome {
     let stage = Stage {
@@ -198,42 +180,7 @@ pub fn run_stage(name: &str, spec: &CheckSpec, deadline: Instant, log: &Path) ->
     result.unwrap_or_else(Outcome::failed)
 }
 
-/// A running stage: the check, the stage's deadline and log.
-pub(super) struct Stage<'a> {
-    pub(super) spec: &'a CheckSpec,
-    deadline: Instant,
-    log: &'a Path,
-    name: &'a str,
-}
-
-/// A finished command's status: passed, failed with its exit, or timed out.
-pub(super) fn status_of(finished: &Finished) -> StageStatus {
-    match &finished.exit {
-        Exit::Success => StageStatus::Passed,
-        Exit::TimedOut => StageStatus::TimedOut,
-        Exit::Failed(status) => StageStatus::Failed(format!("exited with {status}; see the log")),
-        Exit::Stopped => StageStatus::Failed("stopped".into()),
-    }
-}
-
 impl Stage<'_> {
-    /// Runs `program` under the stage's deadline, logged.
-    pub(super) fn run(&self, program: &Path, args: &[String]) -> Result<Finished, String> {
-        self.run_until(program, args, &|| false)
-    }
-
-    /// [`Self::run`], killed early once `stop_when` holds.
-    pub(super) fn run_until(
-        &self,
-        program: &Path,
-        args: &[String],
-        stop_when: &dyn Fn() -> bool,
-    ) -> Result<Finished, String> {
-        let mut command = Command::new(program);
-        command.args(args);
-        run_logged(command, self.deadline, self.log, self.name, stop_when)
-    }
-
     fn bench(&self, args: &[&str]) -> Result<Finished, String> {
         let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         all.extend(["--backend".into(), self.spec.backend.clone()]);

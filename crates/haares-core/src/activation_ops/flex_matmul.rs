@@ -5,7 +5,7 @@
 //! Flex 0.21 allocates every product's output with `FlexTensor::empty`: a zeroed byte vector,
 //! which `Bytes::from_bytes_vec` then copies into a 16-byte-aligned allocation of its own, since
 //! a byte vector's alignment is 1. On the `cpu` preset the zeroing and the copy took ≈ 10% of a
-//! training step (docs/benchmarks.md). An f32 buffer is aligned for its elements, which is all
+//! training step (docs/notebook/cpu-speed.md). An f32 buffer is aligned for its elements, which is all
 //! Flex's slices need. Operands are read through their strides, so transposed views (the
 //! backward pass's `Aᵀ` and `Bᵀ`, attention's `Kᵀ`) are not copied first.
 

@@ -20,7 +20,7 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::tensor::Tensor;
 
-use super::autodiff::{SLOTS_PER_NODE, SlotsBackward, inner, padding, register};
+use super::autodiff_slots::{SLOTS_PER_NODE, SlotsBackward, inner, padding, register};
 use super::{MixtureAndWeights, ReadBackward, RoutingBackend, SlotRows};
 use crate::autodiff_node::{finish, primitive};
 

@@ -28,7 +28,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
 {
     /// The fused path on CUDA, the reference path on wgpu. On an H200 (2026-11-28) every CUDA
     /// check passed, the operator on the kernels included, and Block AttnRes's fused steps took
-    /// 0.82–0.89 s against the reference path's 1.17–1.28 s (docs/benchmarks.md). wgpu's kernels
+    /// 0.82–0.89 s against the reference path's 1.17–1.28 s (docs/notebook/cuda.md). wgpu's kernels
     /// pass every check on lavapipe, a CPU Vulkan, but have not been timed on a GPU.
     /// `RoutingPath::Fused` selects the kernels on either.
     fn auto_routing() -> RoutingPath {

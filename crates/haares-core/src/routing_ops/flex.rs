@@ -12,13 +12,13 @@
 //!
 //! The loops run on `macerator`'s SIMD vectors, chosen at run time (AVX-512, AVX2, SSE, NEON or
 //! scalar), with four accumulators per dot product: a scalar loop cannot be vectorised without
-//! reordering its additions, and was slower than Flex's own operations (docs/benchmarks.md). Each
+//! reordering its additions, and was slower than Flex's own operations (docs/notebook/cpu-speed.md). Each
 //! loop splits its tokens into tasks of a fixed size on Rayon's pool, the threads Flex's matrix
 //! products use, so that the other cores no longer wait through the routing operator. (Called
 //! from a thread outside the pool, each loop is handed to the pool and waited for; the runners
-//! start CPU jobs on a pool thread, `haares_train::cpu::on_cpu_pool`.) f32 and f64 tensors whose elements lie contiguously take these loops; anything
-//! else takes the plain primitives. `tests/core/primitives.rs` checks them against the plain
-//! primitives.
+//! start CPU jobs on a pool thread, `haares_train::cpu::on_cpu_pool`.) f32 and f64 tensors whose
+//! elements lie contiguously take these loops; anything else takes the plain primitives.
+//! `tests/core/primitives.rs` checks them against the plain primitives.
 
 use std::slice;
 
@@ -28,9 +28,10 @@ use burn_flex::FlexTensor;
 use macerator::Simd;
 use rayon::prelude::*;
 
+use super::flex_rows::{Rows, buffers, slices, tokens_per_task};
 use super::flex_sums::{Added, host_add_scaled_rows, host_signed_sum};
 use super::{ReadBackward, ReadForward, ReadGradients, RoutingBackend, SlotRows, naive};
-use crate::simd::{HostFloat, TASK_ELEMENTS, dot_product, flex_tensor, scaled_add};
+use crate::simd::{HostFloat, dot_product, flex_tensor, scaled_add};
 
 impl RoutingBackend for Flex {
     fn routing_read_forward(
@@ -133,59 +134,12 @@ fn by_dtype<T>(
     }
 }
 
-/// Flex's buffers behind some tensors.
-pub(super) fn buffers(tensors: &[Tensor<Flex, 2>]) -> Vec<FlexTensor> {
-    tensors
-        .iter()
-        .map(|tensor| tensor.clone().into_primitive().tensor())
-        .collect()
-}
-
-/// Every buffer's elements as one contiguous slice, or `None`.
-pub(super) fn slices<F: HostFloat>(buffers: &[FlexTensor]) -> Option<Vec<&[F]>> {
-    buffers.iter().map(FlexTensor::as_slice::<F>).collect()
-}
-
 /// The slots' common `[tokens, d]`, or `None` when they differ (the plain primitive then reports
 /// Burn's shape error) or are empty (the loops step through whole rows).
 fn common_shape(slots: &[Tensor<Flex, 2>]) -> Option<[usize; 2]> {
     let shape = slots.first()?.dims();
     let empty = shape.contains(&0);
     (!empty && slots.iter().all(|slot| slot.dims() == shape)).then_some(shape)
-}
-
-/// A `[tokens, d]` buffer, or one `[d]` row shared by all tokens.
-#[derive(Clone, Copy)]
-pub(super) struct Rows<'a, F> {
-    values: &'a [F],
-    per_token: bool,
-    pub(super) d_model: usize,
-}
-
-impl<'a, F> Rows<'a, F> {
-    /// `rows` as the loops read them, for `tokens` tokens; `None` for any other shape and for
-    /// empty rows.
-    pub(super) fn new(rows: &Tensor<Flex, 2>, values: &'a [F], tokens: usize) -> Option<Self> {
-        let [count, d_model] = rows.dims();
-        let per_token = match count {
-            _ if d_model == 0 || tokens == 0 => return None,
-            1 => false,
-            count if count == tokens => true,
-            _ => return None,
-        };
-        Some(Self {
-            values,
-            per_token,
-            d_model,
-        })
-    }
-
-    pub(super) fn row(&self, token: usize) -> &'a [F] {
-        match self.per_token {
-            true => &self.values[token * self.d_model..][..self.d_model],
-            false => self.values,
-        }
-    }
 }
 
 fn host_row_dots<F: HostFloat>(
@@ -248,13 +202,6 @@ fn weighted<'a, F: HostFloat>(
         tokens,
         d_model,
     })
-}
-
-/// Tokens per task of the parallel loops: about 64 KiB of one slot's rows. It depends on the
-/// width alone, not on the number of threads, so every result is the same however many threads
-/// run (`weighted_total` adds its per-task sums in task order).
-pub(super) fn tokens_per_task(d_model: usize) -> usize {
-    (TASK_ELEMENTS / d_model).max(1)
 }
 
 /// `dots[s·tokens + n] = slots[s][n, ·] · rows[n or 0, ·]`, one task per slot and token range.

@@ -21,7 +21,7 @@ use macerator::Simd;
 use rayon::prelude::*;
 
 use super::SlotRows;
-use super::flex::tokens_per_task;
+use super::flex_rows::tokens_per_task;
 use super::read::{ReadForward, compose};
 use crate::simd::{dot_product, exp, flex_tensor, scaled_add};
 
@@ -188,7 +188,8 @@ struct ForwardTask<'t> {
     scores: &'t mut [f32],
 }
 
-/// Per token: `z'_s = c_s (u · raw_s) / √(m_s + ε)`, `α = softmax_s(z' + b)`, `h̃ = Σ_s α_s c_s raw_s`.
+/// Per token: `z'_s = c_s (u · raw_s) / √(m_s + ε)`, `α = softmax_s(z' + b)`,
+/// `h̃ = Σ_s α_s c_s raw_s`.
 #[macerator::with_simd]
 fn read_forward_task<'a, 't, S: Simd>(
     slots: &SlotViews<'a>,

@@ -4,11 +4,12 @@
 
 use burn::backend::Flex;
 use burn::tensor::{DType, Tensor};
+use burn_flex::FlexTensor;
 use macerator::Simd;
 use rayon::prelude::*;
 
-use super::flex::tokens_per_task;
 use super::flex_read::{SlotBuffers, SlotViews, f32_buffer, slice};
+use super::flex_rows::tokens_per_task;
 use super::flex_sums::{Added, Target};
 use super::read::{ReadBackward, ReadGradients, compose_backward};
 use crate::simd::{dot_product, flex_tensor, scaled_add, two_scaled_adds};
@@ -25,29 +26,10 @@ pub(super) fn read_backward(
         return compose_backward(read, into, wanted, mean_squares_wanted);
     };
     let (count, tokens, d_model) = (read.slots.len(), buffers.tokens, buffers.d_model);
-    let (slot_major, shape) = ([count, tokens], [tokens, d_model]);
-    let operands = (
-        f32_buffer(&read.folded_query, [d_model]),
-        f32_buffer(&read.scores, slot_major),
-        f32_buffer(&read.weights, slot_major),
-        f32_buffer(&read.mixture_grad, shape),
-        read.weights_grad
-            .as_ref()
-            .map(|grad| f32_buffer(grad, slot_major)),
-    );
-    let intos_fit = into.iter().all(|into| {
-        into.as_ref()
-            .is_none_or(|into| into.dims() == shape && into.dtype() == DType::F32)
-    });
-    let (Some(query), Some(scores), Some(weights), Some(mixture_grad), weights_grad) = operands
-    else {
+    let shape = [tokens, d_model];
+    let Some(operands) = Operands::of(&read, &into, count, shape) else {
         return compose_backward(read, into, wanted, mean_squares_wanted);
     };
-    if !intos_fit || weights_grad.as_ref().is_some_and(Option::is_none) {
-        return compose_backward(read, into, wanted, mean_squares_wanted);
-    }
-    let weights_grad = weights_grad.flatten();
-
     let mut views = buffers.views();
     views.same_rows = shared_gradient_rows(&views, &read.same_rows, &into, wanted);
     let mut targets: Vec<Target<f32>> = (into.into_iter().zip(wanted).enumerate())
@@ -58,14 +40,80 @@ pub(super) fn read_backward(
         .collect();
     let inputs = BackwardInputs {
         slots: views,
-        query: slice(&query),
-        scores: slice(&scores),
-        weights: slice(&weights),
-        mixture_grad: slice(&mixture_grad),
-        weights_grad: weights_grad.as_ref().map(slice),
+        query: slice(&operands.query),
+        scores: slice(&operands.scores),
+        weights: slice(&operands.weights),
+        mixture_grad: slice(&operands.mixture_grad),
+        weights_grad: operands.weights_grad.as_ref().map(slice),
         epsilon: read.epsilon as f32,
         tokens,
     };
+    let (folded_query, bias) = run_tasks(&inputs, &mut targets, &mut mean_square_grads);
+    ReadGradients {
+        raws: targets
+            .into_iter()
+            .map(|target| match target.finish(shape) {
+                Added::Done(grad) => Some(grad),
+                Added::Plain(grad) => grad,
+            })
+            .collect(),
+        mean_squares: mean_square_grads
+            .into_iter()
+            .map(|grad| grad.map(|grad| flex_tensor(grad, [tokens, 1])))
+            .collect(),
+        folded_query: flex_tensor(folded_query, [d_model]),
+        bias: flex_tensor(bias.into_iter().map(|sum| sum as f32).collect(), [count, 1]),
+    }
+}
+
+/// A read's operands beside its slots, as f32 buffers.
+struct Operands {
+    query: FlexTensor,
+    scores: FlexTensor,
+    weights: FlexTensor,
+    mixture_grad: FlexTensor,
+    weights_grad: Option<FlexTensor>,
+}
+
+impl Operands {
+    /// The operands of `read` with `count` slots of `[tokens, d]` rows, when every one (and every
+    /// accumulated gradient in `into`) is a contiguous f32 buffer of its shape; `None` otherwise
+    /// (the composition then serves).
+    fn of(
+        read: &ReadBackward<Flex>,
+        into: &[Option<Tensor<Flex, 2>>],
+        count: usize,
+        shape: [usize; 2],
+    ) -> Option<Self> {
+        let slot_major = [count, shape[0]];
+        let intos_fit = into.iter().all(|into| {
+            into.as_ref()
+                .is_none_or(|into| into.dims() == shape && into.dtype() == DType::F32)
+        });
+        let weights_grad = match &read.weights_grad {
+            Some(grad) => Some(f32_buffer(grad, slot_major)?),
+            None => None,
+        };
+        intos_fit.then_some(())?;
+        Some(Self {
+            query: f32_buffer(&read.folded_query, [shape[1]])?,
+            scores: f32_buffer(&read.scores, slot_major)?,
+            weights: f32_buffer(&read.weights, slot_major)?,
+            mixture_grad: f32_buffer(&read.mixture_grad, shape)?,
+            weights_grad,
+        })
+    }
+}
+
+/// Runs the backward pass in fixed-size token tasks on Rayon's pool, each writing its tokens'
+/// rows of `targets` and `mean_square_grads`; returns the folded query's gradient and the
+/// per-slot bias gradients (in f64), summed over the tasks in task order.
+fn run_tasks(
+    inputs: &BackwardInputs<'_>,
+    targets: &mut [Target<f32>],
+    mean_square_grads: &mut [Option<Vec<f32>>],
+) -> (Vec<f32>, Vec<f64>) {
+    let (tokens, d_model, count) = (inputs.tokens, inputs.query.len(), targets.len());
     let chunk = tokens_per_task(d_model);
     let tasks = tokens.div_ceil(chunk);
     let raw_pieces = pieces_per_task(
@@ -94,7 +142,7 @@ pub(super) fn read_backward(
                 folded_query: vec![0.0; d_model],
                 bias: vec![0.0; count],
             };
-            read_backward_task(&inputs, out)
+            read_backward_task(inputs, out)
         })
         .collect();
     let (mut folded_query, mut bias) = (vec![0.0f32; d_model], vec![0.0f64; count]);
@@ -107,21 +155,7 @@ pub(super) fn read_backward(
             .zip(bias_part)
             .for_each(|(sum, x)| *sum += x);
     }
-    ReadGradients {
-        raws: targets
-            .into_iter()
-            .map(|target| match target.finish(shape) {
-                Added::Done(grad) => Some(grad),
-                Added::Plain(grad) => grad,
-            })
-            .collect(),
-        mean_squares: mean_square_grads
-            .into_iter()
-            .map(|grad| grad.map(|grad| flex_tensor(grad, [tokens, 1])))
-            .collect(),
-        folded_query: flex_tensor(folded_query, [d_model]),
-        bias: flex_tensor(bias.into_iter().map(|sum| sum as f32).collect(), [count, 1]),
-    }
+    (folded_query, bias)
 }
 
 /// Which slots' rows take their gradient in an earlier slot's entry: where the graph says they are

@@ -13,7 +13,7 @@ use burn_flex::FlexTensor;
 use macerator::{Simd, vload_unaligned, vstore_unaligned};
 use rayon::prelude::*;
 
-use super::flex::{Rows, buffers, slices, tokens_per_task};
+use super::flex_rows::{Rows, buffers, slices, tokens_per_task};
 use crate::simd::{HostFloat, TASK_ELEMENTS, flex_tensor, scaled_add};
 
 /// A slot's gradient from [`host_add_scaled_rows`].

@@ -19,7 +19,7 @@
 //! [`RoutingBackend::weighted_total`]; everything else is `O(S · tokens)`. The default
 //! implementations are plain Burn tensor operations ([`naive`], the reference every faster
 //! implementation is tested against). Flex replaces them with SIMD loops over its buffers
-//! (`flex.rs`) and NdArray with loops over its host arrays (`host.rs`); the cube backends (CUDA,
+//! (`flex.rs`) and NdArray with loops over its host arrays (`ndarray.rs`); the cube backends (CUDA,
 //! wgpu) replace the first two with CubeCL kernels that read every source of a chunk in one pass
 //! (`cube.rs`).
 //!
@@ -37,6 +37,7 @@
 
 mod autodiff;
 mod autodiff_read;
+mod autodiff_slots;
 #[cfg(feature = "cube")]
 mod cube;
 #[cfg(feature = "flex")]
@@ -46,10 +47,12 @@ mod flex_read;
 #[cfg(feature = "flex")]
 mod flex_read_grad;
 #[cfg(feature = "flex")]
+mod flex_rows;
+#[cfg(feature = "flex")]
 mod flex_sums;
-#[cfg(feature = "ndarray")]
-mod host;
 pub mod naive;
+#[cfg(feature = "ndarray")]
+mod ndarray;
 mod read;
 
 pub use read::{MixtureAndWeights, ReadBackward, ReadForward, ReadGradients};
@@ -76,8 +79,8 @@ pub struct SlotRows<B: Backend> {
 
 /// A backend that computes the routing operator. Every Burn backend can implement it with the
 /// default methods; Flex and NdArray override the primitives with host loops, the cube backends
-/// override two of them with kernels (and send `Auto` to the fused path on CUDA only), and the autodiff
-/// backend overrides the operations with their own backward passes.
+/// override two of them with kernels (and send `Auto` to the fused path on CUDA only), and the
+/// autodiff backend overrides the operations with their own backward passes.
 ///
 /// A routing backend also computes the backbone's fused activations ([`ActivationBackend`]), so
 /// that this one bound serves every module of the model.

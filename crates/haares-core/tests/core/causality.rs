@@ -1,5 +1,5 @@
-//! Causality for every method (NOTES decision 1): changing tokens after position t leaves every
-//! logit at positions ≤ t unchanged — exactly, in f64 on NdArray.
+//! Causality for every method (docs/decisions.md, decision 1): changing tokens after position t
+//! leaves every logit at positions ≤ t unchanged — exactly, in f64 on NdArray.
 
 use crate::common::*;
 

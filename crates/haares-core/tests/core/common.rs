@@ -5,27 +5,24 @@ use std::collections::HashMap;
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Int, Tensor, TensorData};
+use haares_base::SplitMix64;
 use haares_core::{HaaresModel, HaaresOptions, ModelConfig, ResidualMethod};
 
 pub type B64 = NdArray<f64>;
 pub type Ad64 = Autodiff<NdArray<f64>>;
 
 /// SplitMix64 with Box–Muller normals: deterministic test data from a seed.
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Self(seed)
+        Self(SplitMix64::new(seed))
     }
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.next_f64()
     }
     pub fn normal(&mut self) -> f64 {
         let u1 = self.uniform().max(1e-300);
@@ -150,8 +147,8 @@ pub fn logits_on<B: haares_core::RoutingBackend>(
     )
 }
 
-/// Causality for every method (NOTES decision 1): changing the tokens after position t moves no
-/// logit at positions ≤ t by more than `tolerance`, and visibly moves the later ones.
+/// Causality for every method (docs/decisions.md, decision 1): changing the tokens after position t
+/// moves no logit at positions ≤ t by more than `tolerance`, and visibly moves the later ones.
 pub fn check_causality<B: haares_core::RoutingBackend>(device: &B::Device, tolerance: f64) {
     let (seq, t) = (8, 3);
     let mut rng = Rng::new(51);

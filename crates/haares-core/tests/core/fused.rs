@@ -417,7 +417,7 @@ fn untracked_slots_are_skipped_and_the_rest_agree() {
 }
 
 /// On the CPU backends `Auto` is the fused path (the faster one in every measurement,
-/// docs/benchmarks.md), also under autodiff, which asks its inner backend.
+/// docs/benchmarks.md, "Current results"), also under autodiff, which asks its inner backend.
 #[test]
 fn auto_takes_the_fused_path_on_the_cpu_backends() {
     type NdArray32 = burn::backend::NdArray<f32>;

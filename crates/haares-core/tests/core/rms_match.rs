@@ -66,7 +66,7 @@ fn zero_cumulative_gives_a_quarter_and_zero_detail_stays_zero() {
 #[test]
 fn rms_is_reduced_per_token_over_the_hidden_dimension() {
     // Two positions with opposite ratios get opposite clip bounds: a reduction over positions or
-    // the batch would give them one shared multiplier (NOTES decision 1).
+    // the batch would give them one shared multiplier (docs/decisions.md, decision 1).
     let mut rng = Rng::new(23);
     let d = rng.normals(16, 1.0);
     let c: Vec<f64> = d[..8]

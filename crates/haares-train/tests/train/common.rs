@@ -8,7 +8,7 @@ use haares_data::chunking::{CHUNK_LEN, Chunk};
 use haares_data::prepared::PreparedWriter;
 use haares_train::RunConfig;
 use haares_train::data::{self, DataPaths, RunData, Tokenizer};
-use haares_train::learner::{Outcome, RunSummary, TrainOptions, train};
+use haares_train::run::learner::{Outcome, RunSummary, TrainOptions, train};
 
 pub type B = Autodiff<NdArray>;
 

@@ -2,8 +2,8 @@
 
 use std::process::Command;
 
+use haares_train::study::sweep::check_writable;
 use haares_train::study::{Overrides, load_study, parse_study};
-use haares_train::sweep::check_writable;
 use haares_train::{RunConfig, TrainError};
 use toml::Value;
 

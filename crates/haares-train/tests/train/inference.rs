@@ -1,7 +1,8 @@
 //! `eval` reproduces a run's own endpoint from its best model; `sample` generates text.
 
+use haares_base::SplitMix64;
 use haares_train::backend::BackendJob;
-use haares_train::inference::{EvalJob, ModelSource, SampleJob, SplitMix64, choose};
+use haares_train::inference::{EvalJob, ModelSource, SampleJob, choose};
 
 use crate::common::{B, paths, sotu, tiny_config, train_to_end};
 
@@ -55,7 +56,7 @@ fn eval_of_a_run_reproduces_its_best_validation_loss_and_sample_continues_a_prom
 #[test]
 fn sampling_respects_temperature_and_top_k() {
     let logits = [0.1f32, 2.0, -1.0, 1.9, 0.0];
-    let mut rng = SplitMix64(9);
+    let mut rng = SplitMix64::new(9);
     assert_eq!(
         choose(&logits, 0.0, 0, &mut rng),
         1,

@@ -2,11 +2,11 @@
 //! resumes to exactly the uninterrupted run, and a non-finite loss stops with the last good
 //! checkpoint kept.
 
+use haares_core::method::METHOD_NAMES;
 use haares_train::TrainError;
-use haares_train::config::METHOD_NAMES;
-use haares_train::learner::Outcome;
-use haares_train::metrics::read_metrics;
-use haares_train::run_checkpoint;
+use haares_train::run::checkpoint;
+use haares_train::run::learner::Outcome;
+use haares_train::run::metrics::read_metrics;
 
 use crate::common::{repeating, run, sotu, tiny_config, train_to_end};
 
@@ -157,7 +157,7 @@ fn a_killed_run_resumes_to_the_uninterrupted_run_step_for_step() {
             y.val_loss
         );
     }
-    let steps = |s: &haares_train::learner::RunSummary| {
+    let steps = |s: &haares_train::run::learner::RunSummary| {
         s.val_curve.iter().map(|(k, _)| *k).collect::<Vec<_>>()
     };
     assert_eq!(steps(&resumed), steps(&reference));
@@ -199,9 +199,9 @@ fn a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint() {
         panic!("expected a non-finite-loss error, got {error}");
     };
     assert!(error.to_string().contains("NaN or infinite"), "{error}");
-    let latest = run_checkpoint::latest(&run_dir).expect("a checkpoint is kept");
+    let latest = checkpoint::latest(&run_dir).expect("a checkpoint is kept");
     let loaded =
-        run_checkpoint::load::<crate::common::B>(&latest, &config, &Default::default()).unwrap();
+        checkpoint::load::<crate::common::B>(&latest, &config, &Default::default()).unwrap();
     assert_eq!(
         loaded.state.step,
         *step - 1,
@@ -212,8 +212,8 @@ fn a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint() {
 
 #[test]
 fn validation_loss_is_token_weighted_over_exactly_the_requested_chunks() {
-    use haares_train::learner::init_model;
-    use haares_train::loss::{validation_loss, validation_pass};
+    use haares_train::run::learner::init_model;
+    use haares_train::run::loss::{validation_loss, validation_pass};
     let dir = tempfile::tempdir().unwrap();
     let data = sotu(dir.path());
     let config = tiny_config("haares");

@@ -7,9 +7,9 @@ use burn::tensor::backend::AutodiffBackend;
 use haares_core::HaaresModel;
 use haares_core::checkpoint::ParamVisitor;
 use haares_data::batching::BatchIterator;
-use haares_train::learner::init_model;
-use haares_train::loss::{mean_cross_entropy, to_device};
-use haares_train::optim::{AdamW, AdamWSettings, decays};
+use haares_train::run::learner::init_model;
+use haares_train::run::loss::{mean_cross_entropy, to_device};
+use haares_train::run::optim::{AdamW, AdamWSettings, decays};
 
 use crate::common::{B, repeating, tiny_config};
 

@@ -7,9 +7,9 @@ use haares_train::RunConfig;
 use haares_train::backend::BackendKind;
 use haares_train::data::RunData;
 use haares_train::error::TrainError;
-use haares_train::learner::{Outcome, RunSummary, TrainOptions, train_on};
-use haares_train::metrics::{MetricsLine, read_metrics};
-use haares_train::parallel::resolve_devices;
+use haares_train::run::data_parallel::resolve_devices;
+use haares_train::run::learner::{Outcome, RunSummary, TrainOptions, train_on};
+use haares_train::run::metrics::{MetricsLine, read_metrics};
 
 use crate::common::{B, sotu, tiny_config, train_to_end};
 

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use haares_train::RunConfig;
-use haares_train::learner::{RunSummary, summary_path};
 use haares_train::report::write_report;
+use haares_train::run::learner::{RunSummary, summary_path};
 use haares_train::study::{Overrides, PlannedRun, parse_study};
 
 const STUDY: &str = r#"
@@ -111,7 +111,8 @@ fn the_report_reproduces_the_papers_paired_seed_tables() {
         ),
         "{report}"
     );
-    // Mean of the per-seed perplexities: 6.085 (the paper's 6.09 averages the rounded 6.05, 6.03, 6.18).
+    // Mean of the per-seed perplexities: 6.085 (the paper's 6.09 averages the rounded 6.05, 6.03,
+    // 6.18).
     assert!(
         report.contains("| all | 1.8057 / 6.08 | **1.7744 / 5.90** | -0.0313 |"),
         "{report}"
@@ -128,7 +129,8 @@ fn the_report_reproduces_the_papers_paired_seed_tables() {
         report.contains("| all | HAARES | 3 | +0.0313 | +0.0168 | +0.0449 | 3 of 3 |"),
         "{report}"
     );
-    // tab:timetotarget: 4.02 h → 3.90 / 3.25 / 2.28 h; saved 2.9% / 19.0% / 43.3%; eq:breakeven 14/17.
+    // tab:timetotarget: 4.02 h → 3.90 / 3.25 / 2.28 h; saved 2.9% / 19.0% / 43.3%; eq:breakeven
+    // 14/17.
     for (step, loss, time, saved) in [
         (24_000, "1.7961", "4.02 h → 3.90 h", "2.9%"),
         (20_000, "1.7835", "4.02 h → 3.25 h", "19.0%"),

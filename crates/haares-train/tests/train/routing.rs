@@ -5,11 +5,11 @@ use std::path::Path;
 
 use haares_train::backend::BackendJob;
 use haares_train::inspect::{InspectJob, Inspected};
-use haares_train::learner::{Outcome, routing_path};
-use haares_train::metrics::{RoutingLine, read_routing};
 use haares_train::report::write_report;
+use haares_train::run::learner::{Outcome, routing_path};
+use haares_train::run::metrics::{RoutingLine, read_routing};
+use haares_train::study::sweep::SweepJob;
 use haares_train::study::{Overrides, parse_study};
-use haares_train::sweep::SweepJob;
 
 use crate::common::{B, paths, run, sotu, tiny_config, train_to_end};
 use crate::sweep::STUDY;
@@ -157,7 +157,8 @@ fn inspect_reads_a_run_directory_and_a_bare_model_file() {
     let run_dir = dir.path().join("run");
     let summary = train_to_end(&tiny_config("haares"), &data, &run_dir);
 
-    // On the run: its validation chunks, at the best model — the statistics logged at the best step.
+    // On the run: its validation chunks, at the best model — the statistics logged at the best
+    // step.
     let inspection = inspect(dir.path(), &run_dir, None, None).unwrap();
     let logged = read_routing(&routing_path(&run_dir)).unwrap();
     let at_best = &logged

@@ -2,8 +2,8 @@
 //! unfinished ones.
 
 use haares_train::backend::BackendJob;
+use haares_train::study::sweep::{RunStatus, SweepJob};
 use haares_train::study::{Overrides, parse_shard, parse_study, shard_runs};
-use haares_train::sweep::{RunStatus, SweepJob};
 use toml::Value;
 
 use crate::common::{B, paths};

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use arrow_array::{ArrayRef, RecordBatch, StringArray};
 use haares_data::embedded_corpus_dir;
 use haares_data::prepared::PreparedShard;
-use haares_train::run_lock::{Holder, LOCK_FILE, host_name};
+use haares_train::run::lock::{Holder, LOCK_FILE, host_name};
 
 /// A small model on the depth study's cpu preset, a few steps.
 const SMALL: &[&str] = &[

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::config::method_label;
-use crate::results::{BASELINE, Finished, Pair, mean_sd, time_to_target};
+use crate::report::results::{BASELINE, Finished, Pair, mean_sd, time_to_target};
+use haares_core::method::method_label;
 
 /// Appends the paired-reduction tables.
 pub fn write_pairs_section(md: &mut String, pairs: &[Pair]) {

@@ -8,7 +8,6 @@ use toml::{Table, Value};
 
 use crate::config::RunConfig;
 use crate::error::{Result, TrainError};
-use crate::study::merge;
 
 /// Command-line changes to a study's runs.
 #[derive(Debug, Clone, Default)]
@@ -121,5 +120,17 @@ fn drop_nulls(value: &mut serde_json::Value) {
     if let serde_json::Value::Object(map) = value {
         map.retain(|_, v| !v.is_null());
         map.values_mut().for_each(drop_nulls);
+    }
+}
+
+/// Merges `from` into `into`: tables key by key, every other value replaced.
+pub(crate) fn merge(into: &mut Table, from: &Table) {
+    for (key, value) in from {
+        match (into.get_mut(key), value) {
+            (Some(Value::Table(existing)), Value::Table(update)) => merge(existing, update),
+            _ => {
+                into.insert(key.clone(), value.clone());
+            }
+        }
     }
 }

@@ -12,17 +12,24 @@ use toml::{Table, Value};
 
 use crate::config::RunConfig;
 use crate::error::{Result, TrainError};
-pub use crate::overrides::{Overrides, load_run_config, parse_assignment, parse_value};
+pub mod overrides;
+pub mod sweep;
+
+use overrides::merge;
+pub use overrides::{Overrides, load_run_config, parse_assignment, parse_value};
 
 /// The studies shipped in `experiments/`, embedded at build time.
 pub const BUILTIN_STUDIES: &[(&str, &str)] = &[
-    ("depth", include_str!("../experiments/depth.toml")),
-    ("seeds", include_str!("../experiments/seeds.toml")),
-    ("width", include_str!("../experiments/width.toml")),
-    ("bpe", include_str!("../experiments/bpe.toml")),
-    ("domains", include_str!("../experiments/domains.toml")),
-    ("blocks", include_str!("../experiments/blocks.toml")),
-    ("ablations", include_str!("../experiments/ablations.toml")),
+    ("depth", include_str!("../../experiments/depth.toml")),
+    ("seeds", include_str!("../../experiments/seeds.toml")),
+    ("width", include_str!("../../experiments/width.toml")),
+    ("bpe", include_str!("../../experiments/bpe.toml")),
+    ("domains", include_str!("../../experiments/domains.toml")),
+    ("blocks", include_str!("../../experiments/blocks.toml")),
+    (
+        "ablations",
+        include_str!("../../experiments/ablations.toml"),
+    ),
 ];
 
 /// Axes in expansion order, outermost first: seeds outermost so that a sweep stopped early has
@@ -256,17 +263,6 @@ fn finish(runs: Vec<PlannedRun>) -> Result<Vec<PlannedRun>> {
         )));
     }
     Ok(runs)
-}
-
-pub(crate) fn merge(into: &mut Table, from: &Table) {
-    for (key, value) in from {
-        match (into.get_mut(key), value) {
-            (Some(Value::Table(existing)), Value::Table(update)) => merge(existing, update),
-            _ => {
-                into.insert(key.clone(), value.clone());
-            }
-        }
-    }
 }
 
 /// A file-name-safe version of a run name (`=` and `/` and spaces become `_`).

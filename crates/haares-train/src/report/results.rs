@@ -1,13 +1,13 @@
 //! The report's shared ground: finished runs, paired comparisons and their statistics — what
-//! [`crate::report`], [`crate::tables`] and the figures all read, so that the report modules
-//! import in one direction (report → tables and figures → results).
+//! [`crate::report`], [`crate::report::tables`] and the figures all read, so that the report
+//! modules import in one direction (report → tables and figures → results).
 
 use std::path::{Path, PathBuf};
 
 use crate::error::Result;
-use crate::learner::RunSummary;
+use crate::run::learner::RunSummary;
 use crate::study::PlannedRun;
-use crate::sweep::finished_summary;
+use crate::study::sweep::finished_summary;
 
 /// The baseline every paired reduction is taken against.
 pub const BASELINE: &str = "block-attnres";

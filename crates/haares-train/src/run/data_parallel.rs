@@ -1,19 +1,86 @@
-//! The replicas of a data-parallel run ([`crate::parallel`]) in one process: replica 0 runs the
-//! learner loop on this thread, every other one follows it on a thread of its own, and the
-//! process's collective is set up before and torn down after, also when a replica fails.
+//! Data-parallel training in one process: one replica of the model per device, each on its fixed
+//! slice of every global batch ([`Replica::step`]), the gradients all-reduced with
+//! `burn-collective`, and one identical AdamW update on every replica (the global clip computed on
+//! the reduced gradients). The effective batch and the data order are those of a one-device run.
+//!
+//! Replica 0 runs the learner loop on this thread (validation on its device, logs, checkpoints);
+//! every other one follows it on a thread of its own, and the process's collective is set up
+//! before and torn down after, also when a replica fails.
 
 use std::ops::Range;
 use std::sync::Mutex;
 
 use burn::module::Module;
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{Backend, Device, DeviceId};
+use burn_collective::CollectiveConfig;
 use haares_core::{HaaresModel, TrainingBackend};
 use haares_data::batching::{BatchIterator, BatchPosition};
 use haares_data::prepared::PreparedShard;
 
+use crate::backend::BackendKind;
 use crate::error::{Result, TrainError};
-use crate::optim::AdamW;
-use crate::parallel::{Replica, Stepped, collective_error};
+use crate::run::optim::AdamW;
+use crate::run::step::{Replica, Stepped, collective_error};
+
+/// The devices a run trains on, from the command line: indices of GPUs (`0,1,2,3`), or, on a CPU
+/// backend, one number: how many replicas share the CPU.
+pub fn resolve_devices<B: Backend>(
+    kind: BackendKind,
+    requested: &[usize],
+) -> Result<Vec<B::Device>> {
+    let default = B::Device::default();
+    match kind {
+        BackendKind::Flex | BackendKind::Ndarray => match requested {
+            [] => Ok(vec![default]),
+            [count] if *count >= 1 => Ok(vec![default; *count]),
+            _ => Err(TrainError::Config(format!(
+                "on the CPU backend `{kind}`, --devices takes one number, the count of replicas \
+                 (e.g. --devices 2); got {requested:?}"
+            ))),
+        },
+        BackendKind::Wgpu | BackendKind::Cuda => {
+            if requested.is_empty() {
+                return Ok(vec![default]);
+            }
+            let type_id = default.to_id().type_id;
+            let available = B::device_count(type_id);
+            let mut seen = Vec::new();
+            for &index in requested {
+                if index >= available {
+                    return Err(TrainError::Device(format!(
+                        "--devices names {kind} device {index}, but this machine has {available} \
+                         (indices 0–{}); list existing devices, e.g. --devices 0,1",
+                        available.saturating_sub(1)
+                    )));
+                }
+                if seen.contains(&index) {
+                    return Err(TrainError::Config(format!(
+                        "--devices names device {index} twice; name each device once"
+                    )));
+                }
+                seen.push(index);
+            }
+            Ok(seen
+                .into_iter()
+                .map(|index| {
+                    B::Device::from_id(DeviceId {
+                        type_id,
+                        index_id: index as u16,
+                    })
+                })
+                .collect())
+        }
+    }
+}
+
+impl Replica {
+    /// Joins the collective of `count` replicas on `device`.
+    pub(crate) fn register<B: Backend>(&self, device: &B::Device) -> Result<()> {
+        let config = CollectiveConfig::default().with_num_devices(self.count);
+        burn_collective::register::<B>(self.peer(), device.clone(), config)
+            .map_err(collective_error)
+    }
+}
 
 /// burn-collective keeps one collective per backend type and process: data-parallel runs of one
 /// process take turns.

@@ -2,7 +2,7 @@
 //!
 //! The plain primitives ([`naive`](super::naive)) broadcast `[tokens, 1]` columns over
 //! `[tokens, d]` rows and take matrix–vector products, which NdArray runs about ten times slower
-//! than same-shape elementwise work at these sizes (docs/benchmarks.md). Here each output row is
+//! than same-shape elementwise work at these sizes (docs/notebook/routing-operator.md). Here each output row is
 //! one pass over one row of each source, read where it lies (strided views included): a dot
 //! product for [`row_dots`](RoutingBackend::row_dots), a scaled add for
 //! [`weighted_sum`](RoutingBackend::weighted_sum), a scaled copy for

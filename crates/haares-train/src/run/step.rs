@@ -1,73 +1,58 @@
-//! Data-parallel training in one process: one replica of the model per device, each on its fixed
-//! slice of every global batch, the gradients all-reduced with `burn-collective`, and one
-//! identical AdamW update on every replica (the global clip computed on the reduced gradients).
+//! The training step (tab:reprotrain), one function for one device and for many: a replica's
+//! slice of the global batch forward and backward, its loss normalised by the global batch's real
+//! targets, the gradients and the loss all-reduced when several replicas train the run, then the
+//! clipped AdamW update. The learner ([`super::learner`]) and the cost protocol (`haares-bench`)
+//! both step through [`Replica::step_observed`].
 //!
-//! The effective batch and the data order are those of a one-device run: replica k takes rows
-//! `[k·b/n, (k+1)·b/n)` of each global batch, and its loss is its summed cross-entropy divided by
-//! the global batch's count of real targets, so the all-reduced sum is the one-device gradient up
-//! to float rounding. Replica 0 runs the learner loop (validation on its device, logs,
-//! checkpoints); the others only step ([`crate::replicas`]).
+//! With `n` replicas, replica k takes rows `[k·b/n, (k+1)·b/n)` of each global batch, and its
+//! loss is its summed cross-entropy divided by the global batch's count of real targets, so the
+//! all-reduced sum is the one-device gradient up to float rounding. How the replicas run side by
+//! side is [`super::data_parallel`]'s part.
 
 use std::ops::Range;
 
-use burn::tensor::backend::{Backend, Device, DeviceId};
+use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor, TensorData, TensorPrimitive};
-use burn_collective::{CollectiveConfig, PeerId, ReduceOperation};
+use burn_collective::{PeerId, ReduceOperation};
 use haares_core::{HaaresModel, TrainingBackend};
 use haares_data::batching::Batch;
+use serde::{Deserialize, Serialize};
 
-use crate::backend::BackendKind;
 use crate::error::{Result, TrainError};
-use crate::loss::{real_target_count, summed_cross_entropy, to_device};
-use crate::optim::{AdamW, NamedGradients, UpdateStats, named_gradients};
+use crate::run::loss::{real_target_count, summed_cross_entropy, to_device};
+use crate::run::optim::{AdamW, NamedGradients, UpdateStats, named_gradients};
 
-/// The devices a run trains on, from the command line: indices of GPUs (`0,1,2,3`), or, on a CPU
-/// backend, one number: how many replicas share the CPU.
-pub fn resolve_devices<B: Backend>(
-    kind: BackendKind,
-    requested: &[usize],
-) -> Result<Vec<B::Device>> {
-    let default = B::Device::default();
-    match kind {
-        BackendKind::Flex | BackendKind::Ndarray => match requested {
-            [] => Ok(vec![default]),
-            [count] if *count >= 1 => Ok(vec![default; *count]),
-            _ => Err(TrainError::Config(format!(
-                "on the CPU backend `{kind}`, --devices takes one number, the count of replicas \
-                 (e.g. --devices 2); got {requested:?}"
-            ))),
-        },
-        BackendKind::Wgpu | BackendKind::Cuda => {
-            if requested.is_empty() {
-                return Ok(vec![default]);
-            }
-            let type_id = default.to_id().type_id;
-            let available = B::device_count(type_id);
-            let mut seen = Vec::new();
-            for &index in requested {
-                if index >= available {
-                    return Err(TrainError::Device(format!(
-                        "--devices names {kind} device {index}, but this machine has {available} \
-                         (indices 0–{}); list existing devices, e.g. --devices 0,1",
-                        available.saturating_sub(1)
-                    )));
-                }
-                if seen.contains(&index) {
-                    return Err(TrainError::Config(format!(
-                        "--devices names device {index} twice; name each device once"
-                    )));
-                }
-                seen.push(index);
-            }
-            Ok(seen
-                .into_iter()
-                .map(|index| {
-                    B::Device::from_id(DeviceId {
-                        type_id,
-                        index_id: index as u16,
-                    })
-                })
-                .collect())
+/// A phase of a training step, in the order a step runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    /// Batch upload, forward pass and loss, ending with the loss read back.
+    Forward,
+    /// `loss.backward()`, the gradients collected (and all-reduced between replicas).
+    Backward,
+    /// The clipped AdamW update.
+    Optimizer,
+}
+
+impl Phase {
+    /// The three phases in order.
+    pub const ALL: [Phase; 3] = [Phase::Forward, Phase::Backward, Phase::Optimizer];
+
+    /// The phase's place in [`Self::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The phase after this one in a step (`None` after the update).
+    pub fn next(self) -> Option<Phase> {
+        Phase::ALL.get(self.index() + 1).copied()
+    }
+
+    /// The phase's name in logs and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "update",
         }
     }
 }
@@ -115,10 +100,8 @@ impl Replica {
         }
     }
 
-    /// One training step: this replica's slice forward and backward, its loss normalised by the
-    /// global batch's real targets (in the first `seq_len` positions), the gradients and the loss
-    /// all-reduced when there are several replicas, then the update. Returns the global batch's
-    /// mean loss and the update's statistics; a non-finite loss stops before the update.
+    /// One training step on `batch`, the global batch ([`Self::step_observed`] without an
+    /// observer).
     pub fn step<B: TrainingBackend>(
         &self,
         model: &mut HaaresModel<B>,
@@ -127,10 +110,33 @@ impl Replica {
         seq_len: usize,
         device: &B::Device,
     ) -> Result<Stepped> {
+        self.step_observed(model, optimizer, batch, seq_len, device, |_| Ok(()))
+    }
+
+    /// One training step: this replica's slice forward and backward, its loss normalised by the
+    /// global batch's real targets (in the first `seq_len` positions), the gradients and the loss
+    /// all-reduced when there are several replicas, then the update. Returns the global batch's
+    /// mean loss and the update's statistics; a non-finite loss stops before the update.
+    ///
+    /// `at_end` runs after each [`Phase`] that ran (the cost protocol syncs the device and times
+    /// the phase there); its error ends the step.
+    pub fn step_observed<B: TrainingBackend>(
+        &self,
+        model: &mut HaaresModel<B>,
+        optimizer: &mut AdamW<B::InnerBackend>,
+        batch: &Batch,
+        seq_len: usize,
+        device: &B::Device,
+        mut at_end: impl FnMut(Phase) -> Result<()>,
+    ) -> Result<Stepped> {
         let global_real = real_target_count(batch, seq_len).max(1) as f64;
-        let mine = to_device::<B>(&self.slice(batch), seq_len, device);
+        let mine = match self.count {
+            1 => to_device::<B>(batch, seq_len, device),
+            _ => to_device::<B>(&self.slice(batch), seq_len, device),
+        };
         let loss = summed_cross_entropy(model, &mine) / global_real;
         let local = loss.clone().into_scalar().elem::<f64>();
+        at_end(Phase::Forward)?;
         let grads = loss.backward();
         let gradients = named_gradients(model, &grads);
         drop(grads);
@@ -138,22 +144,17 @@ impl Replica {
             1 => (gradients, local),
             _ => all_reduce(self.peer(), gradients, local)?,
         };
+        at_end(Phase::Backward)?;
         if !value.is_finite() {
             return Ok(Stepped::NonFinite(value));
         }
         let stats = optimizer.apply(model, gradients);
+        at_end(Phase::Optimizer)?;
         Ok(Stepped::Updated { loss: value, stats })
     }
 
     pub(crate) fn peer(&self) -> PeerId {
         PeerId::from(self.index as u32)
-    }
-
-    /// Joins the collective of `count` replicas on `device`.
-    pub(crate) fn register<B: Backend>(&self, device: &B::Device) -> Result<()> {
-        let config = CollectiveConfig::default().with_num_devices(self.count);
-        burn_collective::register::<B>(self.peer(), device.clone(), config)
-            .map_err(collective_error)
     }
 }
 

@@ -12,37 +12,13 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
 use haares_core::HaaresModel;
 use haares_core::checkpoint::ParamVisitor;
-use serde::{Deserialize, Serialize};
 
-/// AdamW hyper-parameters; the defaults are the paper's (tab:reprotrain).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct AdamWSettings {
-    /// Learning rate, constant (no warmup, no decay). Default 3e-4.
-    pub lr: f64,
-    /// First-moment decay β₁. Default 0.9.
-    pub beta1: f64,
-    /// Second-moment decay β₂. Default 0.95.
-    pub beta2: f64,
-    /// Denominator ε. Default 1e-8.
-    pub epsilon: f64,
-    /// Decoupled weight decay of the decayed group. Default 0.01.
-    pub weight_decay: f64,
-    /// Global gradient-norm clip; `None` disables clipping. Default 1.0.
-    pub clip_norm: Option<f64>,
-}
+#[cfg(feature = "flex")]
+mod flex;
+mod rule;
 
-impl Default for AdamWSettings {
-    fn default() -> Self {
-        Self {
-            lr: 3e-4,
-            beta1: 0.9,
-            beta2: 0.95,
-            epsilon: 1e-8,
-            weight_decay: 0.01,
-            clip_norm: Some(1.0),
-        }
-    }
-}
+pub use rule::{AdamWSettings, Moments};
+use rule::{UpdateRule, update_plain};
 
 /// Whether the parameter `name` of rank `rank` is weight-decayed: only matrices with at least two
 /// dimensions that are not biases, norm weights, gates, residual scales or router parameters.
@@ -57,15 +33,6 @@ pub fn decays(name: &str, rank: usize) -> bool {
             || segment.ends_with("_scale")
     };
     rank >= 2 && !name.split('.').any(excluded)
-}
-
-/// First and second moments of one parameter, flattened.
-#[derive(Debug, Clone)]
-pub struct Moments<B: Backend> {
-    /// Exponential average of gradients.
-    pub exp_avg: Tensor<B, 1>,
-    /// Exponential average of squared gradients.
-    pub exp_avg_sq: Tensor<B, 1>,
 }
 
 /// The optimizer: settings, the number of updates taken, and the moments by parameter name.
@@ -164,7 +131,7 @@ impl<B: Backend> AdamW<B> {
     }
 
     /// New value of one parameter (flattened) given its flattened gradient: on Flex one pass
-    /// over the four buffers (`optim_flex.rs`), elsewhere [`update_plain`]'s tensor operations.
+    /// over the four buffers (`flex.rs`), elsewhere [`update_plain`]'s tensor operations.
     fn update(
         &mut self,
         name: &str,
@@ -181,7 +148,7 @@ impl<B: Backend> AdamW<B> {
                 exp_avg_sq: grad.zeros_like(),
             });
         #[cfg(feature = "flex")]
-        if let Some(updated) = crate::optim_flex::update(&rule, &value, &grad, moments) {
+        if let Some(updated) = flex::update(&rule, &value, &grad, moments) {
             return updated;
         }
         update_plain(&rule, value, grad, moments)
@@ -229,56 +196,6 @@ impl<B: Backend> AdamW<B> {
         }
         Ok(optimizer)
     }
-}
-
-/// The constants of one parameter's update at time step `t` (PyTorch's AdamW): the moments'
-/// decays, the bias corrections, and the decoupled decay factor where the parameter decays.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct UpdateRule {
-    pub(crate) beta1: f64,
-    pub(crate) beta2: f64,
-    /// `√(1 − β₂ᵗ)`, the second moment's bias correction under the root.
-    pub(crate) bias2_root: f64,
-    pub(crate) epsilon: f64,
-    /// `lr / (1 − β₁ᵗ)`.
-    pub(crate) step_size: f64,
-    /// `1 − lr·λ`, or `None` where the parameter does not decay.
-    pub(crate) decay: Option<f64>,
-}
-
-impl UpdateRule {
-    pub(crate) fn new(settings: &AdamWSettings, steps: u64, decays: bool) -> Self {
-        let t = steps as i32;
-        Self {
-            beta1: settings.beta1,
-            beta2: settings.beta2,
-            bias2_root: (1.0 - settings.beta2.powi(t)).sqrt(),
-            epsilon: settings.epsilon,
-            step_size: settings.lr / (1.0 - settings.beta1.powi(t)),
-            decay: (decays && settings.weight_decay != 0.0)
-                .then(|| 1.0 - settings.lr * settings.weight_decay),
-        }
-    }
-}
-
-/// One parameter's update as tensor operations, the reference for `optim_flex.rs`:
-/// `m ← β₁m + (1 − β₁)g`, `v ← β₂v + (1 − β₂)g²`, `p ← p·(1 − lr·λ) − lr/(1 − β₁ᵗ) ·
-/// m / (√v / √(1 − β₂ᵗ) + ε)`.
-pub(crate) fn update_plain<B: Backend>(
-    rule: &UpdateRule,
-    value: Tensor<B, 1>,
-    grad: Tensor<B, 1>,
-    moments: &mut Moments<B>,
-) -> Tensor<B, 1> {
-    moments.exp_avg = moments.exp_avg.clone() * rule.beta1 + grad.clone() * (1.0 - rule.beta1);
-    moments.exp_avg_sq =
-        moments.exp_avg_sq.clone() * rule.beta2 + grad.square() * (1.0 - rule.beta2);
-    let denominator = moments.exp_avg_sq.clone().sqrt() / rule.bias2_root + rule.epsilon;
-    let decayed = match rule.decay {
-        Some(factor) => value * factor,
-        None => value,
-    };
-    decayed - moments.exp_avg.clone() / denominator * rule.step_size
 }
 
 /// Every parameter's gradient, flattened, by checkpoint name, in the model's visiting order (the

@@ -91,20 +91,20 @@ impl RunLock {
                 }
                 Some(holder) => {
                     return Err(TrainError::Locked {
-                        run_dir: run_dir.to_path_buf(),
+                        lock_file: path.clone(),
                         holder: holder.to_string(),
                     });
                 }
                 None => {
                     return Err(TrainError::Locked {
-                        run_dir: run_dir.to_path_buf(),
+                        lock_file: path.clone(),
                         holder: "an unreadable lock file (being written, or damaged)".into(),
                     });
                 }
             }
         }
         Err(TrainError::Locked {
-            run_dir: run_dir.to_path_buf(),
+            lock_file: path.clone(),
             holder: "another process that took it over at the same moment".into(),
         })
     }

@@ -2,6 +2,7 @@
 
 use haares_core::TrainingBackend;
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -9,9 +10,9 @@ use crate::backend::{BackendJob, BackendKind};
 use crate::config::{RunConfig, TokenizerKind};
 use crate::data::{self, DataPaths, RunData};
 use crate::error::{Result, TrainError};
-use crate::learner::{Outcome, RunSummary, TrainOptions, summary_path, train_on};
-use crate::parallel::resolve_devices;
-use crate::run_checkpoint::config_difference;
+use crate::run::checkpoint::config_difference;
+use crate::run::data_parallel::resolve_devices;
+use crate::run::learner::{Outcome, RunSummary, TrainOptions, summary_path, train_on};
 use crate::study::PlannedRun;
 
 /// What happened to each run of a sweep.
@@ -42,7 +43,7 @@ pub struct SweepJob {
     /// Runs trained at the same time (1 when a run trains on several devices).
     pub jobs: usize,
     /// Devices each run trains on, data-parallel (`--devices`, see
-    /// [`crate::parallel::resolve_devices`]); empty: the backend's default device.
+    /// [`crate::run::data_parallel::resolve_devices`]); empty: the backend's default device.
     pub devices: Vec<usize>,
 }
 
@@ -72,16 +73,43 @@ impl BackendJob for SweepJob {
     fn run<B: TrainingBackend>(self, _: B::Device, backend: BackendKind) -> Result<Self::Output> {
         check_writable(&self.study_dir)?;
         let devices = resolve_devices::<B>(backend, &self.devices)?;
-        // A data-parallel run already uses every device: runs take turns.
-        let jobs = if devices.len() > 1 {
-            1
-        } else {
-            self.jobs.max(1)
+        let mut statuses: Vec<Option<(String, RunStatus)>> = vec![None; self.runs.len()];
+        let pending = self.unfinished(&mut statuses)?;
+        let mut prepared: BTreeMap<(String, TokenizerKind), RunData> = BTreeMap::new();
+        for (_, run) in &pending {
+            if let Entry::Vacant(slot) = prepared.entry(data_key(&run.config)) {
+                slot.insert(data::prepare(&run.config, &self.paths, self.progress)?);
+            }
+        }
+        let trainer = SweepTrainer::<B> {
+            job: &self,
+            prepared: &prepared,
+            devices: &devices,
+            backend,
+            bars: indicatif::MultiProgress::new(),
         };
+        for (index, name, outcome) in trainer.train_all(pending) {
+            statuses[index] = Some((name, outcome?));
+        }
+        Ok(statuses.into_iter().flatten().collect())
+    }
+}
+
+/// A run's prepared data is shared by every run of the same dataset and tokeniser.
+fn data_key(config: &RunConfig) -> (String, TokenizerKind) {
+    (config.dataset.clone(), config.tokenizer)
+}
+
+impl SweepJob {
+    /// The runs still to train, with their places; finished runs are marked skipped in
+    /// `statuses`, and a finished run of another configuration is an error.
+    fn unfinished(
+        &self,
+        statuses: &mut [Option<(String, RunStatus)>],
+    ) -> Result<Vec<(usize, PlannedRun)>> {
         let total = self.runs.len();
         let mut pending = Vec::new();
-        let mut statuses: Vec<Option<(String, RunStatus)>> = vec![None; total];
-        for (index, run) in self.runs.into_iter().enumerate() {
+        for (index, run) in self.runs.iter().enumerate() {
             let run_dir = self.study_dir.join(&run.name);
             match finished_summary(&run_dir)? {
                 Some(summary) if summary.config != run.config => {
@@ -100,70 +128,58 @@ impl BackendJob for SweepJob {
                             run.name
                         );
                     }
-                    statuses[index] = Some((run.name, RunStatus::Skipped));
+                    statuses[index] = Some((run.name.clone(), RunStatus::Skipped));
                 }
-                None => pending.push((index, run)),
+                None => pending.push((index, run.clone())),
             }
         }
-        let mut prepared: BTreeMap<(String, TokenizerKind), RunData> = BTreeMap::new();
-        for (_, run) in &pending {
-            let key = (run.config.dataset.clone(), run.config.tokenizer);
-            if let std::collections::btree_map::Entry::Vacant(slot) = prepared.entry(key) {
-                slot.insert(data::prepare(&run.config, &self.paths, self.progress)?);
-            }
+        Ok(pending)
+    }
+}
+
+/// What every job of a sweep trains with.
+struct SweepTrainer<'a, B: TrainingBackend> {
+    job: &'a SweepJob,
+    prepared: &'a BTreeMap<(String, TokenizerKind), RunData>,
+    devices: &'a [B::Device],
+    backend: BackendKind,
+    bars: indicatif::MultiProgress,
+}
+
+/// A run's place in the sweep, its name and how it ended.
+type Trained = (usize, String, Result<RunStatus>);
+
+impl<B: TrainingBackend> SweepTrainer<'_, B> {
+    /// Trains `pending` on `jobs` threads that take runs in order from a shared queue (runs are
+    /// independent; Burn's CPU backends run small models on about one core, so two jobs use a
+    /// 2-core machine fully). A data-parallel run already uses every device: runs then take
+    /// turns. After a failure no new run starts. Returns the outcomes in run order.
+    fn train_all(&self, pending: Vec<(usize, PlannedRun)>) -> Vec<Trained> {
+        let jobs = if self.devices.len() > 1 {
+            1
+        } else {
+            self.job.jobs.max(1)
+        };
+        if !self.job.progress {
+            self.bars
+                .set_draw_target(indicatif::ProgressDrawTarget::hidden());
         }
-        // Runs are independent: `jobs` threads take them in order from a shared queue. Burn's CPU
-        // backends run small models on about one core, so two jobs use a 2-core machine fully.
         let queue = Mutex::new(pending.into_iter());
         let results = Mutex::new(Vec::new());
-        let bars = indicatif::MultiProgress::new();
-        if !self.progress {
-            bars.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-        }
         std::thread::scope(|scope| {
             for _ in 0..jobs {
                 scope.spawn(|| {
                     loop {
                         let next = queue.lock().expect("queue").next();
                         let Some((index, run)) = next else { break };
-                        let key = (run.config.dataset.clone(), run.config.tokenizer);
-                        let options = TrainOptions {
-                            progress: self.progress,
-                            stop_after: self.stop_after,
-                            label: format!("[{}/{total}] {}", index + 1, run.name),
-                            bars: Some(bars.clone()),
-                        };
-                        let run_dir = self.study_dir.join(&run.name);
-                        let outcome = train_on::<B>(
-                            &run.config,
-                            &prepared[&key],
-                            &run_dir,
-                            backend.name(),
-                            &devices,
-                            &options,
-                        );
-                        let outcome = match outcome {
-                            Ok(Outcome::Finished(summary)) => Ok(RunStatus::Trained(summary)),
-                            Ok(Outcome::Stopped { step }) => Ok(RunStatus::Stopped(step)),
-                            // Another process trains this run (an overlapping shard, a
-                            // resubmitted task): leave it to that process and go on.
-                            Err(TrainError::Locked { holder, .. }) => {
-                                eprintln!(
-                                    "[{}/{total}] {}: being trained by {holder}, skipped",
-                                    index + 1,
-                                    run.name
-                                );
-                                Ok(RunStatus::Locked(holder))
-                            }
-                            Err(error) => Err(error),
-                        };
+                        let outcome = self.train_one(index, &run);
                         let failed = outcome.is_err();
                         results
                             .lock()
                             .expect("results")
                             .push((index, run.name, outcome));
                         if failed {
-                            // Stop handing out runs; the other job finishes its current run.
+                            // Stop handing out runs; the other jobs finish their current run.
                             while queue.lock().expect("queue").next().is_some() {}
                         }
                     }
@@ -172,10 +188,41 @@ impl BackendJob for SweepJob {
         });
         let mut results = results.into_inner().expect("results");
         results.sort_by_key(|(index, ..)| *index);
-        for (index, name, outcome) in results {
-            statuses[index] = Some((name, outcome?));
+        results
+    }
+
+    /// Trains the run at `index`; a run another process holds is skipped.
+    fn train_one(&self, index: usize, run: &PlannedRun) -> Result<RunStatus> {
+        let total = self.job.runs.len();
+        let options = TrainOptions {
+            progress: self.job.progress,
+            stop_after: self.job.stop_after,
+            label: format!("[{}/{total}] {}", index + 1, run.name),
+            bars: Some(self.bars.clone()),
+        };
+        let outcome = train_on::<B>(
+            &run.config,
+            &self.prepared[&data_key(&run.config)],
+            &self.job.study_dir.join(&run.name),
+            self.backend.name(),
+            self.devices,
+            &options,
+        );
+        match outcome {
+            Ok(Outcome::Finished(summary)) => Ok(RunStatus::Trained(summary)),
+            Ok(Outcome::Stopped { step }) => Ok(RunStatus::Stopped(step)),
+            // Another process trains this run (an overlapping shard, a resubmitted task): leave
+            // it to that process and go on.
+            Err(TrainError::Locked { holder, .. }) => {
+                eprintln!(
+                    "[{}/{total}] {}: being trained by {holder}, skipped",
+                    index + 1,
+                    run.name
+                );
+                Ok(RunStatus::Locked(holder))
+            }
+            Err(error) => Err(error),
         }
-        Ok(statuses.into_iter().flatten().collect())
     }
 }
 

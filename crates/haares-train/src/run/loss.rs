@@ -1,5 +1,5 @@
-//! The training objective (NOTES 11): mean cross-entropy over non-pad target tokens; validation
-//! loss token-weighted over the whole split.
+//! The training objective (docs/decisions.md, decision 11): mean cross-entropy over non-pad target
+//! tokens; validation loss token-weighted over the whole split.
 
 use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::RunConfig;
 use crate::error::{Result, TrainError, write_atomically};
-use crate::optim::AdamW;
+use crate::run::optim::AdamW;
 
 /// The loop state saved with every checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

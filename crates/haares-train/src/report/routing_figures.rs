@@ -1,4 +1,4 @@
-//! Report figures of the routers, each as SVG and PNG ([`crate::plot`]), from the runs'
+//! Report figures of the routers, each as SVG and PNG ([`crate::report::plot`]), from the runs'
 //! `routing.jsonl`:
 //! - per setting, a heatmap of the mean routing weight `ᾱ` (read site × source) at the best
 //!   checkpoint, one panel per routed method (HAARES beside Block AttnRes), averaged over seeds;
@@ -11,13 +11,16 @@ use haares_core::{ReadSite, RoutingStatistics};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::config::{method_label, method_rank, parse_method};
 use crate::error::{Result, TrainError};
-use crate::heatmap::Heatmap;
-use crate::learner::routing_path;
-use crate::metrics::{RoutingLine, read_routing};
-use crate::plot::{DrawResult, FONT, Figure, color, draw_legend, legend_mark, save_both, slug};
-use crate::results::Finished;
+use crate::report::heatmap::Heatmap;
+use crate::report::plot::{
+    DrawResult, FONT, Figure, color, draw_legend, legend_mark, save_both, slug,
+};
+use crate::report::results::Finished;
+use crate::run::learner::routing_path;
+use crate::run::metrics::{RoutingLine, read_routing};
+use haares_core::ResidualMethod;
+use haares_core::method::{method_label, method_rank};
 
 /// What [`draw`] produced: `(caption, relative SVG path)` per figure, and notes for the report
 /// (runs whose routing could not be shown, and why).
@@ -57,7 +60,7 @@ pub fn draw(
     let mut out = RoutingFigures::default();
     let mut runs = Vec::new();
     for run in finished {
-        if !parse_method(&run.method)?.is_routed() {
+        if !run.method.parse::<ResidualMethod>()?.is_routed() {
             continue;
         }
         let lines = read_routing(&routing_path(&run.run_dir))?;

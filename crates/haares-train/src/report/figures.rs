@@ -1,16 +1,18 @@
-//! Report figures of the losses, each as SVG and PNG ([`crate::plot`]): validation curves per
-//! setting, and the paired-effect figure (fig:pairedevidence). The routing figures are in
-//! [`crate::routing_figures`].
+//! Report figures of the losses, each as SVG and PNG ([`crate::report::plot`]): validation curves
+//! per setting, and the paired-effect figure (fig:pairedevidence). The routing figures are in
+//! [`crate::report::routing_figures`].
 
 use std::path::Path;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::config::method_label;
 use crate::error::{Result, TrainError};
-use crate::plot::{DrawResult, FONT, Figure, color, draw_legend, legend_mark, save_both, slug};
-use crate::results::{Finished, Pair, mean_sd};
+use crate::report::plot::{
+    DrawResult, FONT, Figure, color, draw_legend, legend_mark, save_both, slug,
+};
+use crate::report::results::{Finished, Pair, mean_sd};
+use haares_core::method::method_label;
 
 /// Draws every figure into `study_dir/figures/`; returns `(caption, relative path of the SVG)`.
 pub fn draw(
@@ -22,7 +24,7 @@ pub fn draw(
     let dir = study_dir.join("figures");
     std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
     let mut methods: Vec<&str> = finished.iter().map(|f| f.method.as_str()).collect();
-    methods.sort_by_key(|m| (crate::config::method_rank(m), m.to_string()));
+    methods.sort_by_key(|m| (haares_core::method::method_rank(m), m.to_string()));
     methods.dedup();
     let mut written = Vec::new();
     for setting in settings {

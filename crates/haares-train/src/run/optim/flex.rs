@@ -1,12 +1,13 @@
 //! AdamW's update of one parameter on Flex as one pass over its f32 buffers: read `p`, `g`, `m`,
 //! `v` once, write `p`, `m`, `v` once, in tasks on Rayon's pool. As tensor operations
-//! ([`update_plain`](crate::optim::update_plain)) the update is about ten passes, each allocating
+//! ([`update_plain`](super::rule::update_plain)) the update is about ten passes, each allocating
 //! its output, and Flex runs its scalar operations on one thread: 3.9% of a `cpu`-preset step
-//! (docs/benchmarks.md). Each element takes the plain path's f32 operations in its order, with
+//! (docs/notebook/cpu-speed.md). Each element takes the plain path's f32 operations in its order, with
 //! the same f32 constants, so both paths give the same bits.
 //!
 //! The optimizer is generic over the backend; Flex is recognised by its type (`Any`), since a
-//! backend trait for it would put a bound on every generic user of [`AdamW`](crate::optim::AdamW).
+//! backend trait for it would put a bound on every generic user of
+//! [`AdamW`](crate::run::optim::AdamW).
 
 use std::any::Any;
 use std::mem::MaybeUninit;
@@ -16,7 +17,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData};
 use rayon::prelude::*;
 
-use crate::optim::{Moments, UpdateRule};
+use super::rule::{Moments, UpdateRule};
 
 /// Elements per task: large enough that a task's bookkeeping is negligible.
 const TASK_ELEMENTS: usize = 1 << 15;
@@ -107,7 +108,7 @@ impl Constants {
         }
     }
 
-    /// [`update_plain`](crate::optim::update_plain) element by element, in its order: writes
+    /// [`update_plain`](super::rule::update_plain) element by element, in its order: writes
     /// every element of the new `p`, `m`, `v`.
     fn apply(
         &self,
@@ -133,7 +134,7 @@ mod tests {
     use burn::tensor::{Tensor, TensorData};
 
     use super::update;
-    use crate::optim::{AdamWSettings, Moments, UpdateRule, update_plain};
+    use crate::run::optim::rule::{AdamWSettings, Moments, UpdateRule, update_plain};
 
     fn tensor(values: Vec<f32>) -> Tensor<Flex, 1> {
         let len = values.len();

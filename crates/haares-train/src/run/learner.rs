@@ -17,12 +17,12 @@ use serde::{Deserialize, Serialize};
 use crate::config::RunConfig;
 use crate::data::RunData;
 use crate::error::{Result, TrainError, write_atomically};
-use crate::loss::{Validation, validate, validation_pass};
-use crate::metrics::{MetricsLine, MetricsLog, RoutingLine, StepLog, peak_memory_bytes};
-use crate::optim::AdamW;
-use crate::parallel::{Replica, Stepped};
-use crate::replicas::{Schedule, run_replicated};
-use crate::run_checkpoint::{self, LoopState, best_of};
+use crate::run::checkpoint::{self, LoopState, best_of};
+use crate::run::data_parallel::{Schedule, run_replicated};
+use crate::run::loss::{Validation, validate, validation_pass};
+use crate::run::metrics::{MetricsLine, MetricsLog, RoutingLine, StepLog, peak_memory_bytes};
+use crate::run::optim::AdamW;
+use crate::run::step::{Replica, Stepped};
 
 /// Burn backends seed one process-wide generator: seeding and initialising under one lock keeps
 /// a model's initial weights a function of its seed alone, also when tests run in parallel.
@@ -121,8 +121,8 @@ pub fn train<B: TrainingBackend>(
     )
 }
 
-/// [`train`] with one replica per device, data-parallel ([`crate::parallel`]): the same run,
-/// batch and data order as on one device, to float rounding. The first device validates, logs
+/// [`train`] with one replica per device, data-parallel ([`crate::run::data_parallel`]): the same
+/// run, batch and data order as on one device, to float rounding. The first device validates, logs
 /// and checkpoints.
 pub fn train_on<B: TrainingBackend>(
     config: &RunConfig,
@@ -139,69 +139,12 @@ pub fn train_on<B: TrainingBackend>(
     Replica::check_batch(devices.len(), config.batch_size)?;
     std::fs::create_dir_all(run_dir).map_err(|e| TrainError::io(run_dir, e))?;
     // One writer per run: held until this function returns, whatever it returns.
-    let _lock = crate::run_lock::RunLock::acquire(run_dir)?;
+    let _lock = crate::run::lock::RunLock::acquire(run_dir)?;
     let vocab = data.tokenizer.vocab_size();
     let model_config = config.model_config(vocab)?;
-    let config_path = run_dir.join("config.json");
-    if let Some(saved) = saved_run_config(&config_path)?
-        && &saved != config
-    {
-        return Err(TrainError::Checkpoint(format!(
-            "`{}` belongs to a run with another configuration ({}); resume with the same settings, \
-             or choose another run directory",
-            run_dir.display(),
-            run_checkpoint::config_difference(&saved, config)
-        )));
-    }
-    if !config_path.exists() {
-        let json = serde_json::json!({ "run": config, "model": model_config });
-        write_atomically(
-            &config_path,
-            &serde_json::to_vec_pretty(&json).expect("json"),
-        )?;
-        data.tokenizer.save(&run_dir.join("tokenizer.json"))?;
-    }
-
-    let (model, optimizer, state) = match run_checkpoint::latest(run_dir) {
-        Some(dir) => {
-            let loaded = run_checkpoint::load::<B>(&dir, config, device)?;
-            (loaded.model, loaded.optimizer, loaded.state)
-        }
-        None => {
-            let model = init_model::<B>(&model_config, config.model_seed, device)?;
-            let state = LoopState {
-                step: 0,
-                optimizer_steps: 0,
-                data_position: BatchIterator::new(
-                    &data.train,
-                    config.batch_size,
-                    config.data_seed,
-                )?
-                .position(),
-                val_curve: Vec::new(),
-                train_seconds: 0.0,
-                config: config.clone(),
-            };
-            (model, AdamW::new(config.optimizer), state)
-        }
-    };
-    let (saved, expected) = (
-        serde_json::to_value(&model.config),
-        serde_json::to_value(&model_config),
-    );
-    if saved.ok() != expected.ok() {
-        return Err(TrainError::Checkpoint(format!(
-            "the checkpoint's model ({} model, {} layers, d = {}, {} ids) is not the model of this \
-             run ({}, {} layers, d = {}, {vocab} ids); delete the run directory to start afresh",
-            model.config.method.name(),
-            model.config.n_layers,
-            model.config.d_model,
-            model.config.vocab_size,
-            model_config.method.name(),
-            model_config.n_layers,
-            model_config.d_model,
-        )));
-    }
+    claim_run_dir(config, &model_config, data, run_dir)?;
+    let (model, optimizer, state) =
+        start_or_resume::<B>(config, &model_config, data, run_dir, device)?;
     let learner = LearnerLoop {
         config,
         data,
@@ -234,6 +177,88 @@ pub fn train_on<B: TrainingBackend>(
     )
 }
 
+/// Refuses a run directory that belongs to another configuration; in a new one, writes the run's
+/// `config.json` and `tokenizer.json`.
+fn claim_run_dir(
+    config: &RunConfig,
+    model_config: &ModelConfig,
+    data: &RunData,
+    run_dir: &Path,
+) -> Result<()> {
+    let config_path = run_dir.join("config.json");
+    if let Some(saved) = saved_run_config(&config_path)?
+        && &saved != config
+    {
+        return Err(TrainError::Checkpoint(format!(
+            "`{}` belongs to a run with another configuration ({}); resume with the same settings, \
+             or choose another run directory",
+            run_dir.display(),
+            checkpoint::config_difference(&saved, config)
+        )));
+    }
+    if !config_path.exists() {
+        let json = serde_json::json!({ "run": config, "model": model_config });
+        write_atomically(
+            &config_path,
+            &serde_json::to_vec_pretty(&json).expect("json"),
+        )?;
+        data.tokenizer.save(&run_dir.join("tokenizer.json"))?;
+    }
+    Ok(())
+}
+
+/// The model, optimizer and loop state of the run's last checkpoint, or fresh ones; a checkpoint
+/// whose model is not `model_config`'s is refused.
+fn start_or_resume<B: TrainingBackend>(
+    config: &RunConfig,
+    model_config: &ModelConfig,
+    data: &RunData,
+    run_dir: &Path,
+    device: &B::Device,
+) -> Result<(HaaresModel<B>, AdamW<B::InnerBackend>, LoopState)> {
+    let (model, optimizer, state) = match checkpoint::latest(run_dir) {
+        Some(dir) => {
+            let loaded = checkpoint::load::<B>(&dir, config, device)?;
+            (loaded.model, loaded.optimizer, loaded.state)
+        }
+        None => {
+            let model = init_model::<B>(model_config, config.model_seed, device)?;
+            let batches = BatchIterator::new(&data.train, config.batch_size, config.data_seed)?;
+            let state = LoopState {
+                step: 0,
+                optimizer_steps: 0,
+                data_position: batches.position(),
+                val_curve: Vec::new(),
+                train_seconds: 0.0,
+                config: config.clone(),
+            };
+            (model, AdamW::new(config.optimizer), state)
+        }
+    };
+    let (saved, expected) = (
+        serde_json::to_value(&model.config),
+        serde_json::to_value(model_config),
+    );
+    if saved.ok() != expected.ok() {
+        let describe = |c: &ModelConfig| {
+            format!(
+                "{} model, {} layers, d = {}, {} ids",
+                c.method.name(),
+                c.n_layers,
+                c.d_model,
+                c.vocab_size
+            )
+        };
+        return Err(TrainError::Checkpoint(format!(
+            "the checkpoint's model ({}) is not the model of this run ({}); delete the run \
+             directory to start afresh",
+            describe(&model.config),
+            describe(model_config),
+        )));
+    }
+    Ok((model, optimizer, state))
+}
+
 /// The learner loop of replica 0, with what it needs beside the model and the optimizer.
 struct LearnerLoop<'a, B: TrainingBackend> {
     config: &'a RunConfig,
@@ -246,6 +271,16 @@ struct LearnerLoop<'a, B: TrainingBackend> {
     vocab: usize,
 }
 
+/// The learner's logs, and the training loss and time since the last metrics line.
+struct Logs {
+    metrics: MetricsLog,
+    routing: Option<StepLog<RoutingLine>>,
+    bar: ProgressBar,
+    interval_loss: f64,
+    interval_steps: usize,
+    interval_seconds: f64,
+}
+
 impl<B: TrainingBackend> LearnerLoop<'_, B> {
     /// Steps to the end of the budget (or [`TrainOptions::stop_after`]): validation on the grid,
     /// logs, the best model, checkpoints, and the summary at the end.
@@ -256,32 +291,21 @@ impl<B: TrainingBackend> LearnerLoop<'_, B> {
         mut state: LoopState,
         replica: Replica,
     ) -> Result<Outcome> {
-        let Self {
-            config,
-            data,
-            run_dir,
-            backend,
-            device,
-            options,
-            routed,
-            vocab,
-        } = *self;
-        let mut batches = BatchIterator::restore(&data.train, state.data_position)?;
-        let mut metrics = MetricsLog::open(&run_dir.join("metrics.jsonl"), state.step)?;
-        let mut routing_log = routed
-            .then(|| StepLog::<RoutingLine>::open(&routing_path(run_dir), state.step))
-            .transpose()?;
-        let bar = progress_bar(options, config.steps, state.step);
-
-        let (mut interval_loss, mut interval_steps) = (0.0, 0usize);
-        let mut interval_seconds = 0.0;
+        let (config, run_dir) = (self.config, self.run_dir);
+        let mut batches = BatchIterator::restore(&self.data.train, state.data_position)?;
+        let mut logs = self.open_logs(state.step)?;
         while state.step < config.steps {
             let started = Instant::now();
             let batch = batches.next_batch();
-            let stepped =
-                replica.step(&mut model, &mut optimizer, &batch, config.seq_len, device)?;
-            let Stepped::Updated { loss: value, stats } = stepped else {
-                bar.abandon();
+            let stepped = replica.step(
+                &mut model,
+                &mut optimizer,
+                &batch,
+                config.seq_len,
+                self.device,
+            )?;
+            let Stepped::Updated { loss, stats } = stepped else {
+                logs.bar.abandon();
                 return Err(TrainError::NonFinite {
                     step: state.step + 1,
                     run_dir: run_dir.to_path_buf(),
@@ -290,56 +314,15 @@ impl<B: TrainingBackend> LearnerLoop<'_, B> {
             state.step += 1;
             let seconds = started.elapsed().as_secs_f64();
             state.train_seconds += seconds;
-            interval_seconds += seconds;
-            (interval_loss, interval_steps) = (interval_loss + value, interval_steps + 1);
-
+            logs.interval_seconds += seconds;
+            (logs.interval_loss, logs.interval_steps) =
+                (logs.interval_loss + loss, logs.interval_steps + 1);
             let last = state.step == config.steps;
-            let evaluate = state.step.is_multiple_of(config.eval_every) || last;
-            let validation = evaluate.then(|| {
-                let valid = model.valid();
-                let pass = validation_pass(&data.validation, config.batch_size, config.val_chunks);
-                validate(&valid, pass, config.seq_len, device, routing_log.is_some())
-            });
-            let val_loss = validation.as_ref().map(|v| v.loss);
-            if let Some(loss) = val_loss {
-                state.val_curve.push((state.step, loss));
-            }
-            if let (
-                Some(log),
-                Some(Validation {
-                    loss,
-                    routing: Some(routing),
-                }),
-            ) = (routing_log.as_mut(), validation)
-            {
-                log.write(&RoutingLine {
-                    step: state.step,
-                    val_loss: loss,
-                    routing,
-                })?;
-            }
+            let val_loss = self.validate_on_grid(&model, &mut state, &mut logs, last)?;
             if state.step.is_multiple_of(config.log_every) || last || val_loss.is_some() {
-                let train_loss = interval_loss / interval_steps.max(1) as f64;
-                let tokens_per_s =
-                    (interval_steps * config.tokens_per_step()) as f64 / interval_seconds.max(1e-9);
-                metrics.write(&MetricsLine {
-                    step: state.step,
-                    train_loss: Some(train_loss),
-                    grad_norm: Some(stats.grad_norm),
-                    val_loss,
-                    tokens_per_s: Some(tokens_per_s),
-                    elapsed_s: state.train_seconds,
-                    peak_memory_bytes: peak_memory_bytes(),
-                })?;
-                bar.set_message(format!(
-                    "loss {train_loss:.4}{} | {tokens_per_s:.0} tok/s",
-                    best_of(&state.val_curve)
-                        .map(|(_, l)| format!(" | best val {l:.4}"))
-                        .unwrap_or_default(),
-                ));
-                (interval_loss, interval_steps, interval_seconds) = (0.0, 0, 0.0);
+                self.log_metrics(&mut logs, &state, stats.grad_norm, val_loss)?;
             }
-            bar.set_position(state.step as u64);
+            logs.bar.set_position(state.step as u64);
             if let Some((best_step, _)) = best_of(&state.val_curve)
                 && best_step == state.step
                 && val_loss.is_some()
@@ -349,18 +332,107 @@ impl<B: TrainingBackend> LearnerLoop<'_, B> {
             if state.step.is_multiple_of(config.checkpoint_every) || last {
                 state.optimizer_steps = optimizer.steps;
                 state.data_position = batches.position();
-                run_checkpoint::save(run_dir, &model, &optimizer, &state)?;
+                checkpoint::save(run_dir, &model, &optimizer, &state)?;
             }
-            if options.stop_after == Some(state.step) && !last {
-                bar.abandon();
+            if self.options.stop_after == Some(state.step) && !last {
+                logs.bar.abandon();
                 return Ok(Outcome::Stopped { step: state.step });
             }
         }
-        bar.finish();
+        logs.bar.finish();
+        self.finish(&model, &state)
+    }
+
+    /// The metrics and routing logs, kept through step `done`, and the progress bar.
+    fn open_logs(&self, done: usize) -> Result<Logs> {
+        let routing = self
+            .routed
+            .then(|| StepLog::<RoutingLine>::open(&routing_path(self.run_dir), done))
+            .transpose()?;
+        Ok(Logs {
+            metrics: MetricsLog::open(&self.run_dir.join("metrics.jsonl"), done)?,
+            routing,
+            bar: progress_bar(self.options, self.config.steps, done),
+            interval_loss: 0.0,
+            interval_steps: 0,
+            interval_seconds: 0.0,
+        })
+    }
+
+    /// On the validation grid (and at the last step): the validation loss, added to the curve,
+    /// and the routing statistics of the same pass, logged.
+    fn validate_on_grid(
+        &self,
+        model: &HaaresModel<B>,
+        state: &mut LoopState,
+        logs: &mut Logs,
+        last: bool,
+    ) -> Result<Option<f64>> {
+        let config = self.config;
+        if !(state.step.is_multiple_of(config.eval_every) || last) {
+            return Ok(None);
+        }
+        let valid = model.valid();
+        let pass = validation_pass(&self.data.validation, config.batch_size, config.val_chunks);
+        let Validation { loss, routing } = validate(
+            &valid,
+            pass,
+            config.seq_len,
+            self.device,
+            logs.routing.is_some(),
+        );
+        state.val_curve.push((state.step, loss));
+        if let (Some(log), Some(routing)) = (logs.routing.as_mut(), routing) {
+            log.write(&RoutingLine {
+                step: state.step,
+                val_loss: loss,
+                routing,
+            })?;
+        }
+        Ok(Some(loss))
+    }
+
+    /// One metrics line: the interval's mean training loss and throughput, then a fresh interval.
+    fn log_metrics(
+        &self,
+        logs: &mut Logs,
+        state: &LoopState,
+        grad_norm: f64,
+        val_loss: Option<f64>,
+    ) -> Result<()> {
+        let train_loss = logs.interval_loss / logs.interval_steps.max(1) as f64;
+        let tokens = logs.interval_steps * self.config.tokens_per_step();
+        let tokens_per_s = tokens as f64 / logs.interval_seconds.max(1e-9);
+        logs.metrics.write(&MetricsLine {
+            step: state.step,
+            train_loss: Some(train_loss),
+            grad_norm: Some(grad_norm),
+            val_loss,
+            tokens_per_s: Some(tokens_per_s),
+            elapsed_s: state.train_seconds,
+            peak_memory_bytes: peak_memory_bytes(),
+        })?;
+        logs.bar.set_message(format!(
+            "loss {train_loss:.4}{} | {tokens_per_s:.0} tok/s",
+            best_of(&state.val_curve)
+                .map(|(_, l)| format!(" | best val {l:.4}"))
+                .unwrap_or_default(),
+        ));
+        (
+            logs.interval_loss,
+            logs.interval_steps,
+            logs.interval_seconds,
+        ) = (0.0, 0, 0.0);
+        Ok(())
+    }
+
+    /// Writes the finished run's `summary.json`.
+    fn finish(&self, model: &HaaresModel<B>, state: &LoopState) -> Result<Outcome> {
+        let config = self.config;
         let (best_step, best_val_loss) = state.best().unwrap_or((0, f64::NAN));
         let summary = RunSummary {
             config: config.clone(),
-            vocab_size: vocab,
+            vocab_size: self.vocab,
             parameters: model.num_params(),
             steps: state.step,
             best_val_loss,
@@ -369,10 +441,10 @@ impl<B: TrainingBackend> LearnerLoop<'_, B> {
             tokens_per_s: (state.step * config.tokens_per_step()) as f64
                 / state.train_seconds.max(1e-9),
             train_seconds: state.train_seconds,
-            backend: backend.to_string(),
+            backend: self.backend.to_string(),
         };
         write_atomically(
-            &summary_path(run_dir),
+            &summary_path(self.run_dir),
             &serde_json::to_vec_pretty(&summary).expect("summary serialises"),
         )?;
         Ok(Outcome::Finished(Box::new(summary)))

@@ -1,0 +1,88 @@
+//! The plain tensor-operation forms of the backbone's fused activations: the reference for every
+//! loop and graph node of [`super`], with the sigmoid and SiLU they are built from.
+
+use burn::tensor::activation::{self, softmax};
+use burn::tensor::{Bool, DType, Tensor, backend::Backend};
+
+/// [`ActivationBackend::swiglu`](super::ActivationBackend::swiglu): `SiLU(gate) ⊙ up`.
+pub fn swiglu<B: Backend, const D: usize>(gate: Tensor<B, D>, up: Tensor<B, D>) -> Tensor<B, D> {
+    silu(gate) * up
+}
+
+/// [`ActivationBackend::swiglu_backward`](super::ActivationBackend::swiglu_backward):
+/// `∂up = ∂h ⊙ g σ(g)` and `∂gate = ∂h ⊙ up ⊙ (σ(g) + g σ(g) (1 − σ(g)))`.
+pub fn swiglu_backward<B: Backend, const D: usize>(
+    gate: Tensor<B, D>,
+    up: Tensor<B, D>,
+    grad: Tensor<B, D>,
+) -> (Tensor<B, D>, Tensor<B, D>) {
+    let sigmoid = sigmoid(gate.clone());
+    let silu = gate * sigmoid.clone();
+    let up_grad = grad.clone() * silu.clone();
+    let silu_slope = sigmoid.clone() + silu * (sigmoid.neg() + 1.0);
+    (grad * up * silu_slope, up_grad)
+}
+
+/// [`ActivationBackend::causal_softmax`](super::ActivationBackend::causal_softmax): the
+/// `[seq, seq]` mask added to every matrix of scores, then Burn's softmax.
+///
+/// The mask is one `[seq·seq]` row added to every `[seq·seq]` row of scores: a broadcast CPU
+/// backends run as one vectorised pass (Flex's scalar strided path takes a `[1, 1, seq, seq]`
+/// operand), and a constant, so nothing in the backward pass.
+pub fn causal_softmax<B: Backend, const D: usize>(scores: Tensor<B, D>) -> Tensor<B, D> {
+    let dims = scores.dims();
+    let seq = dims[D - 1];
+    assert_eq!(
+        dims[D - 2],
+        seq,
+        "causal softmax: scores must be square, got {dims:?}"
+    );
+    let device = scores.device();
+    // `tril_mask` marks what a lower-triangular fill would overwrite: every key after the query.
+    let future = Tensor::<B, 2, Bool>::tril_mask([seq, seq], 0, &device);
+    let mask = Tensor::<B, 2>::zeros([seq, seq], &device)
+        .mask_fill(future, f64::NEG_INFINITY)
+        .reshape([1, seq * seq]);
+    let matrices = dims[..D - 2].iter().product::<usize>();
+    let masked = scores.reshape([matrices, seq * seq]) + mask;
+    softmax(masked.reshape(dims), D - 1)
+}
+
+/// [`ActivationBackend::swap_heads`](super::ActivationBackend::swap_heads): Burn's view.
+pub fn swap_heads<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
+    x.swap_dims(1, 2)
+}
+
+/// [`ActivationBackend::matmul`](super::ActivationBackend::matmul): Burn's `matmul`.
+pub fn matmul<B: Backend, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B, D>) -> Tensor<B, D> {
+    lhs.matmul(rhs)
+}
+
+/// [`ActivationBackend::causal_softmax_backward`](super::ActivationBackend::causal_softmax_backward):
+/// `y ⊙ (∂y − Σ_k y_k ∂y_k)` per row (zero where `y` is).
+pub fn causal_softmax_backward<B: Backend, const D: usize>(
+    probabilities: Tensor<B, D>,
+    grad: Tensor<B, D>,
+) -> Tensor<B, D> {
+    let along_row = (probabilities.clone() * grad.clone()).sum_dim(D - 1);
+    probabilities * (grad - along_row)
+}
+
+/// `SiLU(x) = x·σ(x)`, with σ from [`sigmoid`].
+pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    x.clone() * sigmoid(x)
+}
+
+/// `σ(x) = 1 / (1 + e^{−x})` in the tensor's own precision.
+///
+/// In f32, Burn's `sigmoid`: one exponential per element, and a backward pass `σ(1 − σ)·g` that
+/// is finite for every finite `x` (on Flex, the `tanh` it replaces took 15% of a training step;
+/// docs/notebook/cpu-speed.md). Burn's default `sigmoid` (NdArray's) rounds through f32 whatever the
+/// float type, so other precisions use the identity `σ(x) = (1 + tanh(x/2))/2`, which stays in
+/// the backend's precision and, unlike `1 / (1 + e^{−x})`, has a finite gradient everywhere.
+pub fn sigmoid<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    match x.dtype() {
+        DType::F32 => activation::sigmoid(x),
+        _ => (x * 0.5).tanh() * 0.5 + 0.5,
+    }
+}

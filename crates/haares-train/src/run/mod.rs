@@ -1,0 +1,13 @@
+//! Running one training run: the learner loop ([`learner`]), the training step for one device
+//! and for many ([`step`], [`data_parallel`]), the loss ([`loss`]), AdamW ([`optim`], with
+//! Flex's one-pass update beside its reference rule), the logs ([`metrics`]), checkpoints
+//! ([`checkpoint`]) and the run directory's lock ([`lock`]).
+
+pub mod checkpoint;
+pub mod data_parallel;
+pub mod learner;
+pub mod lock;
+pub mod loss;
+pub mod metrics;
+pub mod optim;
+pub mod step;
