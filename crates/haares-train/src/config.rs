@@ -168,3 +168,35 @@ fn method_name<'de, D: Deserializer<'de>>(
         .parse::<ResidualMethod>()
         .map_or(name, |method| method.name()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::RunConfig;
+
+    #[test]
+    fn a_method_name_an_earlier_version_wrote_reads_in_todays_spelling() {
+        let old: RunConfig =
+            serde_json::from_value(serde_json::json!({ "method": "block_attnres" })).unwrap();
+        assert_eq!(old.method, "block-attnres");
+        assert_eq!(
+            old,
+            RunConfig {
+                method: "block-attnres".into(),
+                ..RunConfig::default()
+            }
+        );
+        let valued: RunConfig =
+            serde_json::from_value(serde_json::json!({ "method": "haares-fixed-bias=-2.0" }))
+                .unwrap();
+        assert_eq!(valued.method, "haares-fixed-bias=-2");
+    }
+
+    #[test]
+    fn an_unknown_method_stays_as_written_and_is_refused_by_validate() {
+        let config: RunConfig =
+            serde_json::from_value(serde_json::json!({ "method": "resnet" })).unwrap();
+        assert_eq!(config.method, "resnet");
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("unknown method `resnet`"), "{error}");
+    }
+}

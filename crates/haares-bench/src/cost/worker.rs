@@ -252,7 +252,7 @@ impl<B: TrainingBackend> Trainer<B> {
         let batch = random_batch(&mut self.rng, self.batch, self.seq, vocab);
         let mut phase_s = [0.0; 3];
         let device = &self.device;
-        let stepped = Replica::SOLE.step_observed(
+        let stepped = Replica::SOLE.step(
             &mut self.model,
             &mut self.optimizer,
             &batch,

@@ -11,6 +11,7 @@ mod errors;
 mod fused;
 mod heads;
 mod matmul;
+mod method_names;
 mod primitives;
 mod read;
 mod readme;

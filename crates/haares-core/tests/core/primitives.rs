@@ -1,4 +1,4 @@
-//! The routing operator's primitives on NdArray (loops over its host arrays, `routing_ops/host.rs`)
+//! The routing operator's primitives on NdArray (loops over its host arrays, `routing_ops/ndarray.rs`)
 //! and on Flex (SIMD loops over its buffers, `routing_ops/flex.rs`) against the plain
 //! tensor-operation primitives (`routing_ops::naive`), on fresh random inputs: one slot to many,
 //! a row shared by all tokens and one per token, contiguous slots and strided (transposed,

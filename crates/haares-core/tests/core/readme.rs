@@ -17,7 +17,7 @@ fn rust_block(path: &str, heading: &str) -> String {
 fn the_workspace_readme_shows_the_crate_readmes_tested_example() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
     let crate_readme = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
-    let shown = rust_block(root, "## Using haares-core as a library");
+    let shown = rust_block(root, "## Using the crates as a library");
     let tested = rust_block(crate_readme, "# haares-core");
     assert!(shown.contains("forward_with_trace"), "{shown}");
     assert_eq!(

@@ -198,6 +198,7 @@ impl<B: TrainingBackend> Follower<'_, B> {
                 &batch,
                 self.seq_len,
                 &self.device,
+                |_| Ok(()),
             )?;
             if let Stepped::NonFinite(_) = stepped {
                 // Replica 0 reports the non-finite loss; every replica saw the same one.

@@ -303,6 +303,7 @@ impl<B: TrainingBackend> LearnerLoop<'_, B> {
                 &batch,
                 config.seq_len,
                 self.device,
+                |_| Ok(()),
             )?;
             let Stepped::Updated { loss, stats } = stepped else {
                 logs.bar.abandon();

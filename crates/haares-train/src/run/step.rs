@@ -2,7 +2,7 @@
 //! slice of the global batch forward and backward, its loss normalised by the global batch's real
 //! targets, the gradients and the loss all-reduced when several replicas train the run, then the
 //! clipped AdamW update. The learner ([`super::learner`]) and the cost protocol (`haares-bench`)
-//! both step through [`Replica::step_observed`].
+//! both step through [`Replica::step`].
 //!
 //! With `n` replicas, replica k takes rows `[k·b/n, (k+1)·b/n)` of each global batch, and its
 //! loss is its summed cross-entropy divided by the global batch's count of real targets, so the
@@ -100,27 +100,14 @@ impl Replica {
         }
     }
 
-    /// One training step on `batch`, the global batch ([`Self::step_observed`] without an
-    /// observer).
-    pub fn step<B: TrainingBackend>(
-        &self,
-        model: &mut HaaresModel<B>,
-        optimizer: &mut AdamW<B::InnerBackend>,
-        batch: &Batch,
-        seq_len: usize,
-        device: &B::Device,
-    ) -> Result<Stepped> {
-        self.step_observed(model, optimizer, batch, seq_len, device, |_| Ok(()))
-    }
-
     /// One training step: this replica's slice forward and backward, its loss normalised by the
     /// global batch's real targets (in the first `seq_len` positions), the gradients and the loss
     /// all-reduced when there are several replicas, then the update. Returns the global batch's
     /// mean loss and the update's statistics; a non-finite loss stops before the update.
     ///
-    /// `at_end` runs after each [`Phase`] that ran (the cost protocol syncs the device and times
-    /// the phase there); its error ends the step.
-    pub fn step_observed<B: TrainingBackend>(
+    /// `at_end` runs after each [`Phase`] that ran: the learner passes `|_| Ok(())`, the cost
+    /// protocol syncs the device and times the phase there. Its error ends the step.
+    pub fn step<B: TrainingBackend>(
         &self,
         model: &mut HaaresModel<B>,
         optimizer: &mut AdamW<B::InnerBackend>,

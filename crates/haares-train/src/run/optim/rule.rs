@@ -75,7 +75,7 @@ impl UpdateRule {
     }
 }
 
-/// One parameter's update as tensor operations, the reference for `optim_flex.rs`:
+/// One parameter's update as tensor operations, the reference for `flex.rs`:
 /// `m ← β₁m + (1 − β₁)g`, `v ← β₂v + (1 − β₂)g²`, `p ← p·(1 − lr·λ) − lr/(1 − β₁ᵗ) ·
 /// m / (√v / √(1 − β₂ᵗ) + ε)`.
 pub(crate) fn update_plain<B: Backend>(
