@@ -95,7 +95,7 @@ pub fn run_first_step(
         let depth = spec.at_depth(layers);
         for method in &spec.methods {
             log(&format!("{method} at {layers} layers: starting a worker"));
-            let sample = depth.measure(spec.family, method)?;
+            let sample = depth.train_worker(spec.family, method, spec.steps, true)?;
             run.samples.push((layers, sample));
             write_atomically_both(stem, &run, &first_step_table(&run))?;
         }
@@ -103,7 +103,8 @@ pub fn run_first_step(
     Ok(run)
 }
 
-/// The markdown report: one row per worker, then the kernels compiled by depth.
+/// The markdown report: one row per worker, then the kernels compiled by depth, then the kernels
+/// a steady step launches.
 pub fn first_step_table(run: &FirstStepRun) -> String {
     let spec = &run.spec;
     let mut out = format!(
@@ -133,17 +134,12 @@ pub fn first_step_table(run: &FirstStepRun) -> String {
         let kernels = a.kernels.as_ref().map_or(
             ["–".to_string(), "–".into(), "–".into(), "–".into()],
             |k| {
-                let parts: Vec<String> = k
-                    .first_step
-                    .iter()
-                    .map(|t| t.compiled.to_string())
-                    .collect();
                 let total = k.first_step_total();
                 [
                     k.model_init.compiled.to_string(),
-                    format!("{} ({})", total.compiled, parts.join(" + ")),
+                    with_phases(total.compiled, k.first_step.each_ref().map(|t| t.compiled)),
                     total.autotuned.to_string(),
-                    k.later_steps.compiled.to_string(),
+                    k.after_first_step().compiled.to_string(),
                 ]
             },
         );
@@ -160,7 +156,60 @@ pub fn first_step_table(run: &FirstStepRun) -> String {
             kernels.join(" | "),
         );
     }
-    out + &depth_growth(run)
+    out + &depth_growth(run) + &launches_by_depth(run)
+}
+
+/// `total (a + b + c)`.
+fn with_phases(total: usize, phases: [usize; 3]) -> String {
+    let parts: Vec<String> = phases.iter().map(usize::to_string).collect();
+    format!("{total} ({})", parts.join(" + "))
+}
+
+/// Per method and depth: the kernels the second (a steady) step launched, by phase, and what
+/// each added layer adds.
+fn launches_by_depth(run: &FirstStepRun) -> String {
+    let mut out = String::from(
+        "\nKernels launched by a steady step (the second), forward + backward + update; each \
+         launch was logged, which slows the host side of these workers. The per-layer figure is \
+         the difference between two depths over their difference in layers.\n\n\
+         | method | L | launches per step (fwd + bwd + upd) | per added layer |\n|---|---|---|---|\n",
+    );
+    let mut any = false;
+    for method in &run.spec.methods {
+        let mut previous: Option<(usize, usize)> = None;
+        for (layers, sample) in run.samples.iter().filter(|(_, s)| &s.method == method) {
+            let Some(launches) = sample
+                .anatomy
+                .as_ref()
+                .and_then(|a| a.kernels.as_ref())
+                .and_then(|k| k.steady_launches())
+            else {
+                continue;
+            };
+            any = true;
+            let total: usize = launches.iter().sum();
+            let per_layer = match previous {
+                Some((l, t)) if *layers > l => {
+                    format!("{:.1}", (total as f64 - t as f64) / (*layers - l) as f64)
+                }
+                _ => "–".into(),
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {layers} | {} | {per_layer} |",
+                method_with_path(method),
+                with_phases(total, launches)
+            );
+            previous = Some((*layers, total));
+        }
+    }
+    if any {
+        out
+    } else {
+        "\nNo kernel launches were counted (a CPU backend, or a run recorded before launches were \
+         counted).\n"
+            .into()
+    }
 }
 
 /// Per method: the kernels its first step compiled at each depth, and whether that grows.
@@ -256,8 +305,77 @@ mod tests {
             compiled: compiled.iter().map(|(_, n)| n).sum(),
             autotuned,
             compiled_by_name: compiled.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
-            autotune_keys: Vec::new(),
+            ..KernelTally::default()
         }
+    }
+
+    /// A worker's sample whose second step launched `launches` kernels by phase.
+    fn sample(method: &str, launches: [usize; 3]) -> TrainSample {
+        let launched = launches.map(|launched| KernelTally {
+            launched,
+            ..KernelTally::default()
+        });
+        TrainSample {
+            method: method.into(),
+            startup_s: 0.1,
+            total_s: 1.0,
+            step_s: vec![0.5, 0.2],
+            peak_rss_bytes: None,
+            peak_allocated_bytes: None,
+            device_in_use_bytes: None,
+            device_reserved_bytes: None,
+            anatomy: Some(crate::cost::anatomy::Anatomy {
+                backend_start_s: 0.05,
+                model_init_s: 0.05,
+                phase_s: vec![[0.2, 0.2, 0.1], [0.1, 0.07, 0.03]],
+                kernels: Some(crate::cost::anatomy::KernelAnatomy {
+                    backend_start: KernelTally::default(),
+                    model_init: KernelTally::default(),
+                    first_step: Default::default(),
+                    second_step: Some(launched),
+                    later_steps: KernelTally::default(),
+                }),
+            }),
+            validation: None,
+            first_loss: 5.5,
+            last_loss: 5.4,
+        }
+    }
+
+    #[test]
+    fn launches_are_reported_by_phase_with_what_each_added_layer_adds() {
+        let spec = FirstStepSpec {
+            backend: "wgpu".into(),
+            family: ModelFamily::Small,
+            layers: vec![2, 12],
+            blocks: 4,
+            batch: 2,
+            seq: 16,
+            steps: 2,
+            methods: vec!["standard".into()],
+        };
+        let run = FirstStepRun {
+            spec,
+            samples: vec![
+                (2, sample("standard", [300, 400, 100])),
+                (12, sample("standard", [1300, 2400, 400])),
+            ],
+        };
+        let table = launches_by_depth(&run);
+        assert!(
+            table.contains("| Standard Residual | 2 | 800 (300 + 400 + 100) | – |"),
+            "{table}"
+        );
+        // (4,100 − 800) / 10 layers.
+        assert!(
+            table.contains("| Standard Residual | 12 | 4100 (1300 + 2400 + 400) | 330.0 |"),
+            "{table}"
+        );
+        let uncounted = FirstStepRun {
+            samples: vec![(2, sample("standard", [0, 0, 0]))],
+            ..run
+        };
+        assert!(launches_by_depth(&uncounted).contains("No kernel launches were counted"));
     }
 
     #[test]

@@ -1,10 +1,12 @@
-//! Counts CubeCL's kernel compilations and autotune results as they happen.
+//! Counts CubeCL's kernel compilations, autotune results and kernel launches as they happen.
 //!
 //! CubeCL logs `[Compiling kernel] <name>` once for every kernel a process compiles (a cache hit
 //! logs nothing: the PTX cache on CUDA, the pipeline table within a process) and `Fastest result
 //! <kernel>-<key>` once for every autotune key it benchmarks (a key found in the autotune cache
 //! logs nothing). [`haares_train::kernel_cache::KernelEvents::ToLogCrate`] sends both to the `log`
-//! crate; [`install`] puts a logger there that tallies them, and [`tally`] reads the tally.
+//! crate; `KernelEvents::ToLogCrateWithLaunches` adds `Executing <name>` for every kernel launched
+//! (CubeCL's profiling log at its minimal level). [`install`] puts a logger there that tallies
+//! them, and [`tally`] reads the tally.
 //! CubeCL delivers its messages through a channel to a logging thread, so a tally read right after
 //! a device sync can trail by the messages still in flight: [`settled_tally`] waits for them.
 
@@ -25,25 +27,41 @@ pub struct KernelTally {
     pub compiled_by_name: BTreeMap<String, usize>,
     /// Every autotune key benchmarked (`<fastest kernel>-<key>`).
     pub autotune_keys: Vec<String>,
+    /// Kernels launched (counted only where launches are logged; an autotune run's benchmark
+    /// launches count too).
+    #[serde(default)]
+    pub launched: usize,
+    /// Launches per kernel name (the name without its generic arguments).
+    #[serde(default)]
+    pub launched_by_name: BTreeMap<String, usize>,
 }
 
 impl KernelTally {
-    /// What was compiled and tuned since `earlier`.
+    /// What was compiled, tuned and launched since `earlier`.
     pub fn since(&self, earlier: &KernelTally) -> KernelTally {
-        let compiled_by_name = self
-            .compiled_by_name
-            .iter()
-            .filter_map(|(name, &count)| {
-                let before = earlier.compiled_by_name.get(name).copied().unwrap_or(0);
-                (count > before).then(|| (name.clone(), count - before))
-            })
-            .collect();
         KernelTally {
             compiled: self.compiled - earlier.compiled,
             autotuned: self.autotuned - earlier.autotuned,
-            compiled_by_name,
+            compiled_by_name: counts_since(&self.compiled_by_name, &earlier.compiled_by_name),
             autotune_keys: self.autotune_keys[earlier.autotune_keys.len()..].to_vec(),
+            launched: self.launched - earlier.launched,
+            launched_by_name: counts_since(&self.launched_by_name, &earlier.launched_by_name),
         }
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &KernelTally) {
+        self.compiled += other.compiled;
+        self.autotuned += other.autotuned;
+        self.launched += other.launched;
+        for (name, count) in &other.compiled_by_name {
+            *self.compiled_by_name.entry(name.clone()).or_default() += count;
+        }
+        for (name, count) in &other.launched_by_name {
+            *self.launched_by_name.entry(name.clone()).or_default() += count;
+        }
+        self.autotune_keys
+            .extend(other.autotune_keys.iter().cloned());
     }
 
     /// Counts one CubeCL message; other messages are ignored. Says whether it counted.
@@ -53,6 +71,9 @@ impl KernelTally {
             let name = if name.is_empty() { "(unnamed)" } else { name };
             self.compiled += 1;
             *self.compiled_by_name.entry(name.to_string()).or_default() += 1;
+        } else if let Some(rest) = message.strip_prefix("Executing ") {
+            self.launched += 1;
+            *self.launched_by_name.entry(kernel_name(rest)).or_default() += 1;
         } else if let Some(rest) = message.strip_prefix("Fastest result ") {
             self.autotuned += 1;
             let key = rest
@@ -65,6 +86,31 @@ impl KernelTally {
             return false;
         }
         true
+    }
+}
+
+/// The counts in `now` above those in `earlier`, by name.
+fn counts_since(
+    now: &BTreeMap<String, usize>,
+    earlier: &BTreeMap<String, usize>,
+) -> BTreeMap<String, usize> {
+    now.iter()
+        .filter_map(|(name, &count)| {
+            let before = earlier.get(name).copied().unwrap_or(0);
+            (count > before).then(|| (name.clone(), count - before))
+        })
+        .collect()
+}
+
+/// A launched kernel's name without its generic arguments (`matmul_entry<f32, …>` →
+/// `matmul_entry`), so that launches group by kernel.
+fn kernel_name(logged: &str) -> String {
+    let name = logged.trim();
+    let name = name.split('<').next().unwrap_or(name).trim();
+    if name.is_empty() {
+        "(unnamed)".into()
+    } else {
+        name.to_string()
     }
 }
 
@@ -173,5 +219,37 @@ mod tests {
             ["SimpleUnit-MatmulAutotuneKey { m: 64, n: 64 }"]
         );
         assert_eq!(tally.compiled_by_name["matmul_entry"], 2);
+        assert_eq!(since.launched, 0, "nothing above was a launch");
+    }
+
+    /// `Executing <name>` as CubeCL 0.10's profiling log writes it at the minimal level
+    /// (`AsyncLogger::process`, the kernel's name as `type_name_format` shortens it).
+    #[test]
+    fn launches_are_counted_by_kernel_and_diffed() {
+        let mut tally = KernelTally::default();
+        tally.record("Executing matmul_entry<f32, f32>");
+        let before = tally.clone();
+        for message in [
+            "Executing matmul_entry<f32, f32>",
+            "Executing elemwise_fuse",
+            "Executing elemwise_fuse",
+            "Executing ",
+            "[Compiling kernel] elemwise_fuse",
+        ] {
+            assert!(tally.record(message), "{message}");
+        }
+        assert!(!tally.record("Executing-ish noise"), "not a launch");
+        let since = tally.since(&before);
+        assert_eq!((since.launched, since.compiled), (4, 1));
+        assert_eq!(since.launched_by_name["matmul_entry"], 1);
+        assert_eq!(since.launched_by_name["elemwise_fuse"], 2);
+        assert_eq!(since.launched_by_name["(unnamed)"], 1);
+        assert_eq!(tally.launched_by_name["matmul_entry"], 2);
+        let mut sum = before.clone();
+        sum.add(&since);
+        assert_eq!(
+            sum, tally,
+            "the earlier tally and the difference add up to the whole"
+        );
     }
 }

@@ -8,7 +8,8 @@
 //!    one worker process per measurement ([`cost::worker`]), summarised by [`cost::report`];
 //!    [`heap`] counts a CPU worker's allocated bytes.
 //! 3. Where a first step's time goes: [`cost::anatomy`] in every worker, [`first_step`] across
-//!    depths, with CubeCL's compilations counted by [`kernel_events`].
+//!    depths, with CubeCL's compilations and kernel launches counted by [`kernel_events`]
+//!    ([`cost::launches`] in the cost report).
 //! 4. [`gpu_check`]: all of the above, in budgeted stages, for a lent GPU machine.
 #![warn(missing_docs)]
 

@@ -156,6 +156,10 @@ struct CostArgs {
     /// The Python interpreter of the peer (one that can `import torch, safetensors`).
     #[arg(long, default_value = "python3")]
     python: String,
+    /// Do not count the kernels a step launches (on wgpu and CUDA each method's count takes one
+    /// more worker of two steps).
+    #[arg(long)]
+    no_launches: bool,
     /// Output path without extension [default: runs/bench/cost-<backend>-<preset>].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -247,6 +251,7 @@ impl CostArgs {
             spec.methods = methods;
         }
         spec.peer = self.peer.map(|PeerKind::Torch| self.python);
+        spec.count_launches = !self.no_launches;
         (spec, out)
     }
 }
@@ -270,22 +275,28 @@ fn paired(args: PairedArgs) -> Result<String, String> {
 fn cost_worker(backend: &str, task: &str) -> Result<String, String> {
     let started = Instant::now();
     let kind: BackendKind = backend.parse().map_err(|e: TrainError| e.to_string())?;
-    count_kernel_events(kind)?;
     let task: WorkerTask =
         serde_json::from_str(task).map_err(|e| format!("invalid worker task: {e}"))?;
+    count_kernel_events(kind, task.counts_launches())?;
     let result = dispatch(kind, Worker { task, started }).map_err(|e| e.to_string())?;
     let json = serde_json::to_string(&result).map_err(|e| e.to_string())?;
     Ok(format!("{RESULT_PREFIX}{json}\n"))
 }
 
 /// On the cube backends, CubeCL's compilations and autotune runs are counted (the first-step
-/// anatomy); set up before the first kernel.
-fn count_kernel_events(kind: BackendKind) -> Result<(), String> {
+/// anatomy), and with `launches` every kernel launch; set up before the first kernel.
+fn count_kernel_events(kind: BackendKind, launches: bool) -> Result<(), String> {
+    #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+    let _ = launches;
     if matches!(kind, BackendKind::Cuda | BackendKind::Wgpu) {
         #[cfg(any(feature = "cuda", feature = "wgpu"))]
         {
             use haares_train::kernel_cache::{KernelEvents, configure_cube_runtime};
-            configure_cube_runtime(KernelEvents::ToLogCrate).map_err(|e| e.to_string())?;
+            let events = match launches {
+                true => KernelEvents::ToLogCrateWithLaunches,
+                false => KernelEvents::ToLogCrate,
+            };
+            configure_cube_runtime(events).map_err(|e| e.to_string())?;
             if !haares_bench::kernel_events::install() {
                 return Err("another logger was installed first: kernels cannot be counted".into());
             }

@@ -48,6 +48,11 @@ pub enum KernelEvents {
     /// …`) also goes to the `log` crate at info level, where a logger can count them (the cost
     /// worker's first-step anatomy does).
     ToLogCrate,
+    /// [`Self::ToLogCrate`], and every kernel launched (`Executing <name>`, CubeCL's profiling
+    /// log at its minimal level, which times nothing). Each launch then formats its kernel's name
+    /// and sends it to CubeCL's logging thread, a cost of its own on the host: for counting
+    /// launches, not for timing steps.
+    ToLogCrateWithLaunches,
 }
 
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
@@ -61,8 +66,8 @@ mod cube {
 
     static CONFIGURED: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
 
-    /// Points CubeCL's caches at [`kernel_cache_dir`] (and, with [`KernelEvents::ToLogCrate`],
-    /// its compilation and autotune messages at the `log` crate). Only the first call in a process
+    /// Points CubeCL's caches at [`kernel_cache_dir`] (and, unless [`KernelEvents::Quiet`], its
+    /// compilation and autotune messages, and perhaps its launches, at the `log` crate). Only the first call in a process
     /// takes effect, and it must come before the first kernel: CubeCL reads its configuration
     /// once. Returns the cache directory.
     pub fn configure_cube_runtime(events: KernelEvents) -> Result<PathBuf> {
@@ -87,9 +92,12 @@ mod cube {
         let cache = json!({ "file": dir });
         value["compilation"]["cache"] = cache.clone();
         value["autotune"]["cache"] = cache;
-        if events == KernelEvents::ToLogCrate {
+        if events != KernelEvents::Quiet {
             raise_level(&mut value["compilation"]["logger"], "basic");
             raise_level(&mut value["autotune"]["logger"], "minimal");
+        }
+        if events == KernelEvents::ToLogCrateWithLaunches {
+            raise_level(&mut value["profiling"]["logger"], "minimal");
         }
         let config: CubeClRuntimeConfig =
             serde_json::from_value(value).map_err(|e| format!("CubeCL configuration: {e}"))?;

@@ -3,9 +3,10 @@
 //! A worker times its backend start (the first tensor read back: driver, context, runtime), the
 //! model's initialisation, and every step's forward pass, backward pass and optimizer update
 //! apart, each ended by a device sync. On the cube backends it also counts, per phase of the first
-//! step, the kernels CubeCL compiled and the autotune keys it benchmarked
-//! ([`crate::kernel_events`]); what the first step spends beyond a steady step is that compilation
-//! and tuning (and first allocations). `haares-bench first-step` runs one worker per method and
+//! two steps, the kernels CubeCL compiled, the autotune keys it benchmarked and, where asked, the
+//! kernels it launched ([`crate::kernel_events`]); what the first step spends beyond a steady step
+//! is that compilation and tuning (and first allocations), and the second step's launches are a
+//! steady step's. `haares-bench first-step` runs one worker per method and
 //! depth and reports whether the number of kernels a step compiles grows with depth.
 
 use serde::{Deserialize, Serialize};
@@ -44,7 +45,11 @@ pub struct KernelAnatomy {
     pub model_init: KernelTally,
     /// During the first step's forward, backward and optimizer phases.
     pub first_step: [KernelTally; 3],
-    /// During every later step (zero once the first step has met every kernel).
+    /// During the second step's phases: a steady step's launches (`None` in runs recorded
+    /// before it was tallied apart, whose `later_steps` hold it).
+    #[serde(default)]
+    pub second_step: Option<[KernelTally; 3]>,
+    /// During every step after the second (after the first, in runs without `second_step`).
     pub later_steps: KernelTally,
 }
 
@@ -67,20 +72,30 @@ impl Anatomy {
 }
 
 impl KernelAnatomy {
-    /// Everything the first step compiled and tuned.
+    /// Everything the first step compiled, tuned and launched.
     pub fn first_step_total(&self) -> KernelTally {
         let mut total = KernelTally::default();
-        for part in &self.first_step {
-            total.compiled += part.compiled;
-            total.autotuned += part.autotuned;
-            for (name, count) in &part.compiled_by_name {
-                *total.compiled_by_name.entry(name.clone()).or_default() += count;
-            }
-            total
-                .autotune_keys
-                .extend(part.autotune_keys.iter().cloned());
-        }
+        self.first_step.iter().for_each(|part| total.add(part));
         total
+    }
+
+    /// Everything compiled, tuned and launched after the first step.
+    pub fn after_first_step(&self) -> KernelTally {
+        let mut total = KernelTally::default();
+        self.second_step
+            .iter()
+            .flatten()
+            .for_each(|part| total.add(part));
+        total.add(&self.later_steps);
+        total
+    }
+
+    /// The kernels a steady step launches, per phase (forward, backward, update): the second
+    /// step's, where launches were counted.
+    pub fn steady_launches(&self) -> Option<[usize; 3]> {
+        let second = self.second_step.as_ref()?;
+        let launches = second.each_ref().map(|part| part.launched);
+        (launches.iter().sum::<usize>() > 0).then_some(launches)
     }
 }
 
@@ -106,6 +121,7 @@ impl AnatomyRecorder {
                 backend_start: KernelTally::default(),
                 model_init: KernelTally::default(),
                 first_step: Default::default(),
+                second_step: Some(Default::default()),
                 later_steps: KernelTally::default(),
             }),
             last,
@@ -137,13 +153,21 @@ impl AnatomyRecorder {
         }
     }
 
-    /// `phase` of step `step` has ended; only the first step's phases are tallied apart (a
+    /// `phase` of step `step` has ended; only the first two steps' phases are tallied apart (a
     /// tally waits for CubeCL's logging thread).
     pub fn mark_phase(&mut self, step: usize, phase: Phase) {
-        if step == 0
-            && let Some((kernels, tally)) = self.take()
-        {
-            kernels.first_step[phase.index()] = tally;
+        if step > 1 {
+            return;
+        }
+        if let Some((kernels, tally)) = self.take() {
+            match step {
+                0 => kernels.first_step[phase.index()] = tally,
+                _ => {
+                    if let Some(second) = &mut kernels.second_step {
+                        second[phase.index()] = tally;
+                    }
+                }
+            }
         }
     }
 

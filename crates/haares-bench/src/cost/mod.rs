@@ -9,6 +9,7 @@
 
 pub mod anatomy;
 pub mod export;
+pub mod launches;
 pub mod paired;
 pub mod peer;
 pub mod peer_report;
@@ -67,6 +68,13 @@ pub struct CostSpec {
     /// The Python interpreter of the PyTorch peer ([`peer`]), when one is asked for.
     #[serde(default)]
     pub peer: Option<String>,
+    /// Count the kernels a step launches, on the cube backends ([`launches`]). Default: yes.
+    #[serde(default = "default_count_launches")]
+    pub count_launches: bool,
+}
+
+fn default_count_launches() -> bool {
+    true
 }
 
 fn default_validation_every() -> usize {
@@ -98,6 +106,7 @@ impl CostSpec {
             validation_every: default_validation_every(),
             validation_batches: default_validation_batches(),
             peer: None,
+            count_launches: default_count_launches(),
         }
     }
 
@@ -143,12 +152,25 @@ impl CostSpec {
 
     /// K training steps of `method` in `family`, measured by a fresh worker process.
     pub fn measure(&self, family: ModelFamily, method: &str) -> Result<TrainSample, String> {
+        self.train_worker(family, method, self.steps, false)
+    }
+
+    /// `steps` training steps of `method` in `family` by a fresh worker process, which counts
+    /// every kernel it launches when `count_launches` holds (on a cube backend).
+    pub fn train_worker(
+        &self,
+        family: ModelFamily,
+        method: &str,
+        steps: usize,
+        count_launches: bool,
+    ) -> Result<TrainSample, String> {
         let task = WorkerTask::Train {
             config: self.model(family, method)?,
             method: method.to_string(),
             batch: self.batch,
             seq: self.seq,
-            steps: self.steps,
+            steps,
+            count_launches,
         };
         match run_worker(&self.backend, &task)? {
             WorkerResult::Train(sample) => Ok(sample),
@@ -277,6 +299,9 @@ pub struct CostRun {
     /// The PyTorch peer's measurements, when one was asked for.
     #[serde(default)]
     pub peer: Option<peer::PeerRun>,
+    /// Kernel launches per step of every family × method, on the cube backends.
+    #[serde(default)]
+    pub launches: Vec<launches::LaunchCount>,
 }
 
 /// Runs the protocol: GEMM peak, then every family's methods interleaved over the repeats, then
@@ -299,6 +324,7 @@ pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, S
     }
     let mut samples = Vec::new();
     let mut training_flops = Vec::new();
+    let mut launch_counts = Vec::new();
     for &family in &spec.families {
         let mut family_samples = Vec::new();
         for repeat in 0..spec.repeats {
@@ -324,6 +350,15 @@ pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, S
         for method in &spec.methods {
             let flops = flops_per_token(&spec.model(family, method)?, spec.seq).training();
             training_flops.push((family, method.clone(), flops));
+            if launches::counts_launches(spec)
+                && let Some(count) = launches::count_launches(spec, family, method)?
+            {
+                log(&format!(
+                    "{family:?} {method}: {} kernel launches per step",
+                    count.total()
+                ));
+                launch_counts.push(count);
+            }
         }
         samples.push((family, family_samples));
     }
@@ -337,6 +372,7 @@ pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, S
         samples,
         training_flops,
         peer: peer.map(peer::PeerSession::finish),
+        launches: launch_counts,
     })
 }
 

@@ -62,6 +62,7 @@ pub fn cost_table(run: &CostRun) -> String {
         write_other_targets(&mut out, &run.spec, *family, costs);
     }
     write_telemetry_section(&mut out, &run.spec, &summaries);
+    super::launches::write_launch_section(&mut out, run);
     super::peer_report::write_peer_section(&mut out, run, &summaries);
     out
 }

@@ -36,6 +36,10 @@ pub enum WorkerTask {
         seq: usize,
         /// Steps K.
         steps: usize,
+        /// Whether the worker logs and counts every kernel launch on a cube backend (for the
+        /// launch counts; it slows the host side, so timing workers do not).
+        #[serde(default)]
+        count_launches: bool,
     },
     /// The initial and a perturbed model, with our logits, for the PyTorch peer.
     Export(super::export::ExportTask),
@@ -113,6 +117,19 @@ pub struct ValidationCost {
 /// The marker in front of a worker's JSON answer on its stdout.
 pub const RESULT_PREFIX: &str = "HAARES-COST-RESULT ";
 
+impl WorkerTask {
+    /// Whether the worker counts kernel launches.
+    pub fn counts_launches(&self) -> bool {
+        matches!(
+            self,
+            WorkerTask::Train {
+                count_launches: true,
+                ..
+            }
+        )
+    }
+}
+
 /// Runs `task` on backend `B` (through [`haares_train::backend::dispatch`]).
 pub struct Worker {
     /// The task.
@@ -142,6 +159,7 @@ impl BackendJob for Worker {
                 batch,
                 seq,
                 steps,
+                ..
             } => {
                 let mut recorder = AnatomyRecorder::start();
                 let heartbeat = Heartbeat::start(method.clone(), "backend start", HEARTBEAT);

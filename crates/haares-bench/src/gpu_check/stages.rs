@@ -80,6 +80,9 @@ impl Profile {
                 "1",
                 "--methods",
                 "standard,block-attnres/reference,block-attnres/fused,haares/reference,haares/fused",
+                // The first-step stages count the launches of a steady step; five more workers
+                // would not fit this stage's budget.
+                "--no-launches",
             ],
             real_run: RealRunSizes {
                 layers: 12,

@@ -1,0 +1,143 @@
+//! Kernel launch accounting on wgpu (lavapipe in CI), through the real binary: `first-step`
+//! counts the launches of a steady step by phase and by depth, and `cost` adds its launch table.
+//! Built only with `--features wgpu` (`.ci/run` runs it so); every worker compiles its shaders,
+//! so the sizes are the smallest the model takes.
+#![cfg(feature = "wgpu")]
+
+mod common;
+
+use common::bench;
+
+/// The second step's launches of every worker, `(method, layers, [forward, backward, update])`.
+fn launches(json: &serde_json::Value) -> Vec<(String, u64, [u64; 3])> {
+    json["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|pair| {
+            let (layers, sample) = (pair[0].as_u64().unwrap(), &pair[1]);
+            let second = &sample["anatomy"]["kernels"]["second_step"];
+            let phase = |i: usize| second[i]["launched"].as_u64().unwrap();
+            let method = sample["method"].as_str().unwrap().to_string();
+            (method, layers, [phase(0), phase(1), phase(2)])
+        })
+        .collect()
+}
+
+#[test]
+fn first_step_counts_the_launches_of_a_steady_step_by_phase_and_depth() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("first-step");
+    let (ok, stdout, stderr) = bench(&[
+        "first-step",
+        "--backend",
+        "wgpu",
+        "--layers",
+        "2,4",
+        "--blocks",
+        "2",
+        "--batch",
+        "2",
+        "--seq",
+        "16",
+        "--steps",
+        "2",
+        "--methods",
+        "standard,haares",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
+            .unwrap();
+    let counts = launches(&json);
+    assert_eq!(counts.len(), 4, "{counts:?}");
+    for (method, layers, phases) in &counts {
+        assert!(
+            phases.iter().all(|&n| n > 0),
+            "{method} at {layers} layers launched nothing in a phase: {phases:?}"
+        );
+    }
+    let total = |method: &str, layers: u64| -> u64 {
+        let (_, _, phases) = counts
+            .iter()
+            .find(|(m, l, _)| m == method && *l == layers)
+            .unwrap();
+        phases.iter().sum()
+    };
+    // Two more layers launch more kernels, and HAARES's routing launches more than Standard's.
+    assert!(total("standard", 4) > total("standard", 2), "{counts:?}");
+    assert!(total("haares", 4) > total("haares", 2), "{counts:?}");
+    assert!(total("haares", 4) > total("standard", 4), "{counts:?}");
+    assert!(
+        stdout.contains("launches per step (fwd + bwd + upd)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("| per added layer |"), "{stdout}");
+}
+
+#[test]
+fn cost_counts_launches_in_a_worker_of_its_own_unless_told_not_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cost");
+    let sizes = [
+        "cost",
+        "--backend",
+        "wgpu",
+        "--layers",
+        "2",
+        "--blocks",
+        "2",
+        "--batch",
+        "2",
+        "--seq",
+        "16",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--repeats",
+        "1",
+        "--methods",
+        "standard",
+        "--gemm-size",
+        "64",
+    ];
+    let mut args = sizes.to_vec();
+    args.extend(["--out", out.to_str().unwrap()]);
+    let (ok, stdout, stderr) = bench(&args);
+    assert!(ok, "{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
+            .unwrap();
+    let counted = &json["launches"][0];
+    assert_eq!(counted["method"], "standard");
+    let per_phase: Vec<u64> = counted["per_phase"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert!(per_phase.iter().all(|&n| n > 0), "{per_phase:?}");
+    assert!(
+        stdout.contains("Kernel launches per training step"),
+        "{stdout}"
+    );
+    // The timing worker logged no launch.
+    let timing = &json["samples"][0][1][0]["anatomy"]["kernels"]["second_step"];
+    assert!(
+        (0..3).all(|i| timing[i]["launched"].as_u64() == Some(0)),
+        "{timing}"
+    );
+
+    let quiet = dir.path().join("quiet");
+    let mut args = sizes.to_vec();
+    args.extend(["--no-launches", "--out", quiet.to_str().unwrap()]);
+    let (ok, stdout, stderr) = bench(&args);
+    assert!(ok, "{stderr}");
+    assert!(
+        !stdout.contains("Kernel launches per training step"),
+        "{stdout}"
+    );
+}
