@@ -17,7 +17,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData};
 use rayon::prelude::*;
 
-use super::rule::{Moments, UpdateRule};
+use super::rule::{F32Rule, Moments, UpdateRule};
 
 /// Elements per task: large enough that a task's bookkeeping is negligible.
 const TASK_ELEMENTS: usize = 1 << 15;
@@ -57,7 +57,7 @@ pub(crate) fn update<B: Backend>(
     if [g.len(), m.len(), v.len()] != [len; 3] {
         return None;
     }
-    let constants = Constants::new(rule);
+    let constants = F32Rule::new(rule);
     let [mut new_p, mut new_m, mut new_v] = [(); 3].map(|_| Vec::<f32>::with_capacity(len));
     // `with_capacity` may reserve more than asked: only the first `len` are written.
     let outputs = [&mut new_p, &mut new_m, &mut new_v]
@@ -82,32 +82,7 @@ pub(crate) fn update<B: Backend>(
     Some(updated)
 }
 
-/// The rule's constants as f32, converted as Flex converts a scalar operand (`as f32`).
-struct Constants {
-    beta1: f32,
-    one_minus_beta1: f32,
-    beta2: f32,
-    one_minus_beta2: f32,
-    bias2_root: f32,
-    epsilon: f32,
-    step_size: f32,
-    decay: Option<f32>,
-}
-
-impl Constants {
-    fn new(rule: &UpdateRule) -> Self {
-        Self {
-            beta1: rule.beta1 as f32,
-            one_minus_beta1: (1.0 - rule.beta1) as f32,
-            beta2: rule.beta2 as f32,
-            one_minus_beta2: (1.0 - rule.beta2) as f32,
-            bias2_root: rule.bias2_root as f32,
-            epsilon: rule.epsilon as f32,
-            step_size: rule.step_size as f32,
-            decay: rule.decay.map(|factor| factor as f32),
-        }
-    }
-
+impl F32Rule {
     /// [`update_plain`](super::rule::update_plain) element by element, in its order: writes
     /// every element of the new `p`, `m`, `v`.
     fn apply(
@@ -116,7 +91,7 @@ impl Constants {
         [out_p, out_m, out_v]: [&mut [MaybeUninit<f32>]; 3],
     ) {
         for at in 0..out_p.len() {
-            let grad = g[at];
+            let grad = self.clip.map_or(g[at], |scale| g[at] * scale);
             let exp_avg = m[at] * self.beta1 + grad * self.one_minus_beta1;
             let exp_avg_sq = v[at] * self.beta2 + (grad * grad) * self.one_minus_beta2;
             let denominator = exp_avg_sq.sqrt() / self.bias2_root + self.epsilon;
@@ -150,15 +125,10 @@ mod tests {
             .collect()
     }
 
-    /// Values of every size AdamW meets (gradients from 1e-9 to 1e3, both signs, zeros), more
-    /// than two tasks' worth with a partial last one.
+    /// [`test_values`](crate::run::optim::rule::test_values), more than two tasks' worth with a
+    /// partial last one.
     fn values(len: usize, seed: f32) -> Vec<f32> {
-        (0..len)
-            .map(|i| match i % 11 {
-                0 => 0.0,
-                k => (i as f32 * 0.37 + seed).sin() * 10f32.powi(k as i32 - 9),
-            })
-            .collect()
+        crate::run::optim::rule::test_values(len, seed)
     }
 
     /// Three steps through both paths from the same start: the same bits for the parameter and
@@ -176,7 +146,9 @@ mod tests {
             let (mut fused, mut plain) =
                 ((tensor(start.clone()), zeros()), (tensor(start), zeros()));
             for step in 1..=3 {
-                let rule = UpdateRule::new(&settings, step, decays);
+                // The second step clips: the gradient is scaled first.
+                let clip = if step == 2 { 0.37 } else { 1.0 };
+                let rule = UpdateRule::new(&settings, step, decays).with_clip(clip);
                 let grad = tensor(values(len, step as f32));
                 let (value, moments) = &mut fused;
                 *value = update(&rule, value, &grad, moments).expect("Flex takes the pass");

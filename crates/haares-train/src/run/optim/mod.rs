@@ -13,6 +13,8 @@ use burn::tensor::{ElementConversion, Tensor, TensorData};
 use haares_core::HaaresModel;
 use haares_core::checkpoint::ParamVisitor;
 
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+mod cube;
 #[cfg(feature = "flex")]
 mod flex;
 mod rule;
@@ -84,27 +86,31 @@ impl<B: Backend> AdamW<B> {
     where
         AB: AutodiffBackend<InnerBackend = B>,
     {
-        let squares = gradients
+        // Every parameter's sum of squares, then their sum: two operations per parameter and two
+        // in all (on a cube backend, kernel launches), where adding the sums one by one took one
+        // more per parameter.
+        let squares: Vec<Tensor<B, 1>> = gradients
             .iter()
             .map(|(_, g)| g.clone().square().sum())
-            .reduce(|a, b| a + b);
-        let grad_norm = squares
-            .map(|s| s.into_scalar().elem::<f64>().sqrt())
-            .unwrap_or(0.0);
+            .collect();
+        let grad_norm = match squares.is_empty() {
+            true => 0.0,
+            false => Tensor::cat(squares, 0)
+                .sum()
+                .into_scalar()
+                .elem::<f64>()
+                .sqrt(),
+        };
         let scale = match self.settings.clip_norm {
             // torch.nn.utils.clip_grad_norm_: coefficient max/(norm + 1e-6), capped at 1.
             Some(max) => (max / (grad_norm + 1e-6)).min(1.0),
             None => 1.0,
         };
         self.steps += 1;
-        let mut updates = BTreeMap::new();
-        for (name, grad) in gradients {
-            let grad = if scale < 1.0 { grad * scale } else { grad };
-            updates.insert(name, grad);
-        }
         let mut updater = Updater::<AB> {
             optimizer: self,
-            grads: updates,
+            grads: gradients.into_iter().collect(),
+            scale,
         };
         model.visit_named_params(&mut updater);
         UpdateStats { grad_norm }
@@ -130,16 +136,19 @@ impl<B: Backend> AdamW<B> {
         }
     }
 
-    /// New value of one parameter (flattened) given its flattened gradient: on Flex one pass
-    /// over the four buffers (`flex.rs`), elsewhere [`update_plain`]'s tensor operations.
+    /// New value of one parameter (flattened) given its flattened gradient, scaled by `clip` where
+    /// that is below 1: on Flex one pass
+    /// over the four buffers (`flex.rs`), on the runners' cube backends one kernel (`cube.rs`),
+    /// elsewhere [`update_plain`]'s tensor operations.
     fn update(
         &mut self,
         name: &str,
         rank: usize,
         value: Tensor<B, 1>,
         grad: Tensor<B, 1>,
+        clip: f64,
     ) -> Tensor<B, 1> {
-        let rule = UpdateRule::new(&self.settings, self.steps, decays(name, rank));
+        let rule = UpdateRule::new(&self.settings, self.steps, decays(name, rank)).with_clip(clip);
         let moments = self
             .state
             .entry(name.to_string())
@@ -149,6 +158,10 @@ impl<B: Backend> AdamW<B> {
             });
         #[cfg(feature = "flex")]
         if let Some(updated) = flex::update(&rule, &value, &grad, moments) {
+            return updated;
+        }
+        #[cfg(any(feature = "cuda", feature = "wgpu"))]
+        if let Some(updated) = cube::update(&rule, &value, &grad, moments) {
             return updated;
         }
         update_plain(&rule, value, grad, moments)
@@ -243,6 +256,8 @@ impl<AB: AutodiffBackend> ParamVisitor<AB> for GradientCollector<'_, AB> {
 struct Updater<'a, AB: AutodiffBackend> {
     optimizer: &'a mut AdamW<AB::InnerBackend>,
     grads: BTreeMap<String, Tensor<AB::InnerBackend, 1>>,
+    /// The global clip's factor on every gradient (1: no clipping).
+    scale: f64,
 }
 
 impl<AB: AutodiffBackend> Updater<'_, AB> {
@@ -254,7 +269,7 @@ impl<AB: AutodiffBackend> Updater<'_, AB> {
         let shape = value.shape();
         let updated = self
             .optimizer
-            .update(&name, D, value.flatten::<1>(0, D - 1), grad)
+            .update(&name, D, value.flatten::<1>(0, D - 1), grad, self.scale)
             .reshape(shape);
         *param = Param::initialized(param.id, Tensor::from_inner(updated).require_grad());
     }

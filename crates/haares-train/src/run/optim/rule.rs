@@ -58,6 +58,8 @@ pub(crate) struct UpdateRule {
     pub(crate) step_size: f64,
     /// `1 − lr·λ`, or `None` where the parameter does not decay.
     pub(crate) decay: Option<f64>,
+    /// The global clip's factor on the gradient, `max / (‖g‖ + 10⁻⁶)`, where it is below 1.
+    pub(crate) clip: Option<f64>,
 }
 
 impl UpdateRule {
@@ -71,19 +73,32 @@ impl UpdateRule {
             step_size: settings.lr / (1.0 - settings.beta1.powi(t)),
             decay: (decays && settings.weight_decay != 0.0)
                 .then(|| 1.0 - settings.lr * settings.weight_decay),
+            clip: None,
+        }
+    }
+
+    /// The same rule with the gradient scaled by `scale` first, where it is below 1.
+    pub(crate) fn with_clip(self, scale: f64) -> Self {
+        Self {
+            clip: (scale < 1.0).then_some(scale),
+            ..self
         }
     }
 }
 
-/// One parameter's update as tensor operations, the reference for `flex.rs`:
-/// `m ← β₁m + (1 − β₁)g`, `v ← β₂v + (1 − β₂)g²`, `p ← p·(1 − lr·λ) − lr/(1 − β₁ᵗ) ·
-/// m / (√v / √(1 − β₂ᵗ) + ε)`.
+/// One parameter's update as tensor operations, the reference for `flex.rs` and `cube.rs`: the
+/// clipped gradient `g ← g·c`, then `m ← β₁m + (1 − β₁)g`, `v ← β₂v + (1 − β₂)g²`,
+/// `p ← p·(1 − lr·λ) − lr/(1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)`.
 pub(crate) fn update_plain<B: Backend>(
     rule: &UpdateRule,
     value: Tensor<B, 1>,
     grad: Tensor<B, 1>,
     moments: &mut Moments<B>,
 ) -> Tensor<B, 1> {
+    let grad = match rule.clip {
+        Some(scale) => grad * scale,
+        None => grad,
+    };
     moments.exp_avg = moments.exp_avg.clone() * rule.beta1 + grad.clone() * (1.0 - rule.beta1);
     moments.exp_avg_sq =
         moments.exp_avg_sq.clone() * rule.beta2 + grad.square() * (1.0 - rule.beta2);
@@ -93,4 +108,48 @@ pub(crate) fn update_plain<B: Backend>(
         None => value,
     };
     decayed - moments.exp_avg.clone() / denominator * rule.step_size
+}
+
+/// The rule's constants as f32, converted as Burn's backends convert a scalar operand (`as
+/// f32`): what the fast paths (`flex.rs`, `cube.rs`) compute with.
+#[cfg(any(feature = "flex", feature = "cuda", feature = "wgpu"))]
+pub(crate) struct F32Rule {
+    pub(crate) beta1: f32,
+    pub(crate) one_minus_beta1: f32,
+    pub(crate) beta2: f32,
+    pub(crate) one_minus_beta2: f32,
+    pub(crate) bias2_root: f32,
+    pub(crate) epsilon: f32,
+    pub(crate) step_size: f32,
+    pub(crate) decay: Option<f32>,
+    pub(crate) clip: Option<f32>,
+}
+
+#[cfg(any(feature = "flex", feature = "cuda", feature = "wgpu"))]
+impl F32Rule {
+    pub(crate) fn new(rule: &UpdateRule) -> Self {
+        Self {
+            beta1: rule.beta1 as f32,
+            one_minus_beta1: (1.0 - rule.beta1) as f32,
+            beta2: rule.beta2 as f32,
+            one_minus_beta2: (1.0 - rule.beta2) as f32,
+            bias2_root: rule.bias2_root as f32,
+            epsilon: rule.epsilon as f32,
+            step_size: rule.step_size as f32,
+            decay: rule.decay.map(|factor| factor as f32),
+            clip: rule.clip.map(|scale| scale as f32),
+        }
+    }
+}
+
+/// Values of every size AdamW meets (gradients from 1e-9 to 1e3, both signs, zeros): what the
+/// fast paths' tests (`flex.rs`, `cube.rs`) update.
+#[cfg(test)]
+pub(crate) fn test_values(len: usize, seed: f32) -> Vec<f32> {
+    (0..len)
+        .map(|i| match i % 11 {
+            0 => 0.0,
+            k => (i as f32 * 0.37 + seed).sin() * 10f32.powi(k as i32 - 9),
+        })
+        .collect()
 }

@@ -1,0 +1,235 @@
+//! AdamW's update of one parameter on the cube backends (CUDA, wgpu) as one kernel: it reads `p`,
+//! `g`, `m` and `v` once and writes the new three, where the tensor-operation path
+//! ([`update_plain`](super::rule::update_plain)) launches a kernel per operation, about a dozen
+//! per parameter (docs/benchmarks.md, "Kernel launches per training step"). Each element takes the
+//! plain path's f32 operations in its order, with the same f32 constants as `flex.rs`.
+//!
+//! The runners' cube backends (`WgpuUnfused`, `CudaUnfused`) are recognised by their types, as
+//! `flex.rs` recognises Flex: a backend trait would put a bound on every generic user of
+//! [`AdamW`](super::AdamW). Any other backend type takes the plain path.
+
+use std::any::Any;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Tensor, TensorPrimitive};
+use burn_cubecl::cubecl::calculate_cube_count_elemwise;
+use burn_cubecl::cubecl::prelude::CubeDim;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime};
+
+use super::rule::{F32Rule, Moments, UpdateRule};
+
+/// The updated parameter, with `moments` updated, when `B` is one of the runners' cube backends
+/// and every tensor is f32; `None` (nothing changed) otherwise.
+pub(crate) fn update<B: Backend>(
+    rule: &UpdateRule,
+    value: &Tensor<B, 1>,
+    grad: &Tensor<B, 1>,
+    moments: &mut Moments<B>,
+) -> Option<Tensor<B, 1>> {
+    #[cfg(feature = "wgpu")]
+    if let Some(updated) =
+        update_as::<B, cubecl::wgpu::WgpuRuntime, u32>(rule, value, grad, moments)
+    {
+        return Some(updated);
+    }
+    #[cfg(feature = "cuda")]
+    if let Some(updated) = update_as::<B, cubecl::cuda::CudaRuntime, u8>(rule, value, grad, moments)
+    {
+        return Some(updated);
+    }
+    None
+}
+
+/// [`update`] when `B` is `CubeBackend<R, f32, i32, BT>`.
+fn update_as<B: Backend, R: CubeRuntime, BT: BoolElement>(
+    rule: &UpdateRule,
+    value: &Tensor<B, 1>,
+    grad: &Tensor<B, 1>,
+    moments: &mut Moments<B>,
+) -> Option<Tensor<B, 1>> {
+    type Cube<R, BT> = CubeBackend<R, f32, i32, BT>;
+    let value = (value as &dyn Any).downcast_ref::<Tensor<Cube<R, BT>, 1>>()?;
+    let grad = (grad as &dyn Any).downcast_ref::<Tensor<Cube<R, BT>, 1>>()?;
+    let moments = (moments as &mut dyn Any).downcast_mut::<Moments<Cube<R, BT>>>()?;
+    let tensors = [value, grad, &moments.exp_avg, &moments.exp_avg_sq];
+    let len = value.dims()[0];
+    if tensors
+        .iter()
+        .any(|t| t.dtype() != DType::F32 || t.dims()[0] != len)
+    {
+        return None;
+    }
+    let [p, g, m, v] = tensors.map(|t| into_contiguous(t.clone().into_primitive().tensor()));
+    let [new_p, new_m, new_v] = launch_update(&F32Rule::new(rule), [p, g, m, v]);
+    let tensor =
+        |t: CubeTensor<R>| Tensor::<Cube<R, BT>, 1>::from_primitive(TensorPrimitive::Float(t));
+    // Converted back before the moments change, so that `None` always means nothing changed.
+    let updated = (Box::new(tensor(new_p)) as Box<dyn Any>)
+        .downcast::<Tensor<B, 1>>()
+        .ok()?;
+    moments.exp_avg = tensor(new_m);
+    moments.exp_avg_sq = tensor(new_v);
+    Some(*updated)
+}
+
+/// Launches [`kernels::adamw_kernel`] on contiguous `[p, g, m, v]` of one length; returns the new
+/// `[p, m, v]`.
+fn launch_update<R: CubeRuntime>(rule: &F32Rule, inputs: [CubeTensor<R>; 4]) -> [CubeTensor<R>; 3] {
+    let like = &inputs[0];
+    let elements = like.meta.shape().num_elements();
+    let outputs = [(); 3].map(|_| {
+        empty_device_dtype::<R>(
+            like.client.clone(),
+            like.device.clone(),
+            like.meta.shape().clone(),
+            like.dtype,
+        )
+    });
+    let client = like.client.clone();
+    let cube_dim = CubeDim::new(&client, elements);
+    let cube_count = calculate_cube_count_elemwise(&client, elements, cube_dim);
+    let [p, g, m, v] = inputs;
+    let [out_p, out_m, out_v] = outputs.clone();
+    kernels::adamw_kernel::launch::<R>(
+        &client,
+        cube_count,
+        cube_dim,
+        p.into_tensor_arg(),
+        g.into_tensor_arg(),
+        m.into_tensor_arg(),
+        v.into_tensor_arg(),
+        out_p.into_tensor_arg(),
+        out_m.into_tensor_arg(),
+        out_v.into_tensor_arg(),
+        rule.beta1,
+        rule.one_minus_beta1,
+        rule.beta2,
+        rule.one_minus_beta2,
+        rule.bias2_root,
+        rule.epsilon,
+        rule.step_size,
+        rule.decay.unwrap_or(1.0),
+        rule.clip.unwrap_or(1.0),
+    );
+    outputs
+}
+
+/// The kernel, in a module of its own because CubeCL's `Tensor` is not Burn's.
+mod kernels {
+    use burn_cubecl::cubecl;
+    use burn_cubecl::cubecl::prelude::*;
+
+    /// One element of [`update_plain`](super::super::rule::update_plain) per thread, in its
+    /// order: `g ← g·clip`, `m ← β₁m + (1 − β₁)g`, `v ← β₂v + (1 − β₂)g²`, `p ← p·decay − (m /
+    /// (√v / √(1 − β₂ᵗ) + ε))·step`. `decay` and `clip` are 1 where the plain path skips the
+    /// product (`x·1 = x` exactly).
+    #[allow(clippy::too_many_arguments)]
+    #[cube(launch)]
+    pub(super) fn adamw_kernel(
+        p: &Tensor<f32>,
+        g: &Tensor<f32>,
+        m: &Tensor<f32>,
+        v: &Tensor<f32>,
+        out_p: &mut Tensor<f32>,
+        out_m: &mut Tensor<f32>,
+        out_v: &mut Tensor<f32>,
+        beta1: f32,
+        one_minus_beta1: f32,
+        beta2: f32,
+        one_minus_beta2: f32,
+        bias2_root: f32,
+        epsilon: f32,
+        step_size: f32,
+        decay: f32,
+        clip: f32,
+    ) {
+        if ABSOLUTE_POS >= out_p.len() {
+            terminate!();
+        }
+        let at = ABSOLUTE_POS;
+        let grad = g[at] * clip;
+        let exp_avg = m[at] * beta1 + grad * one_minus_beta1;
+        let exp_avg_sq = v[at] * beta2 + (grad * grad) * one_minus_beta2;
+        let denominator = f32::sqrt(exp_avg_sq) / bias2_root + epsilon;
+        out_p[at] = p[at] * decay - (exp_avg / denominator) * step_size;
+        out_m[at] = exp_avg;
+        out_v[at] = exp_avg_sq;
+    }
+}
+
+/// The kernel against the plain operations on wgpu (lavapipe in CI): `cargo test -p haares-train
+/// --features wgpu --lib`.
+#[cfg(all(test, feature = "wgpu"))]
+mod tests {
+    use burn::tensor::{Tensor, TensorData};
+
+    use super::update;
+    use crate::backend::WgpuUnfused as B;
+    use crate::run::optim::rule::{
+        AdamWSettings, Moments, UpdateRule, test_values as values, update_plain,
+    };
+
+    fn tensor(values: Vec<f32>) -> Tensor<B, 1> {
+        let len = values.len();
+        Tensor::from_data(TensorData::new(values, [len]), &Default::default())
+    }
+
+    fn bits(tensor: &Tensor<B, 1>) -> Vec<u32> {
+        let values = tensor.to_data().to_vec::<f32>().unwrap();
+        values.iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// Three steps through both paths from the same start, with decay and without: the same bits
+    /// for the parameter and both moments, over more elements than one cube holds.
+    #[test]
+    fn the_kernel_gives_the_plain_operations_bits() {
+        let len = 70_001;
+        for decays in [true, false] {
+            let settings = AdamWSettings::default();
+            let start = values(len, 0.5);
+            let zeros = || Moments {
+                exp_avg: tensor(vec![0.0; len]),
+                exp_avg_sq: tensor(vec![0.0; len]),
+            };
+            let (mut fused, mut plain) =
+                ((tensor(start.clone()), zeros()), (tensor(start), zeros()));
+            for step in 1..=3 {
+                // The second step clips: the gradient is scaled first.
+                let clip = if step == 2 { 0.37 } else { 1.0 };
+                let rule = UpdateRule::new(&settings, step, decays).with_clip(clip);
+                let grad = tensor(values(len, step as f32));
+                let (value, moments) = &mut fused;
+                *value = update(&rule, value, &grad, moments).expect("wgpu takes the kernel");
+                let (value, moments) = &mut plain;
+                *value = update_plain(&rule, value.clone(), grad, moments);
+                let what = format!("step {step}, decays {decays}");
+                assert_eq!(bits(&fused.0), bits(&plain.0), "parameter, {what}");
+                assert_eq!(bits(&fused.1.exp_avg), bits(&plain.1.exp_avg), "m, {what}");
+                assert_eq!(
+                    bits(&fused.1.exp_avg_sq),
+                    bits(&plain.1.exp_avg_sq),
+                    "v, {what}"
+                );
+            }
+        }
+    }
+
+    /// A backend other than the runners' cube backends is left to the plain operations.
+    #[cfg(feature = "ndarray")]
+    #[test]
+    fn other_backends_take_the_plain_operations() {
+        type Other = burn::backend::NdArray<f32>;
+        let device = Default::default();
+        let ones = || Tensor::<Other, 1>::ones([4], &device);
+        let mut moments = Moments {
+            exp_avg: ones(),
+            exp_avg_sq: ones(),
+        };
+        let rule = UpdateRule::new(&AdamWSettings::default(), 1, true);
+        assert!(update(&rule, &ones(), &ones(), &mut moments).is_none());
+        assert_eq!(moments.exp_avg.to_data(), ones().to_data());
+    }
+}
