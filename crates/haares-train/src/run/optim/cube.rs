@@ -164,72 +164,20 @@ mod kernels {
 /// --features wgpu --lib`.
 #[cfg(all(test, feature = "wgpu"))]
 mod tests {
-    use burn::tensor::{Tensor, TensorData};
+    use crate::run::optim::checks;
 
-    use super::update;
-    use crate::backend::WgpuUnfused as B;
-    use crate::run::optim::rule::{
-        AdamWSettings, Moments, UpdateRule, test_values as values, update_plain,
-    };
-
-    fn tensor(values: Vec<f32>) -> Tensor<B, 1> {
-        let len = values.len();
-        Tensor::from_data(TensorData::new(values, [len]), &Default::default())
-    }
-
-    fn bits(tensor: &Tensor<B, 1>) -> Vec<u32> {
-        let values = tensor.to_data().to_vec::<f32>().unwrap();
-        values.iter().map(|v| v.to_bits()).collect()
-    }
-
-    /// Three steps through both paths from the same start, with decay and without: the same bits
-    /// for the parameter and both moments, over more elements than one cube holds.
+    /// More elements than one cube holds.
     #[test]
     fn the_kernel_gives_the_plain_operations_bits() {
-        let len = 70_001;
-        for decays in [true, false] {
-            let settings = AdamWSettings::default();
-            let start = values(len, 0.5);
-            let zeros = || Moments {
-                exp_avg: tensor(vec![0.0; len]),
-                exp_avg_sq: tensor(vec![0.0; len]),
-            };
-            let (mut fused, mut plain) =
-                ((tensor(start.clone()), zeros()), (tensor(start), zeros()));
-            for step in 1..=3 {
-                // The second step clips: the gradient is scaled first.
-                let clip = if step == 2 { 0.37 } else { 1.0 };
-                let rule = UpdateRule::new(&settings, step, decays).with_clip(clip);
-                let grad = tensor(values(len, step as f32));
-                let (value, moments) = &mut fused;
-                *value = update(&rule, value, &grad, moments).expect("wgpu takes the kernel");
-                let (value, moments) = &mut plain;
-                *value = update_plain(&rule, value.clone(), grad, moments);
-                let what = format!("step {step}, decays {decays}");
-                assert_eq!(bits(&fused.0), bits(&plain.0), "parameter, {what}");
-                assert_eq!(bits(&fused.1.exp_avg), bits(&plain.1.exp_avg), "m, {what}");
-                assert_eq!(
-                    bits(&fused.1.exp_avg_sq),
-                    bits(&plain.1.exp_avg_sq),
-                    "v, {what}"
-                );
-            }
-        }
+        checks::gives_the_plain_operations_bits(
+            super::update::<crate::backend::WgpuUnfused>,
+            70_001,
+        );
     }
 
-    /// A backend other than the runners' cube backends is left to the plain operations.
     #[cfg(feature = "ndarray")]
     #[test]
     fn other_backends_take_the_plain_operations() {
-        type Other = burn::backend::NdArray<f32>;
-        let device = Default::default();
-        let ones = || Tensor::<Other, 1>::ones([4], &device);
-        let mut moments = Moments {
-            exp_avg: ones(),
-            exp_avg_sq: ones(),
-        };
-        let rule = UpdateRule::new(&AdamWSettings::default(), 1, true);
-        assert!(update(&rule, &ones(), &ones(), &mut moments).is_none());
-        assert_eq!(moments.exp_avg.to_data(), ones().to_data());
+        checks::leaves_other_backends_alone(super::update);
     }
 }

@@ -105,80 +105,20 @@ impl F32Rule {
 
 #[cfg(test)]
 mod tests {
-    use burn::backend::Flex;
-    use burn::tensor::{Tensor, TensorData};
+    use crate::run::optim::checks;
 
-    use super::update;
-    use crate::run::optim::rule::{AdamWSettings, Moments, UpdateRule, update_plain};
-
-    fn tensor(values: Vec<f32>) -> Tensor<Flex, 1> {
-        let len = values.len();
-        Tensor::from_data(TensorData::new(values, [len]), &Default::default())
-    }
-
-    fn bits(tensor: &Tensor<Flex, 1>) -> Vec<u32> {
-        let data = tensor.to_data();
-        data.as_slice::<f32>()
-            .unwrap()
-            .iter()
-            .map(|x| x.to_bits())
-            .collect()
-    }
-
-    /// [`test_values`](crate::run::optim::rule::test_values), more than two tasks' worth with a
-    /// partial last one.
-    fn values(len: usize, seed: f32) -> Vec<f32> {
-        crate::run::optim::rule::test_values(len, seed)
-    }
-
-    /// Three steps through both paths from the same start: the same bits for the parameter and
-    /// both moments, with decay and without.
+    /// More than two tasks' worth of elements, with a partial last one.
     #[test]
     fn the_pass_gives_the_plain_operations_bits() {
-        let len = 2 * super::TASK_ELEMENTS + 1000;
-        for decays in [true, false] {
-            let settings = AdamWSettings::default();
-            let start = values(len, 0.5);
-            let zeros = || Moments {
-                exp_avg: tensor(vec![0.0; len]),
-                exp_avg_sq: tensor(vec![0.0; len]),
-            };
-            let (mut fused, mut plain) =
-                ((tensor(start.clone()), zeros()), (tensor(start), zeros()));
-            for step in 1..=3 {
-                // The second step clips: the gradient is scaled first.
-                let clip = if step == 2 { 0.37 } else { 1.0 };
-                let rule = UpdateRule::new(&settings, step, decays).with_clip(clip);
-                let grad = tensor(values(len, step as f32));
-                let (value, moments) = &mut fused;
-                *value = update(&rule, value, &grad, moments).expect("Flex takes the pass");
-                let (value, moments) = &mut plain;
-                *value = update_plain(&rule, value.clone(), grad, moments);
-                let what = format!("step {step}, decays {decays}");
-                assert_eq!(bits(&fused.0), bits(&plain.0), "parameter, {what}");
-                assert_eq!(bits(&fused.1.exp_avg), bits(&plain.1.exp_avg), "m, {what}");
-                assert_eq!(
-                    bits(&fused.1.exp_avg_sq),
-                    bits(&plain.1.exp_avg_sq),
-                    "v, {what}"
-                );
-            }
-        }
+        checks::gives_the_plain_operations_bits(
+            super::update::<burn::backend::Flex>,
+            2 * super::TASK_ELEMENTS + 1000,
+        );
     }
 
-    /// Another backend is left to the plain operations, its moments untouched.
     #[cfg(feature = "ndarray")]
     #[test]
     fn other_backends_take_the_plain_operations() {
-        type B = burn::backend::NdArray<f32>;
-        let device = Default::default();
-        let ones = || Tensor::<B, 1>::ones([4], &device);
-        let mut moments = Moments {
-            exp_avg: ones(),
-            exp_avg_sq: ones(),
-        };
-        let rule = UpdateRule::new(&AdamWSettings::default(), 1, true);
-        assert!(update(&rule, &ones(), &ones(), &mut moments).is_none());
-        assert_eq!(moments.exp_avg.to_data(), ones().to_data());
+        checks::leaves_other_backends_alone(super::update);
     }
 }

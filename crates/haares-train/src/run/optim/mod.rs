@@ -13,6 +13,8 @@ use burn::tensor::{ElementConversion, Tensor, TensorData};
 use haares_core::HaaresModel;
 use haares_core::checkpoint::ParamVisitor;
 
+#[cfg(test)]
+mod checks;
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
 mod cube;
 #[cfg(feature = "flex")]

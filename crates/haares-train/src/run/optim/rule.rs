@@ -141,15 +141,3 @@ impl F32Rule {
         }
     }
 }
-
-/// Values of every size AdamW meets (gradients from 1e-9 to 1e3, both signs, zeros): what the
-/// fast paths' tests (`flex.rs`, `cube.rs`) update.
-#[cfg(test)]
-pub(crate) fn test_values(len: usize, seed: f32) -> Vec<f32> {
-    (0..len)
-        .map(|i| match i % 11 {
-            0 => 0.0,
-            k => (i as f32 * 0.37 + seed).sin() * 10f32.powi(k as i32 - 9),
-        })
-        .collect()
-}
