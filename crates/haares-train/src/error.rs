@@ -32,6 +32,8 @@ pub enum TrainError {
     Report(String),
     /// The backend reported an error while running (lost device, out of memory, …).
     Device(String),
+    /// Runs of a sweep placed per device failed, each with its error; the others finished.
+    RunsFailed(Vec<String>),
     /// Another process is training this run ([`crate::run::lock`]).
     Locked {
         /// The run directory's lock file.
@@ -77,6 +79,13 @@ impl fmt::Display for TrainError {
                 f,
                 "the backend failed: {message} (check the device with its own tools, or choose \
                  another with --backend)"
+            ),
+            Self::RunsFailed(failures) => write!(
+                f,
+                "{} run(s) of the sweep failed; the others finished and the report covers them. \
+                 Fix the cause and run the sweep again: it trains only what is unfinished.\n  {}",
+                failures.len(),
+                failures.join("\n  ")
             ),
             Self::Locked { lock_file, holder } => write!(
                 f,

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use haares_train::backend::{BackendKind, dispatch};
-use haares_train::error::Result;
+use haares_train::error::{Result, TrainError};
 use haares_train::inference::{EvalJob, ModelSource, SampleJob};
 use haares_train::inspect::{InspectJob, Inspected};
 use haares_train::report::write_report;
@@ -86,6 +86,11 @@ struct SweepCommand {
     jobs: Option<usize>,
     #[command(flatten)]
     devices: DeviceArgs,
+    /// Place each run on one of the GPUs --devices names, this many runs at a time on each (1:
+    /// one run per GPU), instead of training every run data-parallel on all of them. A run that
+    /// fails is reported and its GPU takes the next run.
+    #[arg(long, conflicts_with = "jobs")]
+    runs_per_device: Option<usize>,
 }
 
 impl SweepCommand {
@@ -113,19 +118,32 @@ impl SweepCommand {
             stop_after: None,
             jobs: self.jobs.unwrap_or_else(|| default_jobs(backend)),
             devices: self.devices.devices,
+            runs_per_device: self.runs_per_device,
         };
         let statuses = dispatch(backend, job)?;
         let count =
             |wanted: fn(&RunStatus) -> bool| statuses.iter().filter(|(_, s)| wanted(s)).count();
         let trained = count(|s| matches!(s, RunStatus::Trained(_)));
         let locked = count(|s| matches!(s, RunStatus::Locked(_)));
+        let failures: Vec<String> = statuses
+            .iter()
+            .filter_map(|(name, status)| match status {
+                RunStatus::Failed(error) => Some(format!("{name}: {error}")),
+                _ => None,
+            })
+            .collect();
         eprintln!(
-            "{trained} runs trained, {} finished earlier, {locked} being trained by other processes",
-            statuses.len() - trained - locked
+            "{trained} runs trained, {} finished earlier, {locked} being trained by other \
+             processes, {} failed",
+            statuses.len() - trained - locked - failures.len(),
+            failures.len()
         );
         let written = write_report(&study, &all, &study_dir)?;
         println!("report: {}", written.display());
-        Ok(())
+        match failures.is_empty() {
+            true => Ok(()),
+            false => Err(TrainError::RunsFailed(failures)),
+        }
     }
 }
 

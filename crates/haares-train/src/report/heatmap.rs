@@ -138,7 +138,7 @@ fn draw_panel<DB: DrawingBackend>(
         )
         .map_err(e)?;
     let label_of_row = |v: &SegmentValue<usize>| match v {
-        SegmentValue::CenterOf(row) if *row < rows && (rows - 1 - row) % step == 0 => {
+        SegmentValue::CenterOf(row) if *row < rows && (rows - 1 - row).is_multiple_of(step) => {
             row_label(&stats.sites[rows - 1 - row])
         }
         _ => String::new(),

@@ -45,6 +45,7 @@ pub fn write_report(study: &Study, runs: &[PlannedRun], study_dir: &Path) -> Res
         write_time_to_target(&mut md, &finished);
     }
     write_figures(&mut md, study_dir, &grid, &pairs)?;
+    write_runs_section(&mut md, grid.finished);
     write_files_section(&mut md);
     write_atomically(
         &study_dir.join("paired_results.csv"),
@@ -281,6 +282,32 @@ fn write_figures(md: &mut String, study_dir: &Path, grid: &Grid<'_>, pairs: &[Pa
         let _ = writeln!(md, "Note: {note}.\n");
     }
     Ok(())
+}
+
+/// Where and how fast each run trained: its backend, its devices, its steps and seconds.
+fn write_runs_section(md: &mut String, finished: &[Finished]) {
+    let _ = writeln!(
+        md,
+        "## Runs\n\n| run | backend | devices | steps | training s | tokens/s |\n|---|---|---|---|---|---|"
+    );
+    for run in finished {
+        let s = &run.summary;
+        let name = run
+            .run_dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy();
+        let devices = match s.devices.is_empty() {
+            true => "–".to_string(),
+            false => s.devices.join(", "),
+        };
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {devices} | {} | {:.1} | {:.0} |",
+            s.backend, s.steps, s.train_seconds, s.tokens_per_s
+        );
+    }
+    let _ = writeln!(md);
 }
 
 /// What the study directory holds beside the report.

@@ -78,6 +78,10 @@ pub struct RunSummary {
     pub train_seconds: f64,
     /// The backend that ran it.
     pub backend: String,
+    /// The devices it trained on, as the backend names them (one, or the replicas of a
+    /// data-parallel run); empty in summaries written before they were recorded.
+    #[serde(default)]
+    pub devices: Vec<String>,
 }
 
 /// How a call to [`train`] ended.
@@ -151,6 +155,7 @@ pub fn train_on<B: TrainingBackend>(
         run_dir,
         backend,
         device,
+        device_names: devices.iter().map(|d| format!("{d:?}")).collect(),
         options,
         routed: model_config.method.is_routed(),
         vocab,
@@ -266,6 +271,8 @@ struct LearnerLoop<'a, B: TrainingBackend> {
     run_dir: &'a Path,
     backend: &'a str,
     device: &'a B::Device,
+    /// Every device the run trains on, for its summary.
+    device_names: Vec<String>,
     options: &'a TrainOptions,
     routed: bool,
     vocab: usize,
@@ -443,6 +450,7 @@ impl<B: TrainingBackend> LearnerLoop<'_, B> {
                 / state.train_seconds.max(1e-9),
             train_seconds: state.train_seconds,
             backend: self.backend.to_string(),
+            devices: self.device_names.clone(),
         };
         write_atomically(
             &summary_path(self.run_dir),

@@ -13,6 +13,7 @@ use toml::{Table, Value};
 use crate::config::RunConfig;
 use crate::error::{Result, TrainError};
 pub mod overrides;
+pub mod placement;
 pub mod sweep;
 
 use overrides::merge;

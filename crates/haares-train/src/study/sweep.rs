@@ -4,7 +4,6 @@ use haares_core::TrainingBackend;
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use crate::backend::{BackendJob, BackendKind};
 use crate::config::{RunConfig, TokenizerKind};
@@ -14,6 +13,7 @@ use crate::run::checkpoint::config_difference;
 use crate::run::data_parallel::resolve_devices;
 use crate::run::learner::{Outcome, RunSummary, TrainOptions, summary_path, train_on};
 use crate::study::PlannedRun;
+use crate::study::placement::{Placement, train_queue};
 
 /// What happened to each run of a sweep.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +26,8 @@ pub enum RunStatus {
     Stopped(usize),
     /// Another process is training it (its lock's holder, in words); skipped.
     Locked(String),
+    /// It failed on its device (runs placed per device only: the others go on); the error.
+    Failed(String),
 }
 
 /// Runs `runs` into `study_dir/<run name>/` on one backend.
@@ -42,9 +44,13 @@ pub struct SweepJob {
     pub stop_after: Option<usize>,
     /// Runs trained at the same time (1 when a run trains on several devices).
     pub jobs: usize,
-    /// Devices each run trains on, data-parallel (`--devices`, see
-    /// [`crate::run::data_parallel::resolve_devices`]); empty: the backend's default device.
+    /// The devices (`--devices`, see [`crate::run::data_parallel::resolve_devices`]); empty: the
+    /// backend's default device. Each run trains data-parallel on all of them, unless
+    /// `runs_per_device` places runs on them one by one.
     pub devices: Vec<usize>,
+    /// Place each run on one of the devices, this many runs at a time on each
+    /// (`--runs-per-device`; GPU backends only), instead of training each run on all of them.
+    pub runs_per_device: Option<usize>,
 }
 
 /// The summary of a finished run in `run_dir`, if there is one.
@@ -72,7 +78,54 @@ impl BackendJob for SweepJob {
 
     fn run<B: TrainingBackend>(self, _: B::Device, backend: BackendKind) -> Result<Self::Output> {
         check_writable(&self.study_dir)?;
+        if let Some(runs_per_device) = self.runs_per_device {
+            check_placement(backend, &self.devices, runs_per_device)?;
+        }
         let devices = resolve_devices::<B>(backend, &self.devices)?;
+        self.train_on_devices::<B>(backend, &devices)
+    }
+}
+
+/// Refuses a placement per device that makes no sense, before anything trains.
+fn check_placement(backend: BackendKind, devices: &[usize], runs_per_device: usize) -> Result<()> {
+    if runs_per_device == 0 {
+        return Err(TrainError::Config(
+            "--runs-per-device must be at least 1".into(),
+        ));
+    }
+    if matches!(backend, BackendKind::Flex | BackendKind::Ndarray) {
+        return Err(TrainError::Config(format!(
+            "--runs-per-device places runs on GPUs; on the CPU backend `{backend}` every run \
+             shares the CPU: use --jobs N to train N runs at a time"
+        )));
+    }
+    if devices.is_empty() {
+        return Err(TrainError::Config(
+            "--runs-per-device places runs on the devices --devices names; name them, e.g. \
+             --devices 0,1,2,3"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+impl SweepJob {
+    /// How the runs use the devices.
+    pub fn placement(&self) -> Placement {
+        match self.runs_per_device {
+            Some(runs_per_device) => Placement::PerDevice { runs_per_device },
+            None => Placement::Replicated { jobs: self.jobs },
+        }
+    }
+
+    /// Trains the sweep's unfinished runs on `devices`, as [`Self::placement`] says. A library
+    /// caller may name the devices itself (several copies of the CPU's stand in for devices in
+    /// the tests).
+    pub fn train_on_devices<B: TrainingBackend>(
+        &self,
+        backend: BackendKind,
+        devices: &[B::Device],
+    ) -> Result<Vec<(String, RunStatus)>> {
         let mut statuses: Vec<Option<(String, RunStatus)>> = vec![None; self.runs.len()];
         let pending = self.unfinished(&mut statuses)?;
         let mut prepared: BTreeMap<(String, TokenizerKind), RunData> = BTreeMap::new();
@@ -81,15 +134,37 @@ impl BackendJob for SweepJob {
                 slot.insert(data::prepare(&run.config, &self.paths, self.progress)?);
             }
         }
+        let placement = self.placement();
         let trainer = SweepTrainer::<B> {
-            job: &self,
+            job: self,
             prepared: &prepared,
-            devices: &devices,
             backend,
             bars: indicatif::MultiProgress::new(),
+            device: std::marker::PhantomData,
         };
-        for (index, name, outcome) in trainer.train_all(pending) {
-            statuses[index] = Some((name, outcome?));
+        if !self.progress {
+            trainer
+                .bars
+                .set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        }
+        let groups = match placement {
+            Placement::Replicated { .. } => vec![devices.to_vec()],
+            Placement::PerDevice { .. } => devices.iter().map(|d| vec![d.clone()]).collect(),
+        };
+        let trained = train_queue(pending, placement, devices.len(), |place, run, group| {
+            trainer.train_one(place, run, &groups[group])
+        });
+        for (place, run, group, outcome) in trained {
+            let status = match (outcome, placement) {
+                (Ok(status), _) => status,
+                (Err(error), Placement::PerDevice { .. }) => {
+                    let message = format!("{error} (on {:?})", groups[group][0]);
+                    eprintln!("{}: failed: {message}", run.name);
+                    RunStatus::Failed(message)
+                }
+                (Err(error), Placement::Replicated { .. }) => return Err(error),
+            };
+            statuses[place] = Some((run.name, status));
         }
         Ok(statuses.into_iter().flatten().collect())
     }
@@ -137,62 +212,23 @@ impl SweepJob {
     }
 }
 
-/// What every job of a sweep trains with.
+/// What every slot of a sweep trains with.
 struct SweepTrainer<'a, B: TrainingBackend> {
     job: &'a SweepJob,
     prepared: &'a BTreeMap<(String, TokenizerKind), RunData>,
-    devices: &'a [B::Device],
     backend: BackendKind,
     bars: indicatif::MultiProgress,
+    device: std::marker::PhantomData<B>,
 }
 
-/// A run's place in the sweep, its name and how it ended.
-type Trained = (usize, String, Result<RunStatus>);
-
 impl<B: TrainingBackend> SweepTrainer<'_, B> {
-    /// Trains `pending` on `jobs` threads that take runs in order from a shared queue (runs are
-    /// independent; Burn's CPU backends run small models on about one core, so two jobs use a
-    /// 2-core machine fully). A data-parallel run already uses every device: runs then take
-    /// turns. After a failure no new run starts. Returns the outcomes in run order.
-    fn train_all(&self, pending: Vec<(usize, PlannedRun)>) -> Vec<Trained> {
-        let jobs = if self.devices.len() > 1 {
-            1
-        } else {
-            self.job.jobs.max(1)
-        };
-        if !self.job.progress {
-            self.bars
-                .set_draw_target(indicatif::ProgressDrawTarget::hidden());
-        }
-        let queue = Mutex::new(pending.into_iter());
-        let results = Mutex::new(Vec::new());
-        std::thread::scope(|scope| {
-            for _ in 0..jobs {
-                scope.spawn(|| {
-                    loop {
-                        let next = queue.lock().expect("queue").next();
-                        let Some((index, run)) = next else { break };
-                        let outcome = self.train_one(index, &run);
-                        let failed = outcome.is_err();
-                        results
-                            .lock()
-                            .expect("results")
-                            .push((index, run.name, outcome));
-                        if failed {
-                            // Stop handing out runs; the other jobs finish their current run.
-                            while queue.lock().expect("queue").next().is_some() {}
-                        }
-                    }
-                });
-            }
-        });
-        let mut results = results.into_inner().expect("results");
-        results.sort_by_key(|(index, ..)| *index);
-        results
-    }
-
-    /// Trains the run at `index`; a run another process holds is skipped.
-    fn train_one(&self, index: usize, run: &PlannedRun) -> Result<RunStatus> {
+    /// Trains the run at `index` on `devices`; a run another process holds is skipped.
+    fn train_one(
+        &self,
+        index: usize,
+        run: &PlannedRun,
+        devices: &[B::Device],
+    ) -> Result<RunStatus> {
         let total = self.job.runs.len();
         let options = TrainOptions {
             progress: self.job.progress,
@@ -205,7 +241,7 @@ impl<B: TrainingBackend> SweepTrainer<'_, B> {
             &self.prepared[&data_key(&run.config)],
             &self.job.study_dir.join(&run.name),
             self.backend.name(),
-            self.devices,
+            devices,
             &options,
         );
         match outcome {

@@ -56,6 +56,8 @@ fn unknown_studies_presets_methods_and_backends_are_refused() {
     );
     let (ok, stderr) = cli(&["sweep", "depth", "--set", "colour=blue", "--dry-run"]);
     assert!(!ok && stderr.contains("unknown field `colour`"), "{stderr}");
+    let (ok, stderr) = cli(&["sweep", "depth", "--runs-per-device", "1", "--jobs", "2"]);
+    assert!(!ok && stderr.contains("cannot be used with"), "{stderr}");
     // Every built-in study plans under every preset.
     for name in [
         "depth",
@@ -193,4 +195,36 @@ fn a_corrupt_or_mismatched_checkpoint_is_refused_on_resume_and_left_untouched() 
     std::fs::copy(block.join("checkpoint/model.safetensors"), &model).unwrap();
     let error = run(&config, &data, &run_dir, None).unwrap_err().to_string();
     assert!(error.contains("checkpoint"), "{error}");
+}
+
+/// A placement per device that makes no sense is refused before anything trains.
+#[test]
+fn a_placement_per_device_needs_gpus_named_and_at_least_one_run_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs_dir = dir.path().to_str().unwrap();
+    let sweep = |extra: &[&str]| {
+        let mut args = vec![
+            "sweep",
+            "depth",
+            "--runs-dir",
+            runs_dir,
+            "--backend",
+            "ndarray",
+            "--quiet",
+        ];
+        args.extend(extra);
+        cli(&args)
+    };
+    let (ok, stderr) = sweep(&["--runs-per-device", "1", "--devices", "2"]);
+    assert!(
+        !ok && stderr.contains("--runs-per-device places runs on GPUs")
+            && stderr.contains("use --jobs N"),
+        "{stderr}"
+    );
+    let (ok, stderr) = sweep(&["--runs-per-device", "0"]);
+    assert!(!ok && stderr.contains("at least 1"), "{stderr}");
+    assert!(
+        !dir.path().join("depth").join("report.md").exists(),
+        "nothing trained, nothing reported"
+    );
 }

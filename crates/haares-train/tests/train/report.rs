@@ -70,6 +70,7 @@ fn finish(run: &PlannedRun, dir: &Path) {
         tokens_per_s,
         train_seconds: 30_000.0 * 8192.0 / tokens_per_s,
         backend: "fixture".into(),
+        devices: vec![format!("GPU {}", run.config.model_seed % 2)],
     };
     let run_dir = dir.join(&run.name);
     std::fs::create_dir_all(&run_dir).unwrap();
@@ -138,6 +139,12 @@ fn the_report_reproduces_the_papers_paired_seed_tables() {
     ] {
         let row =
             format!("| {step} | {loss} | {time} | {saved} | 0.824 (≤ 24706 of 30000 steps) |");
+        assert!(report.contains(&row), "missing `{row}` in {report}");
+    }
+
+    // Each run's device, from its summary (model seeds 42, 123, 2026 → GPU 0, 1, 0).
+    for (run, device) in [("s42-haares", "GPU 0"), ("s123-haares", "GPU 1")] {
+        let row = format!("| {run} | fixture | {device} | ");
         assert!(report.contains(&row), "missing `{row}` in {report}");
     }
 

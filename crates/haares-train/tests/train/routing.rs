@@ -95,6 +95,7 @@ fn a_finished_sweep_reports_its_routing_figures() {
         stop_after: None,
         jobs: 2,
         devices: Vec::new(),
+        runs_per_device: None,
     }
     .run::<B>(Default::default(), "ndarray".parse().unwrap())
     .unwrap();

@@ -1,7 +1,7 @@
 //! Studies: expansion, overrides, sharding, and a sweep that skips finished runs and resumes
 //! unfinished ones.
 
-use haares_train::backend::BackendJob;
+use haares_train::backend::{BackendJob, BackendKind};
 use haares_train::study::sweep::{RunStatus, SweepJob};
 use haares_train::study::{Overrides, parse_shard, parse_study, shard_runs};
 use toml::Value;
@@ -134,6 +134,7 @@ fn a_sweep_resumes_unfinished_runs_and_skips_finished_ones() {
         stop_after,
         jobs: 2,
         devices: Vec::new(),
+        runs_per_device: None,
     };
     let first = job(Some(3))
         .run::<B>(Default::default(), "ndarray".parse().unwrap())
@@ -225,4 +226,69 @@ fn a_single_run_config_comes_from_toml_or_from_a_runs_config_json() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("blocks"), "N ∤ 2L: {error}");
+}
+
+/// Runs placed per device, end to end on NdArray with two stand-ins for devices (the CPU twice):
+/// every run trains once, an interrupted placement resumes, a run that fails leaves the others
+/// to finish and is trained on the next pass, and each summary names its device.
+#[test]
+fn runs_placed_per_device_train_once_resume_and_record_their_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = parse_study("fixture", STUDY).unwrap();
+    let runs = study.plan(None, &Overrides::default()).unwrap();
+    assert_eq!(runs.len(), 4);
+    let study_dir = dir.path().join("fixture");
+    let job = |stop_after| SweepJob {
+        runs: runs.clone(),
+        study_dir: study_dir.clone(),
+        paths: paths(dir.path()),
+        progress: false,
+        stop_after,
+        jobs: 1,
+        devices: vec![0, 1],
+        runs_per_device: Some(1),
+    };
+    let stand_ins = [Default::default(), Default::default()];
+    let sweep = |stop_after| {
+        job(stop_after)
+            .train_on_devices::<B>(BackendKind::Ndarray, &stand_ins)
+            .unwrap()
+    };
+    let first = sweep(Some(3));
+    assert!(
+        first.iter().all(|(_, s)| *s == RunStatus::Stopped(3)),
+        "{first:?}"
+    );
+
+    // One run's checkpoint is broken: that run fails, the others resume to the end.
+    let broken = &runs[1].name;
+    let model = study_dir.join(broken).join("checkpoint/model.safetensors");
+    std::fs::write(&model, b"not a safetensors file").unwrap();
+    let second = sweep(None);
+    let names: Vec<&str> = second.iter().map(|(name, _)| name.as_str()).collect();
+    let planned: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, planned, "every run once, in the study's order");
+    for (name, status) in &second {
+        match status {
+            RunStatus::Failed(error) if name == broken => {
+                assert!(error.contains("unreadable model"), "{error}")
+            }
+            RunStatus::Trained(summary) if name != broken => {
+                assert_eq!(summary.steps, 4, "{name} resumed to the end");
+                assert_eq!(summary.devices, ["Cpu"], "{name} trained on one device");
+            }
+            _ => panic!("{name}: {status:?}"),
+        }
+    }
+
+    // Once its directory is cleared, the next pass trains only that run.
+    std::fs::remove_dir_all(study_dir.join(broken)).unwrap();
+    let third = sweep(None);
+    for (name, status) in &third {
+        match status {
+            RunStatus::Trained(_) if name == broken => {}
+            RunStatus::Skipped if name != broken => {}
+            _ => panic!("{name}: {status:?}"),
+        }
+    }
 }

@@ -72,7 +72,7 @@ impl UpdateRule {
             epsilon: settings.epsilon,
             step_size: settings.lr / (1.0 - settings.beta1.powi(t)),
             decay: (decays && settings.weight_decay != 0.0)
-                .then(|| 1.0 - settings.lr * settings.weight_decay),
+                .then_some(1.0 - settings.lr * settings.weight_decay),
             clip: None,
         }
     }
