@@ -49,7 +49,7 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
     assert!(ok, "{stdout}\n{stderr}");
     // Progress is printed as it goes.
     assert!(
-        stderr.contains("[gpu-check] stage 6/6 `real-run` started"),
+        stderr.contains("[gpu-check] stage 7/7 `placement` started"),
         "{stderr}"
     );
 
@@ -69,7 +69,8 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
             "first-step",
             "first-step-deep",
             "cost",
-            "real-run"
+            "real-run",
+            "placement"
         ]
     );
     assert!(stages.iter().all(|(_, s)| *s == "passed"), "{stages:?}");
@@ -136,6 +137,27 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
             .starts_with("validation loss")
     );
     assert!(!real["sample"].as_str().unwrap().is_empty());
+
+    // Placement: the same two runs one at a time, then side by side (two jobs on NdArray), each
+    // timed after its first logged interval.
+    let placement = stage("placement");
+    for key in ["one_at_a_time", "side_by_side"] {
+        let runs = placement[key].as_array().unwrap();
+        assert_eq!(runs.len(), 2, "{key}: {placement}");
+        for run in runs {
+            assert!(run["step_s"].as_f64().unwrap() > 0.0, "{placement}");
+        }
+    }
+    let (one, two) = (
+        placement["tokens_per_s_one"].as_f64().unwrap(),
+        placement["tokens_per_s_two"].as_f64().unwrap(),
+    );
+    let gain = placement["two_over_one"].as_f64().unwrap();
+    assert!((gain - two / one).abs() < 1e-9 && gain > 0.0, "{placement}");
+    assert!(
+        markdown.contains(&format!("with two side by side ({gain:.2}×)")),
+        "{markdown}"
+    );
 }
 
 #[test]

@@ -17,14 +17,14 @@ pub struct GpuCheckArgs {
     #[arg(long, default_value = "gpu", value_parser = ["gpu", "tiny"])]
     profile: String,
     /// Stages to run [default: all: facts, portability, first-step, first-step-deep, cost,
-    /// real-run].
+    /// real-run, placement].
     #[arg(long, value_delimiter = ',')]
     stages: Option<Vec<String>>,
     /// A stage's budget in seconds, replacing the profile's, e.g. `cost=400` (repeatable).
     #[arg(long = "budget", value_name = "STAGE=SECONDS")]
     budgets: Vec<String>,
     /// Training steps of the real-run stage, replacing the profile's (it is killed at its first
-    /// checkpoint, so this must exceed the profile's checkpoint interval: 100 for `gpu`, 80 for
+    /// checkpoint, so this must exceed the profile's checkpoint interval: 50 for `gpu`, 80 for
     /// `tiny`).
     #[arg(long)]
     real_run_steps: Option<usize>,

@@ -7,11 +7,14 @@
 //! and kernel checks on the backend), `first-step` and `first-step-deep` (the first-step anatomy
 //! of one worker at a shallow and at the paper's depth), `cost` (the cost protocol, every method
 //! on both routing paths), `real-run` (training on the embedded corpus with a checkpoint, a kill
-//! and a resume compared with an uninterrupted run, then `eval` and `sample`). The `gpu` profile
+//! and a resume compared with an uninterrupted run, then `eval` and `sample`), `placement` (one
+//! run on the device, then two side by side: each run's steady step and the device's throughput;
+//! docs/experiments.md, "Many runs, one per GPU"). The `gpu` profile
 //! has the paper's sizes; `tiny` runs the same stages in about 10 s on a CPU (CI runs it).
 
 pub mod cli;
 mod pack;
+mod placement;
 mod process;
 mod real_run;
 mod stage;

@@ -58,20 +58,7 @@ struct RealRun<'a> {
 impl<'a> RealRun<'a> {
     fn new(stage: &'a Stage<'a>) -> Self {
         let root = stage.spec.out.join("real-run");
-        let common = [
-            "--backend",
-            &stage.spec.backend,
-            "--runs-dir",
-            &root.display().to_string(),
-            "--data-dir",
-            &root.join("data").display().to_string(),
-            "--cache-dir",
-            &root.join("cache").display().to_string(),
-            "--offline",
-            "--quiet",
-        ]
-        .map(String::from)
-        .to_vec();
+        let common = stage.train_options(&root);
         Self {
             stage,
             root,

@@ -48,6 +48,25 @@ pub(super) fn status_of(finished: &Finished) -> StageStatus {
 }
 
 impl Stage<'_> {
+    /// The options every `haares-train` command of a stage takes: its backend, and its runs, data
+    /// and cache folders under `root`, offline and quiet.
+    pub(super) fn train_options(&self, root: &Path) -> Vec<String> {
+        [
+            "--backend",
+            &self.spec.backend,
+            "--runs-dir",
+            &root.display().to_string(),
+            "--data-dir",
+            &root.join("data").display().to_string(),
+            "--cache-dir",
+            &root.join("cache").display().to_string(),
+            "--offline",
+            "--quiet",
+        ]
+        .map(String::from)
+        .to_vec()
+    }
+
     /// Runs `program` under the stage's deadline, logged.
     pub(super) fn run(&self, program: &Path, args: &[String]) -> Result<Finished, String> {
         self.run_until(program, args, &|| false)

@@ -18,6 +18,7 @@ pub const STAGES: &[&str] = &[
     "first-step-deep",
     "cost",
     "real-run",
+    "placement",
 ];
 
 /// Sizes and budgets of a check.
@@ -31,8 +32,9 @@ pub struct Profile {
     first_step: FirstStepSizes,
     cost_args: &'static [&'static str],
     pub(super) real_run: RealRunSizes,
+    pub(super) placement: PlacementSizes,
     /// Seconds per stage, in [`STAGES`] order.
-    budgets_s: [u64; 6],
+    budgets_s: [u64; 7],
 }
 
 #[derive(Debug, Clone)]
@@ -48,6 +50,16 @@ pub(super) struct RealRunSizes {
     pub(super) layers: usize,
     pub(super) steps: usize,
     pub(super) checkpoint_every: usize,
+    pub(super) sets: &'static [&'static str],
+}
+
+/// The placement stage's two runs.
+#[derive(Debug, Clone)]
+pub(super) struct PlacementSizes {
+    pub(super) layers: usize,
+    pub(super) steps: usize,
+    /// Steps between logged lines; the first interval (compilation) is not timed.
+    pub(super) log_every: usize,
     pub(super) sets: &'static [&'static str],
 }
 
@@ -101,7 +113,16 @@ impl Profile {
                     "val_chunks=32",
                 ],
             },
-            budgets_s: [60, 270, 120, 180, 300, 180],
+            placement: PlacementSizes {
+                // The real run's model and batch (its kernels are compiled by then); 40 steps
+                // per run, 30 of them timed, four runs in all: about 100 s at the untuned H200's
+                // 12-layer steps.
+                layers: 12,
+                steps: 40,
+                log_every: 10,
+                sets: &["d_model=128", "d_ff=1024", "seq_len=512", "batch_size=16"],
+            },
+            budgets_s: [60, 270, 120, 180, 300, 180, 180],
         }
     }
 
@@ -150,7 +171,13 @@ impl Profile {
                     "val_chunks=4",
                 ],
             },
-            budgets_s: [60, 300, 120, 120, 180, 240],
+            placement: PlacementSizes {
+                layers: 2,
+                steps: 40,
+                log_every: 10,
+                sets: &["d_model=32", "d_ff=64", "seq_len=32", "batch_size=4"],
+            },
+            budgets_s: [60, 300, 120, 120, 180, 240, 120],
         }
     }
 
@@ -178,6 +205,7 @@ pub fn run_stage(name: &str, spec: &CheckSpec, deadline: Instant, log: &Path) ->
         "first-step-deep" => stage.first_step(spec.profile.first_step.layers[1]),
         "cost" => stage.cost(),
         "real-run" => super::real_run::real_run(&stage),
+        "placement" => super::placement::placement(&stage),
         other => Err(format!("unknown stage `{other}`")),
     };
     result.unwrap_or_else(Outcome::failed)
