@@ -1,6 +1,7 @@
 //! Portability: the core suite's numerical checks, generic over the backend, in f32 — the forward
 //! pass of every method against the f64 reference (`core/reference.rs`), causality, and gradient
-//! flow to every parameter — and the routing operator's CubeCL kernels. They run on NdArray always,
+//! flow to every parameter — and the CubeCL kernels of the routing operator and the fused
+//! activations. They run on NdArray always,
 //! on wgpu with `--features wgpu` (any Vulkan, Metal or DX12 adapter; CI uses Mesa's software
 //! Vulkan, lavapipe) and on CUDA with `--features cuda` (an NVIDIA GPU).
 //!
@@ -8,6 +9,8 @@
 //! one process-wide default float type).
 #![allow(dead_code)] // the shared helpers serve the f64 suite too
 
+#[path = "core/activation_checks.rs"]
+mod activation_checks;
 #[path = "core/common.rs"]
 mod common;
 #[path = "core/reference.rs"]
@@ -272,6 +275,24 @@ macro_rules! cube_backend_tests {
             #[test]
             fn weighted_sum_and_total_kernels_and_plain_primitives_match_f64_sums() {
                 super::kernels::weighted_sums_match::<Cube>();
+            }
+
+            /// SwiGLU's and the causal softmax's kernels, both directions, against f64 and the
+            /// plain operations; NaN in, NaN out. The kernels round as f32 does (CubeCL's
+            /// accurate `exp`, no fast math), within a few roundings of Flex's loops.
+            #[test]
+            fn activation_kernels_match_f64_and_the_plain_operations() {
+                use super::activation_checks::*;
+                swiglu_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
+                causal_softmax_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
+                nan_propagates::<Cube>();
+            }
+
+            #[test]
+            fn activation_nodes_match_autodiff_of_the_plain_operations() {
+                super::activation_checks::nodes_agree_with_autodiff_of_the_plain_operations::<
+                    Autodiff<Cube>,
+                >(2e-5);
             }
 
             #[test]

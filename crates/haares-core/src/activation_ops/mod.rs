@@ -23,11 +23,14 @@
 //! intermediate. Every backend implements the trait with the plain defaults; Flex replaces the
 //! four primitives with SIMD loops (`flex.rs`, with a vectorised exponential: Flex's own calls
 //! libm's scalar `expf`) and the product with a direct call of its `gemm` kernel
-//! (`flex_matmul.rs`), and the autodiff backend makes each operation one graph node
+//! (`flex_matmul.rs`), the cube backends (CUDA, wgpu) replace the four with one CubeCL kernel
+//! each (`cube.rs`), and the autodiff backend makes each operation one graph node
 //! (`autodiff.rs`). `tests/core/activations.rs` and `tests/core/matmul.rs` check the loops and
 //! the nodes against the plain operations.
 
 mod autodiff;
+#[cfg(feature = "cube")]
+mod cube;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]
@@ -138,15 +141,5 @@ impl<E> ActivationBackend for burn::backend::NdArray<E>
 where
     E: burn::backend::ndarray::FloatNdArrayElement,
     burn::backend::ndarray::NdArrayTensor: From<burn::backend::ndarray::SharedArray<E>>,
-{
-}
-
-#[cfg(feature = "cube")]
-impl<R, F, I, BT> ActivationBackend for burn_cubecl::CubeBackend<R, F, I, BT>
-where
-    R: burn_cubecl::CubeRuntime,
-    F: burn_cubecl::FloatElement,
-    I: burn_cubecl::IntElement,
-    BT: burn_cubecl::BoolElement,
 {
 }

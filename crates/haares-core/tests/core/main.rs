@@ -2,6 +2,7 @@
 //! matters, tiny shapes.
 
 mod accumulator;
+mod activation_checks;
 mod activations;
 mod analysis;
 mod causality;

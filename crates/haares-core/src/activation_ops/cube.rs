@@ -1,0 +1,336 @@
+//! The fused activations as CubeCL kernels on Burn's cube backends (CUDA, wgpu): one launch per
+//! operation and direction where the plain tensor operations ([`naive`](super::naive)) launch
+//! three to eight (issue 34: a CUDA step costs its launch count).
+//!
+//! - `swiglu` and `swiglu_backward`: one thread per element, both gradients from one pass.
+//! - `causal_softmax` and its backward: one cube per query row, its threads striding over the
+//!   keys the query may see, with the row's maximum, sum or dot product reduced in shared memory.
+//!
+//! Inputs are read through their strides (no copy of a transposed or pitched view); outputs are
+//! allocated contiguous. `tests/cube/activations.rs` (part of `tests/portability.rs`) checks every
+//! kernel against f64 sums on wgpu and CUDA.
+
+use burn::tensor::Tensor;
+use burn_cubecl::cubecl::calculate_cube_count_elemwise;
+use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
+use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
+
+use super::ActivationBackend;
+use crate::autodiff_node::from_primitive;
+
+/// Threads that share one row in the softmax kernels.
+const ROW_THREADS: usize = 64;
+
+impl<R, F, I, BT> ActivationBackend for CubeBackend<R, F, I, BT>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    fn swiglu<const D: usize>(gate: Tensor<Self, D>, up: Tensor<Self, D>) -> Tensor<Self, D> {
+        let (gate, up) = (primitive(gate), primitive(up));
+        let output = empty_like(&gate);
+        let (cube_count, cube_dim) = elementwise(&output);
+        kernels::swiglu_kernel::launch::<R>(
+            &gate.client.clone(),
+            cube_count,
+            cube_dim,
+            gate.clone().into_tensor_arg(),
+            up.into_tensor_arg(),
+            output.clone().into_tensor_arg(),
+            gate.dtype.into(),
+        );
+        from_primitive(output)
+    }
+
+    fn swiglu_backward<const D: usize>(
+        gate: Tensor<Self, D>,
+        up: Tensor<Self, D>,
+        grad: Tensor<Self, D>,
+    ) -> (Tensor<Self, D>, Tensor<Self, D>) {
+        let (gate, up, grad) = (primitive(gate), primitive(up), primitive(grad));
+        let (gate_grad, up_grad) = (empty_like(&gate), empty_like(&gate));
+        let (cube_count, cube_dim) = elementwise(&gate_grad);
+        kernels::swiglu_backward_kernel::launch::<R>(
+            &gate.client.clone(),
+            cube_count,
+            cube_dim,
+            gate.clone().into_tensor_arg(),
+            up.into_tensor_arg(),
+            grad.into_tensor_arg(),
+            gate_grad.clone().into_tensor_arg(),
+            up_grad.clone().into_tensor_arg(),
+            gate.dtype.into(),
+        );
+        (from_primitive(gate_grad), from_primitive(up_grad))
+    }
+
+    fn causal_softmax<const D: usize>(scores: Tensor<Self, D>) -> Tensor<Self, D> {
+        let dims = scores.dims();
+        assert_eq!(
+            dims[D - 2],
+            dims[D - 1],
+            "causal softmax: scores must be square, got {dims:?}"
+        );
+        let scores = primitive(scores);
+        let output = empty_like(&scores);
+        let (cube_count, cube_dim) = per_row(&output);
+        kernels::causal_softmax_kernel::launch::<R>(
+            &scores.client.clone(),
+            cube_count,
+            cube_dim,
+            scores.clone().into_tensor_arg(),
+            output.clone().into_tensor_arg(),
+            ROW_THREADS,
+            scores.dtype.into(),
+        );
+        from_primitive(output)
+    }
+
+    fn causal_softmax_backward<const D: usize>(
+        probabilities: Tensor<Self, D>,
+        grad: Tensor<Self, D>,
+    ) -> Tensor<Self, D> {
+        let (probabilities, grad) = (primitive(probabilities), primitive(grad));
+        let output = empty_like(&probabilities);
+        let (cube_count, cube_dim) = per_row(&output);
+        kernels::causal_softmax_backward_kernel::launch::<R>(
+            &probabilities.client.clone(),
+            cube_count,
+            cube_dim,
+            probabilities.clone().into_tensor_arg(),
+            grad.into_tensor_arg(),
+            output.clone().into_tensor_arg(),
+            ROW_THREADS,
+            probabilities.dtype.into(),
+        );
+        from_primitive(output)
+    }
+}
+
+/// The kernels, in a module of their own because CubeCL's `Tensor` is not Burn's.
+mod kernels {
+    use burn_cubecl::cubecl;
+    use burn_cubecl::cubecl::prelude::*;
+
+    /// Where element `index` of the row-major order of `tensor`'s shape lies in its buffer.
+    #[cube]
+    pub(super) fn strided<F: Float>(tensor: &Tensor<F>, index: usize) -> usize {
+        let rank = tensor.rank();
+        let mut rest = index;
+        let mut offset = 0;
+        for i in 0..rank {
+            let dim = rank - 1 - i;
+            offset += (rest % tensor.shape(dim)) * tensor.stride(dim);
+            rest /= tensor.shape(dim);
+        }
+        offset
+    }
+
+    /// `σ(x) = 1 / (1 + e^{−x})`.
+    #[cube]
+    fn sigmoid<F: Float>(x: F) -> F {
+        F::new(1.0) / (F::new(1.0) + (F::new(0.0) - x).exp())
+    }
+
+    /// `h = g σ(g) ⊙ u`, one thread per element.
+    #[cube(launch)]
+    pub(super) fn swiglu_kernel<F: Float>(
+        gate: &Tensor<F>,
+        up: &Tensor<F>,
+        output: &mut Tensor<F>,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        if ABSOLUTE_POS >= output.len() {
+            terminate!();
+        }
+        let g = gate[strided(gate, ABSOLUTE_POS)];
+        output[ABSOLUTE_POS] = g * sigmoid::<F>(g) * up[strided(up, ABSOLUTE_POS)];
+    }
+
+    /// `∂u = ∂h ⊙ g σ(g)` and `∂g = ∂h ⊙ u ⊙ (σ(g) + g σ(g) (1 − σ(g)))`, one thread per element.
+    #[cube(launch)]
+    pub(super) fn swiglu_backward_kernel<F: Float>(
+        gate: &Tensor<F>,
+        up: &Tensor<F>,
+        grad: &Tensor<F>,
+        gate_grad: &mut Tensor<F>,
+        up_grad: &mut Tensor<F>,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        if ABSOLUTE_POS >= gate_grad.len() {
+            terminate!();
+        }
+        let g = gate[strided(gate, ABSOLUTE_POS)];
+        let u = up[strided(up, ABSOLUTE_POS)];
+        let dh = grad[strided(grad, ABSOLUTE_POS)];
+        let s = sigmoid::<F>(g);
+        let silu = g * s;
+        up_grad[ABSOLUTE_POS] = dh * silu;
+        gate_grad[ABSOLUTE_POS] = dh * u * (s + silu * (F::new(1.0) - s));
+    }
+
+    /// Reduces `partials[0..threads]` into `partials[0]`, by sum or by maximum; every thread of
+    /// the cube calls it. One thread adds the 64 partials: a tree would need a runtime loop
+    /// bound, and it is not what a row's time goes into.
+    #[cube]
+    fn reduce<F: Float>(
+        partials: &mut SharedMemory<F>,
+        lane: usize,
+        #[comptime] threads: usize,
+        #[comptime] maximum: bool,
+    ) {
+        sync_cube();
+        if lane == 0 {
+            let mut total = partials[0];
+            for thread in 1..threads {
+                let value = partials[thread];
+                if maximum {
+                    if value > total {
+                        total = value;
+                    }
+                } else {
+                    total += value;
+                }
+            }
+            partials[0] = total;
+        }
+        sync_cube();
+    }
+
+    /// Row `r` of the `[rows, seq]` view of `[..., seq, seq]` scores is query `r mod seq`: it sees
+    /// keys `0..=r mod seq`. One cube per row: the row's maximum, then `Σ e^{x − max}`, then the
+    /// probabilities, zero after the query.
+    #[cube(launch)]
+    pub(super) fn causal_softmax_kernel<F: Float>(
+        scores: &Tensor<F>,
+        output: &mut Tensor<F>,
+        #[comptime] threads: usize,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let seq = output.shape(output.rank() - 1);
+        let row = CUBE_POS;
+        if row * seq >= output.len() {
+            terminate!();
+        }
+        let lane = UNIT_POS_X as usize;
+        let visible = row % seq + 1;
+        let start = row * seq;
+        let mut partials = SharedMemory::<F>::new(threads);
+        // Key 0 is visible to every query: a finite start for the maximum.
+        let mut most = scores[strided(scores, start)];
+        let mut key = lane;
+        while key < visible {
+            let x = scores[strided(scores, start + key)];
+            if x > most {
+                most = x;
+            }
+            key += threads;
+        }
+        partials[lane] = most;
+        reduce(&mut partials, lane, threads, true);
+        let row_max = partials[0];
+        sync_cube();
+        let mut sum = F::new(0.0);
+        key = lane;
+        while key < visible {
+            sum += (scores[strided(scores, start + key)] - row_max).exp();
+            key += threads;
+        }
+        partials[lane] = sum;
+        reduce(&mut partials, lane, threads, false);
+        let row_sum = partials[0];
+        key = lane;
+        while key < seq {
+            let mut p = F::new(0.0);
+            if key < visible {
+                p = (scores[strided(scores, start + key)] - row_max).exp() / row_sum;
+            }
+            output[start + key] = p;
+            key += threads;
+        }
+    }
+
+    /// `∂x = y ⊙ (∂y − Σ_k y_k ∂y_k)` per row, one cube per row (zero where `y` is).
+    #[cube(launch)]
+    pub(super) fn causal_softmax_backward_kernel<F: Float>(
+        probabilities: &Tensor<F>,
+        grad: &Tensor<F>,
+        output: &mut Tensor<F>,
+        #[comptime] threads: usize,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let seq = output.shape(output.rank() - 1);
+        let row = CUBE_POS;
+        if row * seq >= output.len() {
+            terminate!();
+        }
+        let lane = UNIT_POS_X as usize;
+        let start = row * seq;
+        let mut partials = SharedMemory::<F>::new(threads);
+        let mut dot = F::new(0.0);
+        let mut key = lane;
+        while key < seq {
+            let index = start + key;
+            dot += probabilities[strided(probabilities, index)] * grad[strided(grad, index)];
+            key += threads;
+        }
+        partials[lane] = dot;
+        reduce(&mut partials, lane, threads, false);
+        let row_dot = partials[0];
+        key = lane;
+        while key < seq {
+            let index = start + key;
+            let y = probabilities[strided(probabilities, index)];
+            output[index] = y * (grad[strided(grad, index)] - row_dot);
+            key += threads;
+        }
+    }
+}
+
+/// A Burn tensor as the kernels' argument, read through its strides.
+fn primitive<R, F, I, BT, const D: usize>(
+    tensor: Tensor<CubeBackend<R, F, I, BT>, D>,
+) -> CubeTensor<R>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    tensor.into_primitive().tensor()
+}
+
+/// A contiguous output of `like`'s shape and type.
+fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>) -> CubeTensor<R> {
+    empty_device_contiguous_dtype::<R>(
+        like.client.clone(),
+        like.device.clone(),
+        like.meta.shape().clone(),
+        like.dtype,
+    )
+}
+
+/// One thread per element of `output`.
+fn elementwise<R: CubeRuntime>(output: &CubeTensor<R>) -> (CubeCount, CubeDim) {
+    let elements = output.meta.shape().num_elements();
+    let cube_dim = CubeDim::new(&output.client, elements);
+    (
+        calculate_cube_count_elemwise(&output.client, elements, cube_dim),
+        cube_dim,
+    )
+}
+
+/// One cube of [`ROW_THREADS`] per row of `output`'s last dimension.
+fn per_row<R: CubeRuntime>(output: &CubeTensor<R>) -> (CubeCount, CubeDim) {
+    let shape = output.meta.shape();
+    let rows = shape.num_elements() / shape[shape.num_dims() - 1].max(1);
+    let cube_dim = CubeDim::new_1d(ROW_THREADS as u32);
+    (
+        calculate_cube_count_elemwise(&output.client, rows * ROW_THREADS, cube_dim),
+        cube_dim,
+    )
+}
