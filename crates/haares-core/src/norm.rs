@@ -8,6 +8,8 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::tensor::{Tensor, backend::Backend};
 
+use crate::ActivationBackend;
+
 /// Configuration of an [`RmsNorm`].
 #[derive(Config, Debug)]
 pub struct RmsNormConfig {
@@ -38,22 +40,19 @@ pub struct RmsNorm<B: Backend> {
     pub epsilon: f64,
 }
 
-impl<B: Backend> RmsNorm<B> {
-    /// Normalises `x` over its last dimension.
+impl<B: ActivationBackend> RmsNorm<B> {
+    /// Normalises `x` over its last dimension, as one operation
+    /// ([`ActivationBackend::rms_norm`]: one kernel per direction on the cube backends).
     ///
     /// # Shapes
     /// - x: `[..., d]`
     /// - output: `[..., d]`
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        // On the `[tokens, d]` matrix, the layout the fused router uses (see
-        // `source_bank::rows`). And a division, not a multiplication by `recip`: Burn's NdArray
-        // computes an f32 `recip` with the approximate SIMD instruction (≈ 1e-4 relative error)
-        // once tensors are large.
+        // On the `[tokens, d]` matrix, the layout the fused router uses (see `source_bank::rows`).
         let dims = x.dims();
         let width = dims[D - 1];
         let rows = x.reshape([dims.iter().product::<usize>() / width.max(1), width]);
-        let rms = (rows.clone().square().mean_dim(1) + self.epsilon).sqrt();
-        (rows / rms * self.weight.val().unsqueeze::<2>()).reshape(dims)
+        B::rms_norm(rows, self.weight.val(), self.epsilon).reshape(dims)
     }
 }
 

@@ -14,6 +14,7 @@ use burn::module::{Module, Param};
 use burn::tensor::activation::softmax;
 use burn::tensor::{ElementConversion, Tensor, backend::Backend};
 
+use crate::ActivationBackend;
 use crate::config::DetailBias;
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::routing_ops::{RoutingBackend, SlotRows};
@@ -79,7 +80,7 @@ pub struct RouterOutput<B: Backend> {
     pub weights: Tensor<B, 3>,
 }
 
-impl<B: Backend> DepthRouter<B> {
+impl<B: ActivationBackend> DepthRouter<B> {
     /// Routes over a bank (eq:routingweights).
     ///
     /// # Shapes
@@ -91,6 +92,29 @@ impl<B: Backend> DepthRouter<B> {
         RouterOutput { mixture, weights }
     }
 
+    /// The logits `z_s = qᵀ RMSNorm(s) + b_s` of every slot.
+    ///
+    /// # Shapes
+    /// - output: `[batch, seq, S]`
+    pub fn scores(&self, bank: &SourceBank<B>) -> Tensor<B, 3> {
+        let query = self.query.val().unsqueeze::<3>();
+        let scores = bank
+            .sources()
+            .iter()
+            .zip(bank.kinds())
+            .map(|(source, kind)| {
+                let score = (self.key_norm.forward(source.value()) * query.clone()).sum_dim(2);
+                match kind {
+                    SlotKind::Detail => self.add_detail_bias(score),
+                    SlotKind::Embedding | SlotKind::Cumulative => score,
+                }
+            })
+            .collect();
+        Tensor::cat(scores, 2)
+    }
+}
+
+impl<B: Backend> DepthRouter<B> {
     /// The bias `b` this router adds to detail slots, learned or fixed; `None` for a router
     /// without one (Block AttnRes, the final readout). Reads a learned bias back from the device.
     pub fn detail_bias_value(&self) -> Option<f64> {
@@ -120,27 +144,6 @@ impl<B: Backend> DepthRouter<B> {
             (None, None) => return None,
         };
         Some(bias.reshape([slots, 1]))
-    }
-
-    /// The logits `z_s = qᵀ RMSNorm(s) + b_s` of every slot.
-    ///
-    /// # Shapes
-    /// - output: `[batch, seq, S]`
-    pub fn scores(&self, bank: &SourceBank<B>) -> Tensor<B, 3> {
-        let query = self.query.val().unsqueeze::<3>();
-        let scores = bank
-            .sources()
-            .iter()
-            .zip(bank.kinds())
-            .map(|(source, kind)| {
-                let score = (self.key_norm.forward(source.value()) * query.clone()).sum_dim(2);
-                match kind {
-                    SlotKind::Detail => self.add_detail_bias(score),
-                    SlotKind::Embedding | SlotKind::Cumulative => score,
-                }
-            })
-            .collect();
-        Tensor::cat(scores, 2)
     }
 
     fn add_detail_bias(&self, score: Tensor<B, 3>) -> Tensor<B, 3> {

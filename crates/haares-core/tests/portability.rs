@@ -277,7 +277,7 @@ macro_rules! cube_backend_tests {
                 super::kernels::weighted_sums_match::<Cube>();
             }
 
-            /// SwiGLU's and the causal softmax's kernels, both directions, against f64 and the
+            /// SwiGLU's, the causal softmax's and RMSNorm's kernels, both directions, against f64 and the
             /// plain operations; NaN in, NaN out. The kernels round as f32 does (CubeCL's
             /// accurate `exp`, no fast math), within a few roundings of Flex's loops.
             #[test]
@@ -285,6 +285,7 @@ macro_rules! cube_backend_tests {
                 use super::activation_checks::*;
                 swiglu_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
                 causal_softmax_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
+                rms_norm_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
                 nan_propagates::<Cube>();
             }
 

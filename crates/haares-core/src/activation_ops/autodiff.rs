@@ -28,6 +28,13 @@ impl<B: ActivationBackend, C: CheckpointStrategy> ActivationBackend for Autodiff
         finish(CausalSoftmaxBackward::<D>, parents, probabilities, output)
     }
 
+    fn rms_norm(x: Tensor<Self, 2>, weight: Tensor<Self, 1>, epsilon: f64) -> Tensor<Self, 2> {
+        let parents = [primitive(x.clone()), primitive(weight.clone())];
+        let (x, weight) = (x.inner(), weight.inner());
+        let output = B::rms_norm(x.clone(), weight.clone(), epsilon);
+        finish(RmsNormBackward { epsilon }, parents, (x, weight), output)
+    }
+
     fn swap_heads(x: Tensor<Self, 4>) -> Tensor<Self, 4> {
         let parents = [primitive(x.clone())];
         finish(SwapHeadsBackward, parents, (), B::swap_heads(x.inner()))
@@ -110,6 +117,24 @@ impl<B: ActivationBackend, const D: usize> Backward<B, 1> for CausalSoftmaxBackw
         let grad = from_primitive(grads.consume::<B>(&ops.node));
         let scores_grad = B::causal_softmax_backward(ops.state.clone(), grad);
         register(grads, &ops, 0, scores_grad);
+    }
+}
+
+#[derive(Debug)]
+struct RmsNormBackward {
+    epsilon: f64,
+}
+
+impl<B: ActivationBackend> Backward<B, 2> for RmsNormBackward {
+    /// The input and the gain.
+    type State = (Tensor<B, 2>, Tensor<B, 1>);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = from_primitive(grads.consume::<B>(&ops.node));
+        let (x, weight) = ops.state.clone();
+        let (x_grad, weight_grad) = B::rms_norm_backward(x, weight, grad, self.epsilon);
+        register(grads, &ops, 0, x_grad);
+        register(grads, &ops, 1, weight_grad);
     }
 }
 

@@ -5,6 +5,7 @@
 //! - `swiglu` and `swiglu_backward`: one thread per element, both gradients from one pass.
 //! - `causal_softmax` and its backward: one cube per query row, its threads striding over the
 //!   keys the query may see, with the row's maximum, sum or dot product reduced in shared memory.
+//! - `rms_norm` and its backward, the same way (`cube_norm.rs`).
 //!
 //! Inputs are read through their strides (no copy of a transposed or pitched view); outputs are
 //! allocated contiguous. `tests/cube/activations.rs` (part of `tests/portability.rs`) checks every
@@ -20,8 +21,8 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 use super::ActivationBackend;
 use crate::autodiff_node::from_primitive;
 
-/// Threads that share one row in the softmax kernels.
-const ROW_THREADS: usize = 64;
+/// Threads that share one row in the softmax and RMSNorm kernels.
+pub(super) const ROW_THREADS: usize = 64;
 
 impl<R, F, I, BT> ActivationBackend for CubeBackend<R, F, I, BT>
 where
@@ -68,6 +69,19 @@ where
         (from_primitive(gate_grad), from_primitive(up_grad))
     }
 
+    fn rms_norm(x: Tensor<Self, 2>, weight: Tensor<Self, 1>, epsilon: f64) -> Tensor<Self, 2> {
+        super::cube_norm::rms_norm(x, weight, epsilon)
+    }
+
+    fn rms_norm_backward(
+        x: Tensor<Self, 2>,
+        weight: Tensor<Self, 1>,
+        grad: Tensor<Self, 2>,
+        epsilon: f64,
+    ) -> (Tensor<Self, 2>, Tensor<Self, 1>) {
+        super::cube_norm::rms_norm_backward(x, weight, grad, epsilon)
+    }
+
     fn causal_softmax<const D: usize>(scores: Tensor<Self, D>) -> Tensor<Self, D> {
         let dims = scores.dims();
         assert_eq!(
@@ -112,13 +126,13 @@ where
 }
 
 /// The kernels, in a module of their own because CubeCL's `Tensor` is not Burn's.
-mod kernels {
+pub(super) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
     /// Where element `index` of the row-major order of `tensor`'s shape lies in its buffer.
     #[cube]
-    pub(super) fn strided<F: Float>(tensor: &Tensor<F>, index: usize) -> usize {
+    pub(in crate::activation_ops) fn strided<F: Float>(tensor: &Tensor<F>, index: usize) -> usize {
         let rank = tensor.rank();
         let mut rest = index;
         let mut offset = 0;
@@ -177,7 +191,7 @@ mod kernels {
     /// the cube calls it. One thread adds the 64 partials: a tree would need a runtime loop
     /// bound, and it is not what a row's time goes into.
     #[cube]
-    fn reduce<F: Float>(
+    pub(in crate::activation_ops) fn reduce<F: Float>(
         partials: &mut SharedMemory<F>,
         lane: usize,
         #[comptime] threads: usize,
@@ -292,7 +306,7 @@ mod kernels {
 }
 
 /// A Burn tensor as the kernels' argument, read through its strides.
-fn primitive<R, F, I, BT, const D: usize>(
+pub(super) fn primitive<R, F, I, BT, const D: usize>(
     tensor: Tensor<CubeBackend<R, F, I, BT>, D>,
 ) -> CubeTensor<R>
 where
@@ -305,7 +319,7 @@ where
 }
 
 /// A contiguous output of `like`'s shape and type.
-fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>) -> CubeTensor<R> {
+pub(super) fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>) -> CubeTensor<R> {
     empty_device_contiguous_dtype::<R>(
         like.client.clone(),
         like.device.clone(),
@@ -325,7 +339,7 @@ fn elementwise<R: CubeRuntime>(output: &CubeTensor<R>) -> (CubeCount, CubeDim) {
 }
 
 /// One cube of [`ROW_THREADS`] per row of `output`'s last dimension.
-fn per_row<R: CubeRuntime>(output: &CubeTensor<R>) -> (CubeCount, CubeDim) {
+pub(super) fn per_row<R: CubeRuntime>(output: &CubeTensor<R>) -> (CubeCount, CubeDim) {
     let shape = output.meta.shape();
     let rows = shape.num_elements() / shape[shape.num_dims() - 1].max(1);
     let cube_dim = CubeDim::new_1d(ROW_THREADS as u32);

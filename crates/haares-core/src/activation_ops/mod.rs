@@ -1,6 +1,8 @@
 //! The backbone's two elementwise operations that dominate a CPU step after the matrix products,
 //! each as one differentiable operation with its own backward pass: SwiGLU's gated product
-//! `SiLU(gate) ⊙ up` (App. A) and attention's causal softmax. Beside them, attention's move of
+//! `SiLU(gate) ⊙ up` (App. A) and attention's causal softmax; and RMSNorm with its gain, one
+//! operation for the cube backends, where its eight tensor operations per direction are eight
+//! kernel launches. Beside them, attention's move of
 //! its heads between the positions' dimension and their own ([`ActivationBackend::swap_heads`]),
 //! a layout change that Flex, given Burn's view, copies slowly, and the matrix product itself
 //! ([`ActivationBackend::matmul`]), whose output Flex copies once more than it needs to.
@@ -31,6 +33,8 @@
 mod autodiff;
 #[cfg(feature = "cube")]
 mod cube;
+#[cfg(feature = "cube")]
+mod cube_norm;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]
@@ -82,6 +86,32 @@ pub trait ActivationBackend: Backend {
         grad: Tensor<Self, D>,
     ) -> Tensor<Self, D> {
         naive::causal_softmax_backward(probabilities, grad)
+    }
+
+    /// Affine RMSNorm over the rows of `x`: `y = x / sqrt(mean(x²) + ε) ⊙ w` (tab:reprobackbone;
+    /// [`crate::norm::RmsNorm`]).
+    ///
+    /// # Shapes
+    /// - x, output: `[rows, d]`
+    /// - weight: `[d]`
+    fn rms_norm(x: Tensor<Self, 2>, weight: Tensor<Self, 1>, epsilon: f64) -> Tensor<Self, 2> {
+        naive::rms_norm(x, weight, epsilon)
+    }
+
+    /// The gradients `(∂L/∂x, ∂L/∂w)` of [`rms_norm`](Self::rms_norm), given `∂L/∂y`: with
+    /// `r = 1 / sqrt(mean(x²) + ε)` and `x̂ = x r` per row, `∂x = r (∂y⊙w − x̂ mean(∂y⊙w⊙x̂))` and
+    /// `∂w = Σ_rows ∂y⊙x̂`.
+    ///
+    /// # Shapes
+    /// - x, grad, `∂x`: `[rows, d]`
+    /// - weight, `∂w`: `[d]`
+    fn rms_norm_backward(
+        x: Tensor<Self, 2>,
+        weight: Tensor<Self, 1>,
+        grad: Tensor<Self, 2>,
+        epsilon: f64,
+    ) -> (Tensor<Self, 2>, Tensor<Self, 1>) {
+        naive::rms_norm_backward(x, weight, grad, epsilon)
     }
 
     /// `x` with its dimensions 1 and 2 swapped: attention's move of the heads in front of the

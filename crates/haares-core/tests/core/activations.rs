@@ -7,9 +7,10 @@ use burn::backend::{Autodiff, Flex};
 use crate::activation_checks::{
     causal_softmax_agrees_with_f64_and_the_plain_operations, nan_propagates,
     nodes_agree_with_autodiff_of_the_plain_operations,
+    rms_norm_agrees_with_f64_and_the_plain_operations,
     swiglu_agrees_with_f64_and_the_plain_operations,
 };
-use crate::common::Ad64;
+use crate::common::{Ad64, B64};
 
 /// Flex's SwiGLU loops against f64 (to within a few f32 roundings) and against the plain f32
 /// operations; transposed operands take the plain path.
@@ -22,6 +23,13 @@ fn flex_swiglu_agrees_with_f64_and_with_the_plain_operations() {
 #[test]
 fn flex_causal_softmax_agrees_with_f64_and_with_the_plain_operations() {
     causal_softmax_agrees_with_f64_and_the_plain_operations::<Flex>(1e-6);
+}
+
+/// RMSNorm's plain operations (the form Flex and NdArray run) against f64 written out.
+#[test]
+fn rms_norm_agrees_with_f64_on_flex_and_in_f64() {
+    rms_norm_agrees_with_f64_and_the_plain_operations::<Flex>(1e-5);
+    rms_norm_agrees_with_f64_and_the_plain_operations::<B64>(1e-12);
 }
 
 #[test]
