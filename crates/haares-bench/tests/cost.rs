@@ -142,7 +142,8 @@ fn cost_refuses_bad_arguments_before_measuring() {
 }
 
 /// `paired` alternates the two methods' steps in one process and writes every pair's steps, the
-/// order and the ratio's interval.
+/// order and the ratio's interval; named baseline first, the methods are turned round so that the
+/// ratio is HAARES over Block AttnRes, and the table says so.
 #[test]
 fn paired_alternates_two_methods_and_reports_the_ratio() {
     let dir = tempfile::tempdir().unwrap();
@@ -150,6 +151,8 @@ fn paired_alternates_two_methods_and_reports_the_ratio() {
     let mut args = vec!["paired"];
     args.extend(TINY_MODEL);
     args.extend([
+        "--methods",
+        "block-attnres,haares",
         "--pairs",
         "9",
         "--warmup",
@@ -164,6 +167,7 @@ fn paired_alternates_two_methods_and_reports_the_ratio() {
             .unwrap();
     let methods = &json["spec"]["cost"]["methods"];
     assert_eq!(methods, &serde_json::json!(["haares", "block-attnres"]));
+    assert_eq!(json["spec"]["reordered"], true);
     for m in 0..2 {
         let steps = json["step_s"][m].as_array().unwrap();
         assert_eq!(steps.len(), 9);
@@ -178,7 +182,9 @@ fn paired_alternates_two_methods_and_reports_the_ratio() {
     // Seven pairs after the warm-up: the sign test's 95% interval is the extremes (ranks 1, 7).
     let table = std::fs::read_to_string(out.with_extension("md")).unwrap();
     assert!(
-        table.contains("median") && table.contains("over 7 pairs, 95% interval"),
+        table.contains("haares / block-attnres, step by step: median")
+            && table.contains("over 7 pairs, 95% interval")
+            && table.contains("named block-attnres first"),
         "{table}"
     );
     assert_eq!(stdout, table);

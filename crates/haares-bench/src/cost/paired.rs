@@ -13,6 +13,7 @@
 use std::path::Path;
 use std::time::Instant;
 
+use haares_core::method::method_rank;
 use haares_core::{ModelConfig, TrainingBackend};
 use haares_train::backend::{BackendJob, BackendKind, dispatch};
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,24 @@ pub struct PairedSpec {
     pub cost: CostSpec,
     /// The ratio's target: `methods[0]` / `methods[1]` at most this.
     pub target: f64,
+    /// Whether the command line named the methods baseline first ([`over_baseline`] turned them
+    /// round).
+    #[serde(default)]
+    pub reordered: bool,
+}
+
+/// The two methods as a method over its baseline: the one later in the paper's order
+/// ([`haares_core::method::METHOD_NAMES`]: Standard, …, Block AttnRes, the ablations, HAARES)
+/// first, whatever the order given, so that a ratio and its verdict are always about the cost a
+/// method adds to its baseline (HAARES over Block AttnRes, Block AttnRes over Standard), never
+/// about the inverse. Two paths of one method keep their order. Returns whether it turned them.
+pub fn over_baseline(methods: &mut [String]) -> bool {
+    let rank = |name: &String| method_rank(name.split('/').next().unwrap_or_default());
+    let turn = matches!(methods, [a, b] if rank(b) > rank(a));
+    if turn {
+        methods.swap(0, 1);
+    }
+    turn
 }
 
 impl PairedSpec {
@@ -203,6 +222,13 @@ pub fn paired_table(run: &PairedRun) -> String {
         )),
         None => out.push_str("\nToo few pairs for a ratio.\n"),
     }
+    if run.spec.reordered {
+        out.push_str(&format!(
+            "\nThe command line named {b} first; a ratio here is always a method over its \
+             baseline ({a} / {b}), so that the verdict is about the target's ratio, not its \
+             inverse.\n"
+        ));
+    }
     out
 }
 
@@ -233,7 +259,9 @@ pub struct PairedArgs {
     /// Pairs left out at the start.
     #[arg(long, default_value_t = 4)]
     warmup: usize,
-    /// The two methods, numerator first (names as in `cost`, `/reference` or `/fused` allowed).
+    /// The two methods (names as in `cost`, `/reference` or `/fused` allowed), in any order: the
+    /// ratio is always the later in the paper's order over the earlier (HAARES over Block
+    /// AttnRes, Block AttnRes over Standard); two paths of one method keep their order.
     #[arg(long, value_delimiter = ',', default_value = "haares,block-attnres")]
     methods: Vec<String>,
     /// The ratio's target [default: 1.05, HAARES / Block AttnRes in the CPU-speed issue].
@@ -252,12 +280,14 @@ impl PairedArgs {
         self.sizes.apply(&mut cost);
         (cost.steps, cost.warmup, cost.repeats) = (self.pairs, self.warmup, 1);
         cost.methods = self.methods;
+        let reordered = over_baseline(&mut cost.methods);
         let out = self.out.unwrap_or_else(|| {
             std::path::PathBuf::from(format!("runs/bench/paired-{}", self.backend))
         });
         let spec = PairedSpec {
             cost,
             target: self.target,
+            reordered,
         };
         (spec, out)
     }
@@ -266,6 +296,49 @@ impl PairedArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ratio_is_a_method_over_its_baseline_whatever_the_order_given() {
+        let turned = |given: &[&str]| {
+            let mut methods: Vec<String> = given.iter().map(|m| m.to_string()).collect();
+            let turned = over_baseline(&mut methods);
+            (methods, turned)
+        };
+        let pairs = [
+            (
+                ["block-attnres", "haares"],
+                ["haares", "block-attnres"],
+                true,
+            ),
+            (
+                ["haares", "block-attnres"],
+                ["haares", "block-attnres"],
+                false,
+            ),
+            (
+                ["standard", "block-attnres/fused"],
+                ["block-attnres/fused", "standard"],
+                true,
+            ),
+            (
+                ["haares/fused", "haares/reference"],
+                ["haares/fused", "haares/reference"],
+                false,
+            ),
+            (
+                ["haares/reference", "haares/fused"],
+                ["haares/reference", "haares/fused"],
+                false,
+            ),
+        ];
+        for (given, expected, turn) in pairs {
+            assert_eq!(
+                turned(&given),
+                (expected.map(String::from).to_vec(), turn),
+                "{given:?}"
+            );
+        }
+    }
 
     #[test]
     fn the_verdict_reads_the_whole_interval() {
