@@ -67,8 +67,8 @@ impl<B: ActivationBackend> CausalSelfAttention<B> {
         let heads = |projection: &Linear<B>| {
             project(projection, rows.clone()).reshape([batch, seq, self.n_heads, head_dim])
         };
-        let query = rope.apply(heads(&self.wq).mul_scalar(1.0 / (head_dim as f64).sqrt()));
-        let key = rope.apply(heads(&self.wk));
+        let query = rope.apply(heads(&self.wq), 1.0 / (head_dim as f64).sqrt());
+        let key = rope.apply(heads(&self.wk), 1.0);
         let context = causal_attention(
             B::swap_heads(query),
             B::swap_heads(key),

@@ -63,23 +63,21 @@ impl<B: Backend> RotaryTable<B> {
 }
 
 impl<B: ActivationBackend> RotaryTable<B> {
-    /// Rotates each interleaved pair `(x_{2i}, x_{2i+1})` by the angle of its position:
-    /// `x ⊙ cos + (x P) ⊙ sin`, where `x P` turns every pair a quarter turn. Every operand is
-    /// contiguous and `x P` is one small matrix product, where slicing the pairs apart would
-    /// make each elementwise operation walk strided views; the tables are one `[seq·heads·d_h]`
-    /// row shared by every batch row, a broadcast CPU backends vectorise.
+    /// Rotates each interleaved pair `(x_{2i}, x_{2i+1})` by the angle of its position, then
+    /// scales: `s (x ⊙ cos + (x P) ⊙ sin)`, where `x P` turns every pair a quarter turn, as one
+    /// operation ([`ActivationBackend::rotary`]: one kernel per direction on the cube backends).
+    /// `scale` carries attention's `1/√d_h` on the queries (1 on the keys).
     ///
     /// # Shapes
     /// - x: `[batch, seq, heads, d_h]` with `seq ≤ max_seq_len` and the table's heads and `d_h`
     /// - output: `[batch, seq, heads, d_h]`
-    pub fn apply(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        let [batch, seq, heads, head_dim] = x.dims();
-        let row = seq * heads * head_dim;
-        let at_positions = |table: &Tensor<B, 2>| table.clone().narrow(0, 0, seq).reshape([1, row]);
-        let pairs = x.clone().reshape([batch * seq * heads, head_dim]);
-        let turned = B::matmul(pairs, self.quarter_turn.clone()).reshape([batch, row]);
-        let rotated =
-            x.reshape([batch, row]) * at_positions(&self.cos) + turned * at_positions(&self.sin);
-        rotated.reshape([batch, seq, heads, head_dim])
+    pub fn apply(&self, x: Tensor<B, 4>, scale: f64) -> Tensor<B, 4> {
+        B::rotary(
+            x,
+            self.cos.clone(),
+            self.sin.clone(),
+            self.quarter_turn.clone(),
+            scale,
+        )
     }
 }

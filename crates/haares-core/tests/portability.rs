@@ -15,6 +15,8 @@ mod activation_checks;
 mod common;
 #[path = "core/reference.rs"]
 mod reference;
+#[path = "core/rotary_checks.rs"]
+mod rotary_checks;
 
 use burn::backend::Autodiff;
 use burn::module::Param;
@@ -277,7 +279,7 @@ macro_rules! cube_backend_tests {
                 super::kernels::weighted_sums_match::<Cube>();
             }
 
-            /// SwiGLU's, the causal softmax's and RMSNorm's kernels, both directions, against f64 and the
+            /// SwiGLU's, the causal softmax's, RMSNorm's and RoPE's kernels, both directions, against f64 and the
             /// plain operations; NaN in, NaN out. The kernels round as f32 does (CubeCL's
             /// accurate `exp`, no fast math), within a few roundings of Flex's loops.
             #[test]
@@ -287,6 +289,7 @@ macro_rules! cube_backend_tests {
                 causal_softmax_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
                 rms_norm_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
                 nan_propagates::<Cube>();
+                super::rotary_checks::rotary_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
             }
 
             #[test]
@@ -294,6 +297,9 @@ macro_rules! cube_backend_tests {
                 super::activation_checks::nodes_agree_with_autodiff_of_the_plain_operations::<
                     Autodiff<Cube>,
                 >(2e-5);
+                super::rotary_checks::rotary_node_agrees_with_autodiff_of_the_plain_operations::<
+                    Autodiff<Cube>,
+                >(1e-5);
             }
 
             #[test]

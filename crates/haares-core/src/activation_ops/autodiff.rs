@@ -35,6 +35,20 @@ impl<B: ActivationBackend, C: CheckpointStrategy> ActivationBackend for Autodiff
         finish(RmsNormBackward { epsilon }, parents, (x, weight), output)
     }
 
+    fn rotary(
+        x: Tensor<Self, 4>,
+        cos: Tensor<Self, 2>,
+        sin: Tensor<Self, 2>,
+        quarter_turn: Tensor<Self, 2>,
+        scale: f64,
+    ) -> Tensor<Self, 4> {
+        let parents = [primitive(x.clone())];
+        let tables = (cos.inner(), sin.inner(), quarter_turn.inner());
+        let (cos, sin, turn) = tables.clone();
+        let output = B::rotary(x.inner(), cos, sin, turn, scale);
+        finish(RotaryBackward { scale }, parents, tables, output)
+    }
+
     fn swap_heads(x: Tensor<Self, 4>) -> Tensor<Self, 4> {
         let parents = [primitive(x.clone())];
         finish(SwapHeadsBackward, parents, (), B::swap_heads(x.inner()))
@@ -135,6 +149,28 @@ impl<B: ActivationBackend> Backward<B, 2> for RmsNormBackward {
         let (x_grad, weight_grad) = B::rms_norm_backward(x, weight, grad, self.epsilon);
         register(grads, &ops, 0, x_grad);
         register(grads, &ops, 1, weight_grad);
+    }
+}
+
+/// RoPE's node: the tables are constants, so only `x` is a parent.
+#[derive(Debug)]
+struct RotaryBackward {
+    scale: f64,
+}
+
+impl<B: ActivationBackend> Backward<B, 1> for RotaryBackward {
+    /// The cosine and sine tables and the quarter turn.
+    type State = (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = from_primitive(grads.consume::<B>(&ops.node));
+        let (cos, sin, turn) = ops.state.clone();
+        register(
+            grads,
+            &ops,
+            0,
+            B::rotary_backward(grad, cos, sin, turn, self.scale),
+        );
     }
 }
 

@@ -6,6 +6,7 @@
 //! - `causal_softmax` and its backward: one cube per query row, its threads striding over the
 //!   keys the query may see, with the row's maximum, sum or dot product reduced in shared memory.
 //! - `rms_norm` and its backward, the same way (`cube_norm.rs`).
+//! - `rotary` and its backward: one thread per element (`cube_rotary.rs`).
 //!
 //! Inputs are read through their strides (no copy of a transposed or pitched view); outputs are
 //! allocated contiguous. `tests/cube/activations.rs` (part of `tests/portability.rs`) checks every
@@ -80,6 +81,26 @@ where
         epsilon: f64,
     ) -> (Tensor<Self, 2>, Tensor<Self, 1>) {
         super::cube_norm::rms_norm_backward(x, weight, grad, epsilon)
+    }
+
+    fn rotary(
+        x: Tensor<Self, 4>,
+        cos: Tensor<Self, 2>,
+        sin: Tensor<Self, 2>,
+        _quarter_turn: Tensor<Self, 2>,
+        scale: f64,
+    ) -> Tensor<Self, 4> {
+        super::cube_rotary::turn_pairs(x, cos, sin, scale, false)
+    }
+
+    fn rotary_backward(
+        grad: Tensor<Self, 4>,
+        cos: Tensor<Self, 2>,
+        sin: Tensor<Self, 2>,
+        _quarter_turn: Tensor<Self, 2>,
+        scale: f64,
+    ) -> Tensor<Self, 4> {
+        super::cube_rotary::turn_pairs(grad, cos, sin, scale, true)
     }
 
     fn causal_softmax<const D: usize>(scores: Tensor<Self, D>) -> Tensor<Self, D> {
@@ -329,7 +350,7 @@ pub(super) fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>) -> CubeTensor<R> 
 }
 
 /// One thread per element of `output`.
-fn elementwise<R: CubeRuntime>(output: &CubeTensor<R>) -> (CubeCount, CubeDim) {
+pub(super) fn elementwise<R: CubeRuntime>(output: &CubeTensor<R>) -> (CubeCount, CubeDim) {
     let elements = output.meta.shape().num_elements();
     let cube_dim = CubeDim::new(&output.client, elements);
     (

@@ -1,8 +1,8 @@
 //! The backbone's two elementwise operations that dominate a CPU step after the matrix products,
 //! each as one differentiable operation with its own backward pass: SwiGLU's gated product
-//! `SiLU(gate) ⊙ up` (App. A) and attention's causal softmax; and RMSNorm with its gain, one
-//! operation for the cube backends, where its eight tensor operations per direction are eight
-//! kernel launches. Beside them, attention's move of
+//! `SiLU(gate) ⊙ up` (App. A) and attention's causal softmax; and RMSNorm with its gain and RoPE,
+//! one operation each for the cube backends, where their tensor operations are as many kernel
+//! launches. Beside them, attention's move of
 //! its heads between the positions' dimension and their own ([`ActivationBackend::swap_heads`]),
 //! a layout change that Flex, given Burn's view, copies slowly, and the matrix product itself
 //! ([`ActivationBackend::matmul`]), whose output Flex copies once more than it needs to.
@@ -35,6 +35,8 @@ mod autodiff;
 mod cube;
 #[cfg(feature = "cube")]
 mod cube_norm;
+#[cfg(feature = "cube")]
+mod cube_rotary;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]
@@ -112,6 +114,40 @@ pub trait ActivationBackend: Backend {
         epsilon: f64,
     ) -> (Tensor<Self, 2>, Tensor<Self, 1>) {
         naive::rms_norm_backward(x, weight, grad, epsilon)
+    }
+
+    /// RoPE with a scale (App. A; [`crate::rope::RotaryTable`]): every interleaved pair
+    /// `(x_{2i}, x_{2i+1})` of every head turned by its position's angle, then scaled,
+    /// `y = s (x ⊙ cos + (x P) ⊙ sin)`, where `x P = (−x₁, x₀, −x₃, x₂, …)` turns each pair a
+    /// quarter turn. The scale carries attention's `1/√d_h` on the queries.
+    ///
+    /// # Shapes
+    /// - x, output: `[batch, seq, heads, d_h]`
+    /// - cos, sin: `[max_seq_len, heads · d_h]`, `seq ≤ max_seq_len` (the table's rows from 0)
+    /// - quarter_turn: `[d_h, d_h]`
+    fn rotary(
+        x: Tensor<Self, 4>,
+        cos: Tensor<Self, 2>,
+        sin: Tensor<Self, 2>,
+        quarter_turn: Tensor<Self, 2>,
+        scale: f64,
+    ) -> Tensor<Self, 4> {
+        naive::rotary(x, cos, sin, quarter_turn, scale)
+    }
+
+    /// `∂L/∂x` of [`rotary`](Self::rotary) given `∂L/∂y`: each pair turned back by its angle and
+    /// scaled, `∂x = s (∂y ⊙ cos − (∂y P) ⊙ sin)` (a rotation's inverse is its transpose).
+    ///
+    /// # Shapes
+    /// - grad, output: `[batch, seq, heads, d_h]`; the tables as for [`rotary`](Self::rotary)
+    fn rotary_backward(
+        grad: Tensor<Self, 4>,
+        cos: Tensor<Self, 2>,
+        sin: Tensor<Self, 2>,
+        quarter_turn: Tensor<Self, 2>,
+        scale: f64,
+    ) -> Tensor<Self, 4> {
+        naive::rotary_backward(grad, cos, sin, quarter_turn, scale)
     }
 
     /// `x` with its dimensions 1 and 2 swapped: attention's move of the heads in front of the

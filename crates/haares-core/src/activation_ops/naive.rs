@@ -4,6 +4,8 @@
 use burn::tensor::activation::{self, softmax};
 use burn::tensor::{Bool, DType, Tensor, backend::Backend};
 
+use super::ActivationBackend;
+
 /// [`ActivationBackend::swiglu`](super::ActivationBackend::swiglu): `SiLU(gate) ⊙ up`.
 pub fn swiglu<B: Backend, const D: usize>(gate: Tensor<B, D>, up: Tensor<B, D>) -> Tensor<B, D> {
     silu(gate) * up
@@ -73,6 +75,59 @@ pub fn rms_norm_backward<B: Backend>(
     let x_grad = (weighted - normed.clone() * along_row) / rms;
     let weight_grad = (grad * normed).sum_dim(0).reshape([d]);
     (x_grad, weight_grad)
+}
+
+/// [`ActivationBackend::rotary`](super::ActivationBackend::rotary): `s (x ⊙ cos + (x P) ⊙ sin)`.
+///
+/// Every operand is contiguous and `x P` is one small matrix product, where slicing the pairs
+/// apart would make each elementwise operation walk strided views; the tables are one
+/// `[seq·heads·d_h]` row shared by every batch row, a broadcast CPU backends vectorise.
+pub fn rotary<B: ActivationBackend>(
+    x: Tensor<B, 4>,
+    cos: Tensor<B, 2>,
+    sin: Tensor<B, 2>,
+    quarter_turn: Tensor<B, 2>,
+    scale: f64,
+) -> Tensor<B, 4> {
+    turn_pairs(x, cos, sin, quarter_turn, scale, false)
+}
+
+/// [`ActivationBackend::rotary_backward`](super::ActivationBackend::rotary_backward):
+/// `s (∂y ⊙ cos − (∂y P) ⊙ sin)`.
+pub fn rotary_backward<B: ActivationBackend>(
+    grad: Tensor<B, 4>,
+    cos: Tensor<B, 2>,
+    sin: Tensor<B, 2>,
+    quarter_turn: Tensor<B, 2>,
+    scale: f64,
+) -> Tensor<B, 4> {
+    turn_pairs(grad, cos, sin, quarter_turn, scale, true)
+}
+
+/// `s (x ⊙ cos ± (x P) ⊙ sin)`: the rotation by each position's angle, or back.
+fn turn_pairs<B: ActivationBackend>(
+    x: Tensor<B, 4>,
+    cos: Tensor<B, 2>,
+    sin: Tensor<B, 2>,
+    quarter_turn: Tensor<B, 2>,
+    scale: f64,
+    back: bool,
+) -> Tensor<B, 4> {
+    let [batch, seq, heads, head_dim] = x.dims();
+    let row = seq * heads * head_dim;
+    let at_positions = |table: Tensor<B, 2>| table.narrow(0, 0, seq).reshape([1, row]);
+    let pairs = x.clone().reshape([batch * seq * heads, head_dim]);
+    let turned = B::matmul(pairs, quarter_turn).reshape([batch, row]) * at_positions(sin);
+    let straight = x.reshape([batch, row]) * at_positions(cos);
+    let rotated = match back {
+        false => straight + turned,
+        true => straight - turned,
+    };
+    let scaled = match scale == 1.0 {
+        true => rotated,
+        false => rotated.mul_scalar(scale),
+    };
+    scaled.reshape([batch, seq, heads, head_dim])
 }
 
 /// [`ActivationBackend::swap_heads`](super::ActivationBackend::swap_heads): Burn's view.

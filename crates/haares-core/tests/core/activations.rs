@@ -11,6 +11,10 @@ use crate::activation_checks::{
     swiglu_agrees_with_f64_and_the_plain_operations,
 };
 use crate::common::{Ad64, B64};
+use crate::rotary_checks::{
+    rotary_agrees_with_f64_and_the_plain_operations,
+    rotary_node_agrees_with_autodiff_of_the_plain_operations,
+};
 
 /// Flex's SwiGLU loops against f64 (to within a few f32 roundings) and against the plain f32
 /// operations; transposed operands take the plain path.
@@ -30,6 +34,16 @@ fn flex_causal_softmax_agrees_with_f64_and_with_the_plain_operations() {
 fn rms_norm_agrees_with_f64_on_flex_and_in_f64() {
     rms_norm_agrees_with_f64_and_the_plain_operations::<Flex>(1e-5);
     rms_norm_agrees_with_f64_and_the_plain_operations::<B64>(1e-12);
+}
+
+/// RoPE's plain operations (Flex's and NdArray's form) against the rotation written out in f64,
+/// and its node's gradient against Burn's autodiff.
+#[test]
+fn rotary_agrees_with_f64_on_flex_and_in_f64() {
+    rotary_agrees_with_f64_and_the_plain_operations::<Flex>(1e-6);
+    rotary_agrees_with_f64_and_the_plain_operations::<B64>(1e-12);
+    rotary_node_agrees_with_autodiff_of_the_plain_operations::<Autodiff<Flex>>(1e-6);
+    rotary_node_agrees_with_autodiff_of_the_plain_operations::<Ad64>(1e-12);
 }
 
 #[test]

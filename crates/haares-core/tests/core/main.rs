@@ -19,6 +19,7 @@ mod readme;
 mod reference;
 mod reference_tests;
 mod rms_match;
+mod rotary_checks;
 mod routing;
 mod routing_stats;
 mod signed_sum;
