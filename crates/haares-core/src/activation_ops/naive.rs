@@ -6,12 +6,12 @@ use burn::tensor::{Bool, DType, Tensor, backend::Backend};
 
 use super::ActivationBackend;
 
-/// [`ActivationBackend::swiglu`](super::ActivationBackend::swiglu): `SiLU(gate) ⊙ up`.
+/// The plain form of [`ActivationBackend::swiglu`]: `SiLU(gate) ⊙ up`.
 pub fn swiglu<B: Backend, const D: usize>(gate: Tensor<B, D>, up: Tensor<B, D>) -> Tensor<B, D> {
     silu(gate) * up
 }
 
-/// [`ActivationBackend::swiglu_backward`](super::ActivationBackend::swiglu_backward):
+/// The plain form of [`ActivationBackend::swiglu_backward`]:
 /// `∂up = ∂h ⊙ g σ(g)` and `∂gate = ∂h ⊙ up ⊙ (σ(g) + g σ(g) (1 − σ(g)))`.
 pub fn swiglu_backward<B: Backend, const D: usize>(
     gate: Tensor<B, D>,
@@ -25,7 +25,7 @@ pub fn swiglu_backward<B: Backend, const D: usize>(
     (grad * up * silu_slope, up_grad)
 }
 
-/// [`ActivationBackend::causal_softmax`](super::ActivationBackend::causal_softmax): the
+/// The plain form of [`ActivationBackend::causal_softmax`]: the
 /// `[seq, seq]` mask added to every matrix of scores, then Burn's softmax.
 ///
 /// The mask is one `[seq·seq]` row added to every `[seq·seq]` row of scores: a broadcast CPU
@@ -50,7 +50,7 @@ pub fn causal_softmax<B: Backend, const D: usize>(scores: Tensor<B, D>) -> Tenso
     softmax(masked.reshape(dims), D - 1)
 }
 
-/// [`ActivationBackend::rms_norm`](super::ActivationBackend::rms_norm): `x / rms ⊙ w` per row.
+/// The plain form of [`ActivationBackend::rms_norm`]: `x / rms ⊙ w` per row.
 ///
 /// A division, not a multiplication by `recip`: Burn's NdArray computes an f32 `recip` with the
 /// approximate SIMD instruction (≈ 1e-4 relative error) once tensors are large.
@@ -59,7 +59,7 @@ pub fn rms_norm<B: Backend>(x: Tensor<B, 2>, weight: Tensor<B, 1>, epsilon: f64)
     x / rms * weight.unsqueeze::<2>()
 }
 
-/// [`ActivationBackend::rms_norm_backward`](super::ActivationBackend::rms_norm_backward):
+/// The plain form of [`ActivationBackend::rms_norm_backward`]:
 /// `∂x = (∂y⊙w − x̂ mean(∂y⊙w⊙x̂)) / rms` and `∂w = Σ_rows ∂y⊙x̂`, with `x̂ = x / rms`.
 pub fn rms_norm_backward<B: Backend>(
     x: Tensor<B, 2>,
@@ -77,7 +77,7 @@ pub fn rms_norm_backward<B: Backend>(
     (x_grad, weight_grad)
 }
 
-/// [`ActivationBackend::rotary`](super::ActivationBackend::rotary): `s (x ⊙ cos + (x P) ⊙ sin)`.
+/// The plain form of [`ActivationBackend::rotary`]: `s (x ⊙ cos + (x P) ⊙ sin)`.
 ///
 /// Every operand is contiguous and `x P` is one small matrix product, where slicing the pairs
 /// apart would make each elementwise operation walk strided views; the tables are one
@@ -92,7 +92,7 @@ pub fn rotary<B: ActivationBackend>(
     turn_pairs(x, cos, sin, quarter_turn, scale, false)
 }
 
-/// [`ActivationBackend::rotary_backward`](super::ActivationBackend::rotary_backward):
+/// The plain form of [`ActivationBackend::rotary_backward`]:
 /// `s (∂y ⊙ cos − (∂y P) ⊙ sin)`.
 pub fn rotary_backward<B: ActivationBackend>(
     grad: Tensor<B, 4>,
@@ -130,17 +130,17 @@ fn turn_pairs<B: ActivationBackend>(
     scaled.reshape([batch, seq, heads, head_dim])
 }
 
-/// [`ActivationBackend::swap_heads`](super::ActivationBackend::swap_heads): Burn's view.
+/// The plain form of [`ActivationBackend::swap_heads`]: Burn's view.
 pub fn swap_heads<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
     x.swap_dims(1, 2)
 }
 
-/// [`ActivationBackend::matmul`](super::ActivationBackend::matmul): Burn's `matmul`.
+/// The plain form of [`ActivationBackend::matmul`]: Burn's `matmul`.
 pub fn matmul<B: Backend, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B, D>) -> Tensor<B, D> {
     lhs.matmul(rhs)
 }
 
-/// [`ActivationBackend::causal_softmax_backward`](super::ActivationBackend::causal_softmax_backward):
+/// The plain form of [`ActivationBackend::causal_softmax_backward`]:
 /// `y ⊙ (∂y − Σ_k y_k ∂y_k)` per row (zero where `y` is).
 pub fn causal_softmax_backward<B: Backend, const D: usize>(
     probabilities: Tensor<B, D>,
