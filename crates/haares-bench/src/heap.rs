@@ -83,3 +83,9 @@ pub fn allocated_bytes() -> Option<u64> {
         .load(Ordering::Relaxed)
         .then(|| IN_USE.load(Ordering::Relaxed))
 }
+
+/// Starts a new high-water mark at the bytes allocated now, so that [`peak_allocated_bytes`]
+/// afterwards measures one stretch of work.
+pub fn reset_peak_allocated_bytes() {
+    PEAK.store(IN_USE.load(Ordering::Relaxed), Ordering::Relaxed);
+}

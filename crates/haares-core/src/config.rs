@@ -108,6 +108,7 @@ impl ModelConfig {
         if let Some((field, _)) = positive.iter().find(|(_, value)| *value == 0) {
             return Err(HaaresError::config(field, "must be at least 1"));
         }
+        crate::limits::check_limits(self)?;
         if !self.d_model.is_multiple_of(self.n_heads) {
             return Err(HaaresError::config(
                 "n_heads",

@@ -59,6 +59,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod error;
 pub mod layer;
+pub mod limits;
 pub mod method;
 pub mod mlp;
 pub mod model;
@@ -74,6 +75,7 @@ pub mod source_bank;
 pub mod telemetry;
 
 pub use activation_ops::ActivationBackend;
+pub use checkpoint::LoadOptions;
 pub use config::{ModelConfig, ModelFamily, RoutingPath};
 pub use error::{HaaresError, Result};
 pub use method::{DetailBias, DetailSource, HaaresOptions, ResidualMethod};

@@ -42,6 +42,11 @@ pub enum DetailBias {
 }
 
 impl DetailBias {
+    /// Whether the bias is a trained parameter (stored in a model file), not a constant.
+    pub fn is_learned(&self) -> bool {
+        matches!(self, Self::Learned { .. })
+    }
+
     /// The bias value at initialisation.
     pub fn initial_value(&self) -> f64 {
         match *self {

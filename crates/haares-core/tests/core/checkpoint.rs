@@ -152,7 +152,7 @@ fn bad_checkpoints_give_clear_errors() {
         error_text(HaaresModel::<B64>::from_named_tensors(
             &config, reshaped, &device
         ))
-        .contains("shape [8, 16], expected [16, 16]")
+        .contains("tensor `layers.0.attn.wq.weight`: the config implies shape [16, 16], the file holds [8, 16]")
     );
 
     let mut extra = params.clone();

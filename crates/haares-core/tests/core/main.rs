@@ -13,6 +13,7 @@ mod fused;
 mod heads;
 mod matmul;
 mod method_names;
+mod model_file;
 mod primitives;
 mod read;
 mod readme;

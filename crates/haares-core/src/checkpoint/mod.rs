@@ -4,17 +4,28 @@
 //! Burn's `Linear` stores its weight as `[d_in, d_out]`; PyTorch's as `[out, in]`. Linear weights
 //! are transposed on the way out and back on the way in, so a PyTorch user can load the file with
 //! `safetensors.torch.load_file` and use `x @ W.T` as usual.
+//!
+//! A model file is untrusted input: its header is checked against the config in its metadata
+//! ([`layout`]) before any model is allocated, and its values are checked for NaN and infinity
+//! as they are read ([`LoadOptions`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use burn::module::Param;
-use burn::tensor::{DType, Tensor, TensorData, backend::Backend};
-use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+use burn::tensor::{Element, Tensor, TensorData, backend::Backend};
+use safetensors::SafeTensors;
 
 use crate::config::ModelConfig;
 use crate::error::{HaaresError, Result};
 use crate::model::HaaresModel;
+
+mod decode;
+pub mod layout;
+
+use decode::{Decoded, deserialize_counting_non_finite, readable_width, safetensors_error};
+pub use decode::{deserialize_named_tensors, serialize_named_tensors};
+pub use layout::check_layout;
 
 /// Metadata key holding the model config as JSON.
 pub const CONFIG_METADATA_KEY: &str = "haares_config";
@@ -176,14 +187,21 @@ impl<B: Backend> HaaresModel<B> {
 
     /// Builds a model of `config` from named tensors in checkpoint layout. Every expected name must
     /// be present with its exact shape, and no other name may be: a mismatch is an error naming
-    /// the tensor.
+    /// the tensor, found before the model is allocated ([`check_layout`]).
     pub fn from_named_tensors(
         config: &ModelConfig,
         tensors: HashMap<String, TensorData>,
         device: &B::Device,
     ) -> Result<Self> {
+        config.validate()?;
+        let shapes = tensors
+            .iter()
+            .map(|(name, data)| (name.as_str(), data.shape.as_slice()))
+            .collect();
+        let width = tensors.values().next().map_or(4, |data| data.dtype.size());
+        check_layout(config, &shapes, width)?;
         let mut model = config.init_lazy::<B>(device)?;
-        let float = model.embed.weight.val().dtype();
+        let float = <B::FloatElem as Element>::dtype();
         let tensors = tensors
             .into_iter()
             .map(|(name, data)| (name, data.convert_dtype(float)))
@@ -194,16 +212,10 @@ impl<B: Backend> HaaresModel<B> {
             error: None,
         };
         visit_params(&mut model, &mut importer);
-        if let Some(error) = importer.error {
-            return Err(error);
+        match importer.error {
+            Some(error) => Err(error),
+            None => Ok(model),
         }
-        if let Some(extra) = importer.tensors.keys().min() {
-            return Err(HaaresError::Checkpoint(format!(
-                "tensor `{extra}` is not a parameter of a `{}` model; was the checkpoint written for another method?",
-                config.method.name()
-            )));
-        }
-        Ok(model)
     }
 
     /// Serialises the model as `.safetensors` bytes (f64 backends as F64, others as F32), with the
@@ -220,18 +232,47 @@ impl<B: Backend> HaaresModel<B> {
 
     /// Rebuilds a model from `.safetensors` bytes written by
     /// [`to_safetensors_bytes`](Self::to_safetensors_bytes) (or by any tool that uses the same
-    /// names, layouts and config metadata).
+    /// names, layouts and config metadata), refusing non-finite values
+    /// ([`from_safetensors_bytes_with`](Self::from_safetensors_bytes_with) with the default
+    /// [`LoadOptions`]).
     pub fn from_safetensors_bytes(bytes: &[u8], device: &B::Device) -> Result<Self> {
-        let (_, metadata) = SafeTensors::read_metadata(bytes).map_err(safetensors_error)?;
-        let config_json = metadata.metadata().as_ref().and_then(|m| m.get(CONFIG_METADATA_KEY)).ok_or_else(|| {
-            HaaresError::Checkpoint(format!("no `{CONFIG_METADATA_KEY}` metadata; this file was not written by haares (see docs/checkpoint-format.md)"))
-        })?;
-        let config: ModelConfig = serde_json::from_str(config_json).map_err(|e| {
-            HaaresError::Checkpoint(format!(
-                "the `{CONFIG_METADATA_KEY}` metadata is not a valid model config: {e}"
-            ))
-        })?;
-        let (tensors, _) = deserialize_named_tensors(bytes)?;
+        Self::from_safetensors_bytes_with(bytes, device, LoadOptions::default())
+    }
+
+    /// [`from_safetensors_bytes`](Self::from_safetensors_bytes) with `options`. The header is
+    /// read first, without the tensor data: the config in its metadata is validated (its sizes
+    /// within [`crate::limits`]) and checked against every tensor's name, shape and dtype
+    /// ([`check_layout`]); only then are the values read and the model allocated.
+    pub fn from_safetensors_bytes_with(
+        bytes: &[u8],
+        device: &B::Device,
+        options: LoadOptions,
+    ) -> Result<Self> {
+        let (_, header) = SafeTensors::read_metadata(bytes).map_err(safetensors_error)?;
+        let config = config_of(header.metadata().as_ref())?;
+        let infos = header.tensors();
+        let mut names: Vec<&String> = infos.keys().collect();
+        names.sort();
+        for name in &names {
+            readable_width(name, infos[*name].dtype)?;
+        }
+        // Bytes per value in the messages: the embedding's, the largest tensor of a real model.
+        let width = infos
+            .get("embed.weight")
+            .map_or(Ok(4), |info| readable_width("embed.weight", info.dtype))?;
+        let shapes = infos
+            .iter()
+            .map(|(name, info)| (name.as_str(), info.shape.as_slice()))
+            .collect();
+        check_layout(&config, &shapes, width)?;
+        let (tensors, _) = deserialize_counting_non_finite(bytes)?;
+        if !options.allow_non_finite {
+            refuse_non_finite(&tensors)?;
+        }
+        let tensors = tensors
+            .into_iter()
+            .map(|(name, decoded)| (name, decoded.data))
+            .collect();
         Self::from_named_tensors(&config, tensors, device)
     }
 
@@ -244,12 +285,24 @@ impl<B: Backend> HaaresModel<B> {
             .map_err(|e| HaaresError::Checkpoint(format!("cannot write {}: {e}", path.display())))
     }
 
-    /// Loads a model saved by [`save_safetensors`](Self::save_safetensors).
+    /// Loads a model saved by [`save_safetensors`](Self::save_safetensors), refusing non-finite
+    /// values ([`load_safetensors_with`](Self::load_safetensors_with) with the default
+    /// [`LoadOptions`]).
     pub fn load_safetensors(path: impl AsRef<Path>, device: &B::Device) -> Result<Self> {
+        Self::load_safetensors_with(path, device, LoadOptions::default())
+    }
+
+    /// [`load_safetensors`](Self::load_safetensors) with `options`; what is checked, and when, is
+    /// [`from_safetensors_bytes_with`](Self::from_safetensors_bytes_with)'s.
+    pub fn load_safetensors_with(
+        path: impl AsRef<Path>,
+        device: &B::Device,
+        options: LoadOptions,
+    ) -> Result<Self> {
         let path = path.as_ref();
         let bytes = std::fs::read(path)
             .map_err(|e| HaaresError::Checkpoint(format!("cannot read {}: {e}", path.display())))?;
-        Self::from_safetensors_bytes(&bytes, device)
+        Self::from_safetensors_bytes_with(&bytes, device, options)
             .map_err(|e| HaaresError::Checkpoint(format!("{}: {e}", path.display())))
     }
 
@@ -262,80 +315,66 @@ impl<B: Backend> HaaresModel<B> {
     }
 }
 
-/// Serialises named tensors (f64 data as F64, anything else as F32) with string metadata as
-/// `.safetensors` bytes.
-pub fn serialize_named_tensors(
-    tensors: Vec<(String, TensorData)>,
-    metadata: HashMap<String, String>,
-) -> Result<Vec<u8>> {
-    let tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
-        .into_iter()
-        .map(|(name, data)| {
-            let shape = data.shape.to_vec();
-            let (dtype, bytes) = if data.dtype == DType::F64 {
-                (
-                    Dtype::F64,
-                    data.iter::<f64>().flat_map(f64::to_le_bytes).collect(),
-                )
-            } else {
-                (
-                    Dtype::F32,
-                    data.iter::<f32>().flat_map(f32::to_le_bytes).collect(),
-                )
-            };
-            (name, dtype, shape, bytes)
+/// How a model file is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LoadOptions {
+    /// Load a model whose values include NaN or infinity (it evaluates to NaN). Default: false,
+    /// and such a file is an error naming each tensor that holds them and how many.
+    pub allow_non_finite: bool,
+}
+
+/// The model config in a file's metadata, validated.
+fn config_of(metadata: Option<&HashMap<String, String>>) -> Result<ModelConfig> {
+    let json = metadata
+        .and_then(|m| m.get(CONFIG_METADATA_KEY))
+        .ok_or_else(|| {
+            HaaresError::Checkpoint(format!(
+                "no `{CONFIG_METADATA_KEY}` metadata; this file was not written by haares (see \
+             docs/checkpoint-format.md)"
+            ))
+        })?;
+    let config: ModelConfig = serde_json::from_str(json).map_err(|e| {
+        HaaresError::Checkpoint(format!(
+            "the `{CONFIG_METADATA_KEY}` metadata is not a valid model config: {e}"
+        ))
+    })?;
+    config.validate().map_err(|e| {
+        HaaresError::Checkpoint(format!("the `{CONFIG_METADATA_KEY}` metadata: {e}"))
+    })?;
+    Ok(config)
+}
+
+/// Refuses tensors holding NaN or infinity: the error names each (in name order, five at most)
+/// with its count.
+fn refuse_non_finite(tensors: &HashMap<String, Decoded>) -> Result<()> {
+    let mut found: Vec<(&String, &Decoded)> = tensors
+        .iter()
+        .filter(|(_, decoded)| decoded.non_finite > 0)
+        .collect();
+    if found.is_empty() {
+        return Ok(());
+    }
+    found.sort_by_key(|(name, _)| *name);
+    let listed: Vec<String> = found
+        .iter()
+        .take(5)
+        .map(|(name, decoded)| {
+            format!(
+                "`{name}` ({} of {} values)",
+                decoded.non_finite,
+                decoded.data.num_elements()
+            )
         })
         .collect();
-    let views = tensors
-        .iter()
-        .map(|(name, dtype, shape, bytes)| {
-            Ok((
-                name.as_str(),
-                TensorView::new(*dtype, shape.clone(), bytes).map_err(safetensors_error)?,
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    safetensors::serialize(views, Some(metadata)).map_err(safetensors_error)
-}
-
-/// Reads every tensor (F32 or F64) and the metadata of `.safetensors` bytes.
-pub fn deserialize_named_tensors(
-    bytes: &[u8],
-) -> Result<(HashMap<String, TensorData>, HashMap<String, String>)> {
-    let (_, header) = SafeTensors::read_metadata(bytes).map_err(safetensors_error)?;
-    let metadata = header.metadata().clone().unwrap_or_default();
-    let file = SafeTensors::deserialize(bytes).map_err(safetensors_error)?;
-    let mut tensors = HashMap::new();
-    for (name, view) in file.tensors() {
-        tensors.insert(name.clone(), tensor_data(&name, &view)?);
-    }
-    Ok((tensors, metadata))
-}
-
-fn tensor_data(name: &str, view: &TensorView<'_>) -> Result<TensorData> {
-    let bytes = view.data();
-    let shape = view.shape().to_vec();
-    match view.dtype() {
-        Dtype::F32 => Ok(TensorData::new(
-            bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-                .collect::<Vec<_>>(),
-            shape,
-        )),
-        Dtype::F64 => Ok(TensorData::new(
-            bytes
-                .chunks_exact(8)
-                .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
-                .collect::<Vec<_>>(),
-            shape,
-        )),
-        other => Err(HaaresError::Checkpoint(format!(
-            "tensor `{name}` has dtype {other:?}; only F32 and F64 are supported"
-        ))),
-    }
-}
-
-fn safetensors_error(error: safetensors::SafeTensorError) -> HaaresError {
-    HaaresError::Checkpoint(format!("invalid safetensors data: {error}"))
+    let more = match found.len() > 5 {
+        true => format!(" and {} more", found.len() - 5),
+        false => String::new(),
+    };
+    Err(HaaresError::Checkpoint(format!(
+        "{} tensor(s) hold NaN or infinite values: {}{more}; such a model evaluates to NaN. To \
+         load it anyway, set `LoadOptions::allow_non_finite` (`--allow-non-finite` on eval, \
+         sample and inspect)",
+        found.len(),
+        listed.join(", ")
+    )))
 }

@@ -1,0 +1,104 @@
+//! Upper bounds on a model's sizes, checked by [`ModelConfig::validate`] before anything is
+//! allocated.
+//!
+//! A model file carries its config as metadata, and a config that lies (a million layers, a
+//! vocabulary of 2^30) would otherwise cost its memory before any check could compare it with the
+//! file's tensors. Each bound is far above every published model of its kind, so that no real
+//! model is refused, and low enough that a config at the bounds fails its check against the file
+//! before it costs more than the file itself (docs/decisions.md, "Model files are untrusted").
+
+use crate::config::ModelConfig;
+use crate::error::{HaaresError, Result};
+
+/// Most layers L: DeepNet (Wang et al., 2022) trained 1,000-layer Transformers, the deepest
+/// published; the paper's deepest model has 48.
+pub const MAX_LAYERS: usize = 1024;
+
+/// Widest hidden width d: about twice the widest published dense Transformer (PaLM 540B,
+/// d = 18,432); the paper's widest is 768.
+pub const MAX_WIDTH: usize = 32_768;
+
+/// Widest SwiGLU inner width d_ff: about twice PaLM 540B's 73,728.
+pub const MAX_FF_WIDTH: usize = 1 << 17;
+
+/// Most attention heads: ten times the most published (GPT-3's 96, PaLM's 48).
+pub const MAX_HEADS: usize = 1024;
+
+/// Largest vocabulary: eight times the largest published tokenisers (about 256k entries); the
+/// paper's is 4,096.
+pub const MAX_VOCAB: usize = 1 << 21;
+
+/// Longest context `max_seq_len`: 2^20 tokens, eight times the 128k of long-context models.
+pub const MAX_CONTEXT: usize = 1 << 20;
+
+/// Most entries of one RoPE table, `max_seq_len · d` (a model keeps two, cos and sin, which a
+/// model file does not hold): 2^26, 256 MiB each in f32 (e.g. a 2,048-wide model with a 32k
+/// context). The context is the one size a file's tensors do not pin down, so it is this product
+/// that bounds what a lying config can cost beyond the file.
+pub const MAX_ROTARY_TABLE: usize = 1 << 26;
+
+/// Refuses a config beyond any bound above; the error names the field, its bound and the reason.
+pub fn check_limits(config: &ModelConfig) -> Result<()> {
+    let bounds = [
+        (
+            "n_layers",
+            config.n_layers,
+            MAX_LAYERS,
+            "deeper than any published Transformer",
+        ),
+        (
+            "d_model",
+            config.d_model,
+            MAX_WIDTH,
+            "wider than any published Transformer",
+        ),
+        (
+            "d_ff",
+            config.d_ff,
+            MAX_FF_WIDTH,
+            "wider than any published MLP",
+        ),
+        (
+            "n_heads",
+            config.n_heads,
+            MAX_HEADS,
+            "more heads than any published Transformer",
+        ),
+        (
+            "vocab_size",
+            config.vocab_size,
+            MAX_VOCAB,
+            "larger than any published vocabulary",
+        ),
+        (
+            "max_seq_len",
+            config.max_seq_len,
+            MAX_CONTEXT,
+            "longer than any published context",
+        ),
+    ];
+    for (field, value, bound, reason) in bounds {
+        if value > bound {
+            return Err(HaaresError::config(
+                field,
+                format!(
+                    "{value} is above the bound of {bound} ({reason}; haares_core::limits). A model \
+                     file whose config says so is damaged or was not written for this model"
+                ),
+            ));
+        }
+    }
+    let table = config.max_seq_len.saturating_mul(config.d_model);
+    if table > MAX_ROTARY_TABLE {
+        return Err(HaaresError::config(
+            "max_seq_len",
+            format!(
+                "the RoPE tables would hold max_seq_len · d_model = {} · {} = {table} entries each, \
+                 above the bound of {MAX_ROTARY_TABLE} (haares_core::limits::MAX_ROTARY_TABLE); \
+                 choose a shorter max_seq_len",
+                config.max_seq_len, config.d_model
+            ),
+        ));
+    }
+    Ok(())
+}
