@@ -1,8 +1,10 @@
-//! `haares-train`'s shared command-line options: backend and locations, study overrides, devices.
+//! `haares-train`'s shared command-line options: backend and locations, study overrides, devices,
+//! how a model file is read.
 
 use std::path::PathBuf;
 
 use clap::Args;
+use haares_core::LoadOptions;
 use haares_train::backend::BackendKind;
 use haares_train::data::DataPaths;
 use haares_train::error::Result;
@@ -14,6 +16,22 @@ pub struct DeviceArgs {
     /// or on a CPU backend one number, the count of replicas. Default: the backend's default device.
     #[arg(long, value_delimiter = ',')]
     pub devices: Vec<usize>,
+}
+
+#[derive(Args)]
+pub struct ModelFileArgs {
+    /// Load a model whose weights include NaN or infinity, which is refused by default (such a
+    /// model evaluates to NaN).
+    #[arg(long)]
+    pub allow_non_finite: bool,
+}
+
+impl ModelFileArgs {
+    pub fn options(&self) -> LoadOptions {
+        LoadOptions {
+            allow_non_finite: self.allow_non_finite,
+        }
+    }
 }
 
 #[derive(Args)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use haares_base::SplitMix64;
-use haares_core::HaaresModel;
+use haares_core::{HaaresModel, LoadOptions};
 
 use crate::backend::{BackendJob, BackendKind};
 use crate::config::RunConfig;
@@ -23,6 +23,8 @@ pub struct ModelSource {
     pub model: PathBuf,
     /// The run directory.
     pub run_dir: PathBuf,
+    /// How the model file is read.
+    pub options: LoadOptions,
 }
 
 impl ModelSource {
@@ -42,6 +44,7 @@ impl ModelSource {
             return Ok(Self {
                 model,
                 run_dir: path.to_path_buf(),
+                options: LoadOptions::default(),
             });
         }
         if !path.is_file() {
@@ -65,7 +68,13 @@ impl ModelSource {
         Ok(Self {
             model: path.to_path_buf(),
             run_dir,
+            options: LoadOptions::default(),
         })
+    }
+
+    /// The same source, read with `options`.
+    pub fn with_options(self, options: LoadOptions) -> Self {
+        Self { options, ..self }
     }
 
     /// The run's config.
@@ -84,7 +93,11 @@ impl ModelSource {
     }
 
     fn load<B: Backend>(&self, device: &B::Device) -> Result<HaaresModel<B>> {
-        Ok(HaaresModel::<B>::load_safetensors(&self.model, device)?)
+        Ok(HaaresModel::<B>::load_safetensors_with(
+            &self.model,
+            device,
+            self.options,
+        )?)
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Int, Tensor, TensorData};
 use haares_core::{
-    GroupMass, HaaresModel, ReadSite, RoutingStatistics, RoutingTally, RoutingTrace,
+    GroupMass, HaaresModel, LoadOptions, ReadSite, RoutingStatistics, RoutingTally, RoutingTrace,
     SiteStatistics, SlotKind, TrainingBackend,
 };
 
@@ -63,6 +63,8 @@ impl Inspected {
 pub struct InspectJob {
     /// The model.
     pub inspected: Inspected,
+    /// How the model file is read.
+    pub load: LoadOptions,
     /// Route this text instead of the validation split, and report it per token.
     pub prompt: Option<String>,
     /// The tokeniser's file, for a bare model (a run's own is used otherwise).
@@ -93,7 +95,8 @@ impl BackendJob for InspectJob {
 
     fn run<B: TrainingBackend>(self, device: B::Device, _: BackendKind) -> Result<Inspection> {
         let model_file = self.inspected.model_file().to_path_buf();
-        let model = HaaresModel::<B::InnerBackend>::load_safetensors(&model_file, &device)?;
+        let model =
+            HaaresModel::<B::InnerBackend>::load_safetensors_with(&model_file, &device, self.load)?;
         if !model.config.method.is_routed() {
             return Err(TrainError::Config(format!(
                 "`{}` is a {} model: it has no depth router, so there is no routing to inspect \

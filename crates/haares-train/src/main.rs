@@ -17,7 +17,7 @@ use haares_train::study::{
     PlannedRun, Study, load_run_config, load_study, parse_shard, shard_runs,
 };
 
-use cli::{Common, DeviceArgs, OverrideArgs};
+use cli::{Common, DeviceArgs, ModelFileArgs, OverrideArgs};
 
 #[derive(Parser)]
 #[command(
@@ -224,13 +224,15 @@ struct EvalCommand {
     #[arg(long)]
     chunks: Option<usize>,
     #[command(flatten)]
+    model_file: ModelFileArgs,
+    #[command(flatten)]
     common: Common,
 }
 
 impl EvalCommand {
     fn run(self) -> Result<()> {
         let job = EvalJob {
-            source: ModelSource::resolve(&self.model)?,
+            source: ModelSource::resolve(&self.model)?.with_options(self.model_file.options()),
             dataset: self.dataset,
             chunks: self.chunks,
             paths: self.common.paths(),
@@ -262,6 +264,8 @@ struct InspectCommand {
     #[arg(long)]
     out: Option<PathBuf>,
     #[command(flatten)]
+    model_file: ModelFileArgs,
+    #[command(flatten)]
     common: Common,
 }
 
@@ -271,6 +275,7 @@ impl InspectCommand {
         let job = InspectJob {
             out: self.out.unwrap_or_else(|| inspected.default_out()),
             inspected,
+            load: self.model_file.options(),
             prompt: self.prompt,
             tokenizer: self.tokenizer,
             chunks: self.chunks,
@@ -308,13 +313,15 @@ struct SampleCommand {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     #[command(flatten)]
+    model_file: ModelFileArgs,
+    #[command(flatten)]
     common: Common,
 }
 
 impl SampleCommand {
     fn run(self) -> Result<()> {
         let job = SampleJob {
-            source: ModelSource::resolve(&self.model)?,
+            source: ModelSource::resolve(&self.model)?.with_options(self.model_file.options()),
             prompt: self.prompt.clone(),
             tokens: self.tokens,
             temperature: self.temperature,

@@ -103,3 +103,15 @@ pub fn run(
         &options,
     )
 }
+
+/// Runs the `haares-train` binary: whether it succeeded, and its standard error.
+pub fn cli(args: &[&str]) -> (bool, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_haares-train"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

@@ -1,25 +1,12 @@
 //! Bad input: clear errors, a non-zero exit, nothing overwritten.
 
-use std::process::Command;
-
 use haares_train::study::sweep::check_writable;
 use haares_train::study::{Overrides, load_study, parse_study};
 use haares_train::{RunConfig, TrainError};
 use toml::Value;
 
-use crate::common::{run, sotu, tiny_config, train_to_end};
+use crate::common::{cli, run, sotu, tiny_config, train_to_end};
 use crate::sweep::STUDY;
-
-fn cli(args: &[&str]) -> (bool, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_haares-train"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn unknown_studies_presets_methods_and_backends_are_refused() {

@@ -1,10 +1,12 @@
 //! `eval` reproduces a run's own endpoint from its best model; `sample` generates text.
 
+use burn::tensor::TensorData;
 use haares_base::SplitMix64;
+use haares_core::checkpoint::{deserialize_named_tensors, serialize_named_tensors};
 use haares_train::backend::BackendJob;
 use haares_train::inference::{EvalJob, ModelSource, SampleJob, choose};
 
-use crate::common::{B, paths, sotu, tiny_config, train_to_end};
+use crate::common::{B, cli, paths, sotu, tiny_config, train_to_end};
 
 #[test]
 fn eval_of_a_run_reproduces_its_best_validation_loss_and_sample_continues_a_prompt() {
@@ -51,6 +53,40 @@ fn eval_of_a_run_reproduces_its_best_validation_loss_and_sample_continues_a_prom
         .unwrap()
         .to_string();
     assert!(missing.contains("does not exist"), "{missing}");
+
+    // A NaN in the best model: `eval` names the tensor and fails, unless asked to go on.
+    let best = run_dir.join("best-model.safetensors");
+    let bytes = std::fs::read(&best).unwrap();
+    let (mut tensors, metadata) = deserialize_named_tensors(&bytes).unwrap();
+    let name = "layers.0.mlp.w_up.weight";
+    let mut values = tensors[name].to_vec::<f32>().unwrap();
+    values[0] = f32::NAN;
+    let shape = tensors[name].shape.clone();
+    tensors.insert(name.into(), TensorData::new(values, shape));
+    let damaged = serialize_named_tensors(tensors.into_iter().collect(), metadata).unwrap();
+    std::fs::write(&best, damaged).unwrap();
+    let (data_dir, cache_dir) = (dir.path().join("data"), dir.path().join("cache"));
+    let eval_args = |extra: &'static [&'static str]| {
+        let mut args = vec!["eval", run_dir.to_str().unwrap(), "--backend", "ndarray"];
+        args.extend([
+            "--offline",
+            "--chunks",
+            "2",
+            "--data-dir",
+            data_dir.to_str().unwrap(),
+        ]);
+        args.extend(["--cache-dir", cache_dir.to_str().unwrap()]);
+        args.extend(extra);
+        cli(&args)
+    };
+    let (ok, stderr) = eval_args(&[]);
+    assert!(!ok, "a NaN model is refused");
+    assert!(
+        stderr.contains(&format!("`{name}` (1 of ")) && stderr.contains("--allow-non-finite"),
+        "{stderr}"
+    );
+    let (ok, stderr) = eval_args(&["--allow-non-finite"]);
+    assert!(ok, "--allow-non-finite evaluates it: {stderr}");
 }
 
 #[test]

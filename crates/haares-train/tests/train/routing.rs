@@ -143,6 +143,7 @@ fn inspect(
     InspectJob {
         out: inspected.default_out(),
         inspected,
+        load: Default::default(),
         prompt: prompt.map(String::from),
         tokenizer: tokenizer.map(Path::to_path_buf),
         chunks: 4,
