@@ -58,6 +58,7 @@ mod autodiff_node;
 pub mod checkpoint;
 pub mod config;
 pub mod error;
+pub mod graph_gate;
 pub mod layer;
 pub mod limits;
 pub mod method;

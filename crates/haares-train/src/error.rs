@@ -34,6 +34,17 @@ pub enum TrainError {
     Device(String),
     /// Runs of a sweep placed per device failed, each with its error; the others finished.
     RunsFailed(Vec<String>),
+    /// A backward pass gave a trainable parameter no gradient (Burn 0.21's autodiff can lose a
+    /// graph between threads; docs/model.md, "Gradients on several threads at once"). The step
+    /// was not applied.
+    LostGradient {
+        /// The parameter's checkpoint name.
+        parameter: String,
+        /// The replica whose backward pass lost it (0 on one device).
+        replica: usize,
+        /// The step (1-based), where the caller knows it.
+        step: Option<usize>,
+    },
     /// Another process is training this run ([`crate::run::lock`]).
     Locked {
         /// The run directory's lock file.
@@ -47,6 +58,22 @@ pub enum TrainError {
 pub type Result<T> = std::result::Result<T, TrainError>;
 
 impl TrainError {
+    /// The same error, naming training step `step` where it is about one and does not name it.
+    pub fn at_step(self, step: usize) -> Self {
+        match self {
+            Self::LostGradient {
+                parameter,
+                replica,
+                step: None,
+            } => Self::LostGradient {
+                parameter,
+                replica,
+                step: Some(step),
+            },
+            other => other,
+        }
+    }
+
     /// An I/O error at `path`.
     pub fn io(path: &Path, source: std::io::Error) -> Self {
         Self::Io {
@@ -87,6 +114,21 @@ impl fmt::Display for TrainError {
                 failures.len(),
                 failures.join("\n  ")
             ),
+            Self::LostGradient {
+                parameter,
+                replica,
+                step,
+            } => {
+                let step = step.map_or(String::new(), |step| format!(" at step {step}"));
+                write!(
+                    f,
+                    "the backward pass of replica {replica}{step} gave parameter `{parameter}` no \
+                     gradient, so the step was not applied and no checkpoint was written from it. \
+                     Burn 0.21's autodiff can lose part of a graph when threads train at once \
+                     (docs/model.md, \"Gradients on several threads at once\"); resume the run, \
+                     and report it if it happens again"
+                )
+            }
             Self::Locked { lock_file, holder } => write!(
                 f,
                 "`{}` is being trained by {holder}; wait for it to finish, train another run \

@@ -61,6 +61,22 @@ impl ModelConfig {
         }
         layout
     }
+
+    /// The parameters no loss reaches, so that a backward pass gives them no gradient: with a
+    /// learned detail bias, the bias of the first read site (layer 0's attention). That site
+    /// reads the source set of eq:sourceset before any write, `{e}` alone, so its bias is added
+    /// to no score. Every other parameter of [`checkpoint_layout`](Self::checkpoint_layout)
+    /// receives a gradient from every backward pass, and a trainer may take a missing one as lost.
+    pub fn parameters_without_gradient(&self) -> Vec<String> {
+        let learned_bias = self
+            .method
+            .haares_options()
+            .is_some_and(|options| options.detail_bias.is_learned());
+        match learned_bias {
+            true => vec!["layers.0.attn_router.detail_bias".to_string()],
+            false => Vec::new(),
+        }
+    }
 }
 
 /// Checks a file's tensors, by name and shape, against what `config` implies, before anything is

@@ -10,6 +10,7 @@ mod checkpoint;
 mod common;
 mod errors;
 mod fused;
+mod graph_gate;
 mod heads;
 mod matmul;
 mod method_names;

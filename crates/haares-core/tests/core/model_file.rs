@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use burn::tensor::{TensorData, bf16, f16};
+use burn::module::Param;
+use burn::tensor::{Tensor, TensorData, bf16, f16};
 use haares_core::checkpoint::{CONFIG_METADATA_KEY, serialize_named_tensors};
 use haares_core::{HaaresModel, LoadOptions, ModelConfig, ResidualMethod, limits};
 use safetensors::{Dtype, tensor::TensorView};
@@ -50,18 +51,66 @@ fn the_layout_a_config_implies_is_the_models_own() {
     }
 }
 
+#[test]
+fn every_parameter_but_the_documented_ones_receives_a_gradient() {
+    let device = Default::default();
+    let mut rng = Rng::new(76);
+    for method in all_methods() {
+        for (layers, blocks) in [(2, 2), (2, 1), (2, 4), (3, 3)] {
+            let config = tiny_config(method, layers, blocks);
+            let model = model_on::<Ad64>(&config, &random_params(&config, rng.next_u64()), &device);
+            let tokens = token_tensor::<Ad64>(&random_tokens(&mut rng, 2, 6, 23), &device);
+            let grads = model.forward(tokens).unwrap().sum().backward();
+            let mut without = Vec::new();
+            model
+                .clone()
+                .visit_named_params(&mut WithoutGradient(&grads, &mut without));
+            assert_eq!(
+                without,
+                config.parameters_without_gradient(),
+                "{method}, {layers} layers, {blocks} blocks"
+            );
+        }
+    }
+}
+
+type Grads = <Ad64 as burn::tensor::backend::AutodiffBackend>::Gradients;
+
+/// Names the parameters `grads` holds no gradient for.
+struct WithoutGradient<'a>(&'a Grads, &'a mut Vec<String>);
+
+impl WithoutGradient<'_> {
+    fn check<const D: usize>(&mut self, name: String, param: &Param<Tensor<Ad64, D>>) {
+        if param.val().grad(self.0).is_none() {
+            self.1.push(name);
+        }
+    }
+}
+
+impl haares_core::checkpoint::ParamVisitor<Ad64> for WithoutGradient<'_> {
+    fn vector(&mut self, name: String, param: &mut Param<Tensor<Ad64, 1>>) {
+        self.check(name, param);
+    }
+    fn linear(&mut self, name: String, param: &mut Param<Tensor<Ad64, 2>>) {
+        self.check(name, param);
+    }
+    fn matrix(&mut self, name: String, param: &mut Param<Tensor<Ad64, 2>>) {
+        self.check(name, param);
+    }
+}
+
 struct NameRecorder<'a>(&'a mut Vec<String>);
 
 impl<B: burn::tensor::backend::Backend> haares_core::checkpoint::ParamVisitor<B>
     for NameRecorder<'_>
 {
-    fn vector(&mut self, name: String, _: &mut burn::module::Param<burn::tensor::Tensor<B, 1>>) {
+    fn vector(&mut self, name: String, _: &mut Param<Tensor<B, 1>>) {
         self.0.push(name);
     }
-    fn linear(&mut self, name: String, _: &mut burn::module::Param<burn::tensor::Tensor<B, 2>>) {
+    fn linear(&mut self, name: String, _: &mut Param<Tensor<B, 2>>) {
         self.0.push(name);
     }
-    fn matrix(&mut self, name: String, _: &mut burn::module::Param<burn::tensor::Tensor<B, 2>>) {
+    fn matrix(&mut self, name: String, _: &mut Param<Tensor<B, 2>>) {
         self.0.push(name);
     }
 }

@@ -190,16 +190,19 @@ impl<B: TrainingBackend> Follower<'_, B> {
         let guard = ResetOnExit::<B::InnerBackend>::armed();
         self.replica.register::<B::InnerBackend>(&self.device)?;
         let mut batches = BatchIterator::restore(self.train, self.position)?;
-        for _ in self.steps.clone() {
+        for step in self.steps.clone() {
             let batch = batches.next_batch();
-            let stepped = self.replica.step(
-                &mut self.model,
-                &mut self.optimizer,
-                &batch,
-                self.seq_len,
-                &self.device,
-                |_| Ok(()),
-            )?;
+            let stepped = self
+                .replica
+                .step(
+                    &mut self.model,
+                    &mut self.optimizer,
+                    &batch,
+                    self.seq_len,
+                    &self.device,
+                    |_| Ok(()),
+                )
+                .map_err(|error| error.at_step(step + 1))?;
             if let Stepped::NonFinite(_) = stepped {
                 // Replica 0 reports the non-finite loss; every replica saw the same one.
                 guard.disarm();

@@ -304,14 +304,16 @@ impl<B: TrainingBackend> LearnerLoop<'_, B> {
         while state.step < config.steps {
             let started = Instant::now();
             let batch = batches.next_batch();
-            let stepped = replica.step(
-                &mut model,
-                &mut optimizer,
-                &batch,
-                config.seq_len,
-                self.device,
-                |_| Ok(()),
-            )?;
+            let stepped = replica
+                .step(
+                    &mut model,
+                    &mut optimizer,
+                    &batch,
+                    config.seq_len,
+                    self.device,
+                    |_| Ok(()),
+                )
+                .map_err(|error| error.at_step(state.step + 1))?;
             let Stepped::Updated { loss, stats } = stepped else {
                 logs.bar.abandon();
                 return Err(TrainError::NonFinite {

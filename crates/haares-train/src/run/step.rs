@@ -14,6 +14,7 @@ use std::ops::Range;
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Tensor, TensorData, TensorPrimitive};
 use burn_collective::{PeerId, ReduceOperation};
+use haares_core::graph_gate::{self, GraphWork};
 use haares_core::{HaaresModel, TrainingBackend};
 use haares_data::batching::Batch;
 use serde::{Deserialize, Serialize};
@@ -121,11 +122,24 @@ impl Replica {
             1 => to_device::<B>(batch, seq_len, device),
             _ => to_device::<B>(&self.slice(batch), seq_len, device),
         };
-        let loss = summed_cross_entropy(model, &mine) / global_real;
+        // The graph is built, and its backward pass run, inside the gate that keeps other
+        // threads' cleanups away from it (haares_core::graph_gate).
+        let loss = {
+            let _building = graph_gate::enter(GraphWork::Building);
+            summed_cross_entropy(model, &mine) / global_real
+        };
         let local = loss.clone().into_scalar().elem::<f64>();
         at_end(Phase::Forward)?;
-        let grads = loss.backward();
-        let gradients = named_gradients(model, &grads);
+        let grads = {
+            let _backward = graph_gate::enter(GraphWork::Backward);
+            loss.backward()
+        };
+        let gradients =
+            named_gradients(model, &grads).map_err(|missing| TrainError::LostGradient {
+                parameter: missing.parameter,
+                replica: self.index,
+                step: None,
+            })?;
         drop(grads);
         let (gradients, value) = match self.count {
             1 => (gradients, local),

@@ -104,7 +104,7 @@ fn two_adamw_steps_match_the_pytorch_rule_with_decay_groups_and_global_clipping(
             .sqrt();
         let scale = (0.5 / (norm + 1e-6)).min(1.0);
         clipped_any |= scale < 1.0;
-        optimizer.step(&mut model, &grads);
+        optimizer.step(&mut model, &grads).unwrap();
         let after = values(&mut model);
         if moments.is_empty() {
             moments = before
@@ -185,4 +185,34 @@ fn weight_decay_applies_to_weight_matrices_only() {
         decays("layers.3.mlp.w_gate.weight", 2),
         "SwiGLU's w_gate is a weight matrix"
     );
+}
+
+#[test]
+fn a_missing_gradient_is_an_error_naming_the_parameter_and_nothing_is_updated() {
+    let device = Default::default();
+    let config = tiny_config("haares").model_config(23).unwrap();
+    let mut model = init_model::<B>(&config, 5, &device).unwrap();
+    // A loss only the embedding reaches: the parameters after it in visiting order get no
+    // gradient, as if a backward pass had lost them.
+    let tokens = burn::tensor::TensorData::new(vec![1i64, 2, 3], [1, 3]);
+    let tokens = Tensor::<B, 2, burn::tensor::Int>::from_data(tokens, &device);
+    let grads = model.embed.forward(tokens).sum().backward();
+    let before = model.to_named_tensors();
+    let mut optimizer = AdamW::new(AdamWSettings::default());
+    let missing = optimizer.step(&mut model, &grads).unwrap_err();
+    assert_eq!(missing.parameter, "final_norm.weight");
+    assert_eq!(optimizer.steps, 0, "no update was counted");
+    assert!(optimizer.state.is_empty(), "no moment was written");
+    assert_eq!(model.to_named_tensors(), before, "no parameter moved");
+
+    let error = haares_train::TrainError::LostGradient {
+        parameter: missing.parameter,
+        replica: 1,
+        step: None,
+    }
+    .at_step(7)
+    .to_string();
+    for part in ["replica 1 at step 7", "`final_norm.weight`", "no checkpoint"] {
+        assert!(error.contains(part), "{error}");
+    }
 }

@@ -3,13 +3,17 @@
 
 use std::path::Path;
 
+use haares_core::graph_gate::{self, GraphWork};
+use haares_data::batching::BatchIterator;
 use haares_train::RunConfig;
 use haares_train::backend::BackendKind;
 use haares_train::data::RunData;
 use haares_train::error::TrainError;
 use haares_train::run::data_parallel::resolve_devices;
-use haares_train::run::learner::{Outcome, RunSummary, TrainOptions, train_on};
+use haares_train::run::learner::{Outcome, RunSummary, TrainOptions, init_model, train_on};
 use haares_train::run::metrics::{MetricsLine, read_metrics};
+use haares_train::run::optim::AdamW;
+use haares_train::run::step::Replica;
 
 use crate::common::{B, sotu, tiny_config, train_to_end};
 
@@ -106,6 +110,73 @@ fn two_replicas_train_like_one_device_with_the_same_global_batch() {
     assert!(difference < 1e-4, "parameters differ by {difference}");
     // Training happened (the comparison above is of runs that moved).
     assert!(a[0].grad_norm.unwrap() > 0.0);
+}
+
+/// Many short runs of two and four replicas, whose threads build graphs and run backward passes
+/// side by side: each finishes (a lost gradient stops a run with `TrainError::LostGradient`) and
+/// trains like one device. The replicas' lockstep leaves little overlap: without
+/// `haares_core::graph_gate` in the step this passed 10 runs of 10 on the 2-core development
+/// machine, so the test below, with free-running threads, is the one that catches a regression.
+#[test]
+fn many_short_data_parallel_runs_lose_no_gradient() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = sotu(dir.path());
+    let mut config = config();
+    config.steps = 4;
+    (config.eval_every, config.checkpoint_every) = (4, 4);
+    let single = dir.path().join("single");
+    train_to_end(&config, &data, &single);
+    let reference = read_metrics(&single.join("metrics.jsonl")).unwrap();
+    for replicas in [2, 4] {
+        for round in 0..4 {
+            let run_dir = dir.path().join(format!("{replicas}-{round}"));
+            let outcome = train_replicated(&config, &data, &run_dir, replicas, None);
+            let outcome =
+                outcome.unwrap_or_else(|e| panic!("{replicas} replicas, round {round}: {e}"));
+            finished(outcome);
+            let logs = read_metrics(&run_dir.join("metrics.jsonl")).unwrap();
+            assert_same_logs(&logs, &reference, 1e-4);
+        }
+    }
+}
+
+/// Training steps on four threads at once, as `sweep --jobs 4` runs them, each through
+/// [`Replica::step`]: every step passes the graph gate twice (building, backward) and none loses
+/// a gradient. The gate's own stress test (haares-core's `tests/core/graph_gate.rs`) is the one
+/// that shows the loss without it; training steps meet it far more rarely (without the gate,
+/// 13 runs of this test, 4 and 8 threads, lost none), so here the gate's use is counted.
+#[test]
+fn training_steps_on_threads_at_once_go_through_the_gate_and_lose_no_gradient() {
+    let passes = || GraphWork::ALL.map(graph_gate::passes_given);
+    let before = passes();
+    let dir = tempfile::tempdir().unwrap();
+    let data = sotu(dir.path());
+    let config = tiny_config("haares");
+    let model_config = config.model_config(data.tokenizer.vocab_size()).unwrap();
+    std::thread::scope(|scope| {
+        for seed in 0..4 {
+            let (data, config, model_config) = (&data, &config, &model_config);
+            scope.spawn(move || {
+                let device = Default::default();
+                let mut model = init_model::<B>(model_config, seed, &device).unwrap();
+                let mut optimizer = AdamW::new(config.optimizer);
+                let mut batches = BatchIterator::new(&data.train, 1, seed).unwrap();
+                for step in 1..=200 {
+                    let batch = batches.next_batch();
+                    Replica::SOLE
+                        .step(&mut model, &mut optimizer, &batch, 8, &device, |_| Ok(()))
+                        .unwrap_or_else(|e| panic!("thread {seed}: {}", e.at_step(step)));
+                }
+            });
+        }
+    });
+    let after = passes();
+    for (work, (before, after)) in GraphWork::ALL.iter().zip(before.iter().zip(after)) {
+        assert!(
+            after - before >= 4 * 200,
+            "{work:?}: {before} → {after} passes"
+        );
+    }
 }
 
 #[test]

@@ -69,13 +69,18 @@ impl<B: Backend> AdamW<B> {
 
     /// Clips the global gradient norm, then applies one AdamW update to every parameter with a
     /// gradient (PyTorch semantics: decoupled decay `p ← p − lr·λ·p`, bias-corrected moments,
-    /// `p ← p − lr·m̂ / (√v̂ + ε)`).
-    pub fn step<AB>(&mut self, model: &mut HaaresModel<AB>, grads: &AB::Gradients) -> UpdateStats
+    /// `p ← p − lr·m̂ / (√v̂ + ε)`). A parameter whose gradient is missing ([`named_gradients`])
+    /// is an error, and nothing is updated.
+    pub fn step<AB>(
+        &mut self,
+        model: &mut HaaresModel<AB>,
+        grads: &AB::Gradients,
+    ) -> Result<UpdateStats, MissingGradient>
     where
         AB: AutodiffBackend<InnerBackend = B>,
     {
-        let gradients = named_gradients(model, grads);
-        self.apply(model, gradients)
+        let gradients = named_gradients(model, grads)?;
+        Ok(self.apply(model, gradients))
     }
 
     /// [`step`](Self::step) from gradients already collected (and, in data-parallel training,
@@ -217,28 +222,50 @@ impl<B: Backend> AdamW<B> {
 /// same on every replica of one model).
 pub type NamedGradients<B> = Vec<(String, Tensor<B, 1>)>;
 
-/// The gradients `grads` holds for `model`'s parameters.
+/// The gradients `grads` holds for `model`'s parameters, or the first parameter it lacks one
+/// for: every parameter receives a gradient from every backward pass except those of
+/// [`ModelConfig::parameters_without_gradient`](haares_core::ModelConfig::parameters_without_gradient),
+/// so a missing one was lost, and is never taken as zero.
 pub fn named_gradients<AB: AutodiffBackend>(
     model: &mut HaaresModel<AB>,
     grads: &AB::Gradients,
-) -> NamedGradients<AB::InnerBackend> {
+) -> Result<NamedGradients<AB::InnerBackend>, MissingGradient> {
     let mut collector = GradientCollector::<AB> {
         grads,
+        without: model.config.parameters_without_gradient(),
         found: Vec::new(),
+        missing: None,
     };
     model.visit_named_params(&mut collector);
-    collector.found
+    match collector.missing {
+        Some(parameter) => Err(MissingGradient { parameter }),
+        None => Ok(collector.found),
+    }
+}
+
+/// A trainable parameter that a backward pass gave no gradient.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingGradient {
+    /// Its checkpoint name.
+    pub parameter: String,
 }
 
 struct GradientCollector<'a, AB: AutodiffBackend> {
     grads: &'a AB::Gradients,
+    /// Parameters no loss reaches.
+    without: Vec<String>,
     found: Vec<(String, Tensor<AB::InnerBackend, 1>)>,
+    missing: Option<String>,
 }
 
 impl<AB: AutodiffBackend> GradientCollector<'_, AB> {
     fn collect<const D: usize>(&mut self, name: String, param: &Param<Tensor<AB, D>>) {
-        if let Some(grad) = param.val().grad(self.grads) {
-            self.found.push((name, grad.flatten::<1>(0, D - 1)));
+        match param.val().grad(self.grads) {
+            Some(grad) => self.found.push((name, grad.flatten::<1>(0, D - 1))),
+            None if self.missing.is_none() && !self.without.contains(&name) => {
+                self.missing = Some(name);
+            }
+            None => {}
         }
     }
 }
