@@ -109,8 +109,9 @@ impl fmt::Display for TrainError {
             ),
             Self::RunsFailed(failures) => write!(
                 f,
-                "{} run(s) of the sweep failed; the others finished and the report covers them. \
-                 Fix the cause and run the sweep again: it trains only what is unfinished.\n  {}",
+                "{} run(s) of the sweep failed; the others ran to the end, and the report covers \
+                 the runs that finished (none were written if none did). Fix the cause and run the \
+                 sweep again: it trains only what is unfinished.\n  {}",
                 failures.len(),
                 failures.join("\n  ")
             ),

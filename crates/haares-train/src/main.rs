@@ -7,12 +7,13 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use haares_train::backend::{BackendKind, dispatch};
-use haares_train::error::{Result, TrainError};
+use haares_train::error::Result;
 use haares_train::inference::{EvalJob, ModelSource, SampleJob};
 use haares_train::inspect::{InspectJob, Inspected};
 use haares_train::report::write_report;
 use haares_train::run::learner::Outcome;
-use haares_train::study::sweep::{RunStatus, SingleRunJob, SweepJob};
+use haares_train::study::sweep::{SingleRunJob, SweepJob};
+use haares_train::study::sweep::{report_after_sweep, tally};
 use haares_train::study::{
     PlannedRun, Study, load_run_config, load_study, parse_shard, shard_runs,
 };
@@ -121,29 +122,10 @@ impl SweepCommand {
             runs_per_device: self.runs_per_device,
         };
         let statuses = dispatch(backend, job)?;
-        let count =
-            |wanted: fn(&RunStatus) -> bool| statuses.iter().filter(|(_, s)| wanted(s)).count();
-        let trained = count(|s| matches!(s, RunStatus::Trained(_)));
-        let locked = count(|s| matches!(s, RunStatus::Locked(_)));
-        let failures: Vec<String> = statuses
-            .iter()
-            .filter_map(|(name, status)| match status {
-                RunStatus::Failed(error) => Some(format!("{name}: {error}")),
-                _ => None,
-            })
-            .collect();
-        eprintln!(
-            "{trained} runs trained, {} finished earlier, {locked} being trained by other \
-             processes, {} failed",
-            statuses.len() - trained - locked - failures.len(),
-            failures.len()
-        );
-        let written = write_report(&study, &all, &study_dir)?;
+        eprintln!("{}", tally(&statuses));
+        let written = report_after_sweep(&study, &all, &study_dir, &statuses)?;
         println!("report: {}", written.display());
-        match failures.is_empty() {
-            true => Ok(()),
-            false => Err(TrainError::RunsFailed(failures)),
-        }
+        Ok(())
     }
 }
 

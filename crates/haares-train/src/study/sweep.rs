@@ -9,11 +9,12 @@ use crate::backend::{BackendJob, BackendKind};
 use crate::config::{RunConfig, TokenizerKind};
 use crate::data::{self, DataPaths, RunData};
 use crate::error::{Result, TrainError};
+use crate::report::write_report;
 use crate::run::checkpoint::config_difference;
 use crate::run::data_parallel::resolve_devices;
 use crate::run::learner::{Outcome, RunSummary, TrainOptions, summary_path, train_on};
-use crate::study::PlannedRun;
 use crate::study::placement::{Placement, train_queue};
+use crate::study::{PlannedRun, Study};
 
 /// What happened to each run of a sweep.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,6 +63,46 @@ pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(TrainError::io(&path, e)),
+    }
+}
+
+/// The sweep's statuses in one line: trained, finished earlier, locked, failed.
+pub fn tally(statuses: &[(String, RunStatus)]) -> String {
+    let count = |wanted: fn(&RunStatus) -> bool| statuses.iter().filter(|(_, s)| wanted(s)).count();
+    let trained = count(|s| matches!(s, RunStatus::Trained(_)));
+    let locked = count(|s| matches!(s, RunStatus::Locked(_)));
+    let failed = count(|s| matches!(s, RunStatus::Failed(_)));
+    format!(
+        "{trained} runs trained, {} finished earlier, {locked} being trained by other processes, \
+         {failed} failed",
+        statuses.len() - trained - locked - failed
+    )
+}
+
+/// Writes the study's report after a sweep and returns its path, or the runs that failed: then
+/// the report still covers the runs that finished, and when none did, the failures are the
+/// error (not "no finished runs").
+pub fn report_after_sweep(
+    study: &Study,
+    all: &[PlannedRun],
+    study_dir: &Path,
+    statuses: &[(String, RunStatus)],
+) -> Result<PathBuf> {
+    let failures: Vec<String> = statuses
+        .iter()
+        .filter_map(|(name, status)| match status {
+            RunStatus::Failed(error) => Some(format!("{name}: {error}")),
+            _ => None,
+        })
+        .collect();
+    let report = write_report(study, all, study_dir);
+    match (report, failures.is_empty()) {
+        (report, true) => report,
+        (Ok(written), false) => {
+            println!("report: {}", written.display());
+            Err(TrainError::RunsFailed(failures))
+        }
+        (Err(_), false) => Err(TrainError::RunsFailed(failures)),
     }
 }
 

@@ -212,7 +212,11 @@ fn a_missing_gradient_is_an_error_naming_the_parameter_and_nothing_is_updated() 
     }
     .at_step(7)
     .to_string();
-    for part in ["replica 1 at step 7", "`final_norm.weight`", "no checkpoint"] {
+    for part in [
+        "replica 1 at step 7",
+        "`final_norm.weight`",
+        "no checkpoint",
+    ] {
         assert!(error.contains(part), "{error}");
     }
 }

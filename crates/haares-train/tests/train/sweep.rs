@@ -1,8 +1,9 @@
 //! Studies: expansion, overrides, sharding, and a sweep that skips finished runs and resumes
 //! unfinished ones.
 
+use haares_train::TrainError;
 use haares_train::backend::{BackendJob, BackendKind};
-use haares_train::study::sweep::{RunStatus, SweepJob};
+use haares_train::study::sweep::{RunStatus, SweepJob, report_after_sweep, tally};
 use haares_train::study::{Overrides, parse_shard, parse_study, shard_runs};
 use toml::Value;
 
@@ -290,5 +291,31 @@ fn runs_placed_per_device_train_once_resume_and_record_their_device() {
             RunStatus::Skipped if name != broken => {}
             _ => panic!("{name}: {status:?}"),
         }
+    }
+}
+
+#[test]
+fn a_sweep_whose_every_run_failed_reports_the_failures_not_a_missing_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = parse_study("fixture", STUDY).unwrap();
+    let runs = study.plan(None, &Overrides::default()).unwrap();
+    let statuses: Vec<(String, RunStatus)> = runs
+        .iter()
+        .map(|run| {
+            (
+                run.name.clone(),
+                RunStatus::Failed("checkpoint: broken".into()),
+            )
+        })
+        .collect();
+    assert!(tally(&statuses).ends_with(&format!("{} failed", runs.len())));
+    let error =
+        report_after_sweep(&study, &runs, &dir.path().join("fixture"), &statuses).unwrap_err();
+    match error {
+        TrainError::RunsFailed(failures) => {
+            assert_eq!(failures.len(), runs.len());
+            assert!(failures[0].contains("checkpoint: broken"), "{failures:?}");
+        }
+        other => panic!("expected the failures, got {other}"),
     }
 }
