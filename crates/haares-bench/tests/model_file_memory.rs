@@ -32,6 +32,9 @@ fn load_peak(bytes: &[u8]) -> (u64, Option<String>) {
     (peak, result.err().map(|e| e.to_string()))
 }
 
+/// A config's lie, in words, and the edit that tells it.
+type Lie = (&'static str, fn(&mut ModelConfig));
+
 /// One test, because the counters are process-wide and parallel tests would disturb them.
 #[test]
 fn a_lying_config_costs_no_more_than_the_files_tensors() {
@@ -52,7 +55,7 @@ fn a_lying_config_costs_no_more_than_the_files_tensors() {
         "loading the honest file was counted: {peak} bytes for {tensor_bytes} of tensors"
     );
 
-    let lies: [(&str, fn(&mut ModelConfig)); 7] = [
+    let lies: [Lie; 7] = [
         ("a vocabulary of 2^30", |c| c.vocab_size = 1 << 30),
         ("a vocabulary at the bound", |c| {
             c.vocab_size = limits::MAX_VOCAB
