@@ -1,4 +1,5 @@
-//! AdamW's update of one parameter on the cube backends (CUDA, wgpu) as one kernel: it reads `p`,
+//! AdamW on the cube backends (CUDA, wgpu): each gradient's sum of squares for the global norm as
+//! one kernel ([`squared_norms`]), and the update of one parameter as one kernel: it reads `p`,
 //! `g`, `m` and `v` once and writes the new three, where the tensor-operation path
 //! ([`update_plain`](super::rule::update_plain)) launches a kernel per operation, about a dozen
 //! per parameter (docs/benchmarks.md, "Kernel launches per training step"). Each element takes the
@@ -13,7 +14,7 @@ use std::any::Any;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorPrimitive};
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
-use burn_cubecl::cubecl::prelude::CubeDim;
+use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
@@ -41,6 +42,64 @@ pub(crate) fn update<B: Backend>(
         return Some(updated);
     }
     None
+}
+
+/// Threads of the one cube that sums one gradient's squares.
+const NORM_THREADS: usize = 256;
+
+/// Every gradient's sum of squares, `[Σ g₀², Σ g₁², …]`, as one tensor of the gradients' count:
+/// one kernel launch per gradient, each writing its own entry, where squaring, summing and
+/// concatenating took three. `None` (nothing launched) unless `B` is one of the runners' cube
+/// backends and every gradient is f32.
+pub(crate) fn squared_norms<B: Backend>(gradients: &[Tensor<B, 1>]) -> Option<Tensor<B, 1>> {
+    #[cfg(feature = "wgpu")]
+    if let Some(norms) = squared_norms_as::<B, cubecl::wgpu::WgpuRuntime, u32>(gradients) {
+        return Some(norms);
+    }
+    #[cfg(feature = "cuda")]
+    if let Some(norms) = squared_norms_as::<B, cubecl::cuda::CudaRuntime, u8>(gradients) {
+        return Some(norms);
+    }
+    None
+}
+
+/// [`squared_norms`] when `B` is `CubeBackend<R, f32, i32, BT>`.
+fn squared_norms_as<B: Backend, R: CubeRuntime, BT: BoolElement>(
+    gradients: &[Tensor<B, 1>],
+) -> Option<Tensor<B, 1>> {
+    type Cube<R, BT> = CubeBackend<R, f32, i32, BT>;
+    let cube: Vec<&Tensor<Cube<R, BT>, 1>> = gradients
+        .iter()
+        .map(|g| (g as &dyn Any).downcast_ref::<Tensor<Cube<R, BT>, 1>>())
+        .collect::<Option<_>>()?;
+    let first = cube.first()?;
+    if cube.iter().any(|g| g.dtype() != DType::F32) {
+        return None;
+    }
+    let like = (*first).clone().into_primitive().tensor();
+    let norms = empty_device_dtype::<R>(
+        like.client.clone(),
+        like.device.clone(),
+        [cube.len()].into(),
+        DType::F32,
+    );
+    for (index, gradient) in cube.iter().enumerate() {
+        let gradient = into_contiguous((*gradient).clone().into_primitive().tensor());
+        kernels::sum_of_squares_kernel::launch::<R>(
+            &like.client,
+            CubeCount::Static(1, 1, 1),
+            CubeDim::new_1d(NORM_THREADS as u32),
+            gradient.into_tensor_arg(),
+            norms.clone().into_tensor_arg(),
+            index as u32,
+            NORM_THREADS,
+        );
+    }
+    let norms = Tensor::<Cube<R, BT>, 1>::from_primitive(TensorPrimitive::Float(norms));
+    (Box::new(norms) as Box<dyn Any>)
+        .downcast::<Tensor<B, 1>>()
+        .ok()
+        .map(|norms| *norms)
 }
 
 /// [`update`] when `B` is `CubeBackend<R, f32, i32, BT>`.
@@ -158,6 +217,35 @@ mod kernels {
         out_m[at] = exp_avg;
         out_v[at] = exp_avg_sq;
     }
+
+    /// `norms[index] = Σ g²` with one cube: each thread sums the squares at its stride, then
+    /// thread 0 adds the threads' sums in order.
+    #[cube(launch)]
+    pub(super) fn sum_of_squares_kernel(
+        g: &Tensor<f32>,
+        norms: &mut Tensor<f32>,
+        index: u32,
+        #[comptime] threads: usize,
+    ) {
+        let lane = UNIT_POS_X as usize;
+        let mut partials = SharedMemory::<f32>::new(threads);
+        let mut sum = f32::new(0.0);
+        let mut at = lane;
+        while at < g.len() {
+            let x = g[at];
+            sum += x * x;
+            at += threads;
+        }
+        partials[lane] = sum;
+        sync_cube();
+        if lane == 0 {
+            let mut total = partials[0];
+            for thread in 1..threads {
+                total += partials[thread];
+            }
+            norms[index as usize] = total;
+        }
+    }
 }
 
 /// The kernel against the plain operations on wgpu (lavapipe in CI): `cargo test -p haares-train
@@ -179,5 +267,38 @@ mod tests {
     #[test]
     fn other_backends_take_the_plain_operations() {
         checks::leaves_other_backends_alone(super::update);
+    }
+
+    /// Gradients shorter than, as long as, and longer than the cube, against f64 sums.
+    #[test]
+    fn squared_norms_match_f64_sums() {
+        use burn::tensor::{Tensor, TensorData};
+        type Wgpu = crate::backend::WgpuUnfused;
+        let device = Default::default();
+        let lengths = [1, 255, 256, 257, 70_001];
+        let values = |len: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+                .collect()
+        };
+        let gradients: Vec<Tensor<Wgpu, 1>> = lengths
+            .iter()
+            .map(|&len| Tensor::from_data(TensorData::new(values(len), [len]), &device))
+            .collect();
+        let norms = super::squared_norms(&gradients).expect("wgpu takes the kernel");
+        let norms = norms.to_data().to_vec::<f32>().unwrap();
+        for (len, norm) in lengths.iter().zip(norms) {
+            let exact: f64 = values(*len).iter().map(|&x| (x as f64) * (x as f64)).sum();
+            let error = (norm as f64 - exact).abs() / exact;
+            assert!(error < 1e-5, "{len} elements: {norm} against {exact}");
+        }
+    }
+
+    #[cfg(feature = "ndarray")]
+    #[test]
+    fn other_backends_take_the_plain_norm() {
+        let ones =
+            burn::tensor::Tensor::<burn::backend::NdArray<f32>, 1>::ones([4], &Default::default());
+        assert!(super::squared_norms(&[ones]).is_none());
     }
 }

@@ -93,21 +93,7 @@ impl<B: Backend> AdamW<B> {
     where
         AB: AutodiffBackend<InnerBackend = B>,
     {
-        // Every parameter's sum of squares, then their sum: two operations per parameter and two
-        // in all (on a cube backend, kernel launches), where adding the sums one by one took one
-        // more per parameter.
-        let squares: Vec<Tensor<B, 1>> = gradients
-            .iter()
-            .map(|(_, g)| g.clone().square().sum())
-            .collect();
-        let grad_norm = match squares.is_empty() {
-            true => 0.0,
-            false => Tensor::cat(squares, 0)
-                .sum()
-                .into_scalar()
-                .elem::<f64>()
-                .sqrt(),
-        };
+        let grad_norm = global_norm(&gradients);
         let scale = match self.settings.clip_norm {
             // torch.nn.utils.clip_grad_norm_: coefficient max/(norm + 1e-6), capped at 1.
             Some(max) => (max / (grad_norm + 1e-6)).min(1.0),
@@ -216,6 +202,23 @@ impl<B: Backend> AdamW<B> {
         }
         Ok(optimizer)
     }
+}
+
+/// The global gradient norm `√(Σ_params Σ g²)`: every parameter's sum of squares in one tensor,
+/// then its sum (on the cube backends one kernel launch per parameter, `cube.rs`; elsewhere a
+/// square and a sum per parameter and one concatenation), read back once.
+fn global_norm<B: Backend>(gradients: &NamedGradients<B>) -> f64 {
+    if gradients.is_empty() {
+        return 0.0;
+    }
+    let tensors: Vec<Tensor<B, 1>> = gradients.iter().map(|(_, g)| g.clone()).collect();
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    let squares = cube::squared_norms(&tensors);
+    #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+    let squares = None;
+    let squares = squares
+        .unwrap_or_else(|| Tensor::cat(tensors.into_iter().map(|g| g.square().sum()).collect(), 0));
+    squares.sum().into_scalar().elem::<f64>().sqrt()
 }
 
 /// Every parameter's gradient, flattened, by checkpoint name, in the model's visiting order (the
