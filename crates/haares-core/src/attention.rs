@@ -61,40 +61,16 @@ impl<B: ActivationBackend> CausalSelfAttention<B> {
     pub fn forward(&self, x: Tensor<B, 3>, rope: &RotaryTable<B>) -> Tensor<B, 3> {
         let [batch, seq, d_model] = x.dims();
         let head_dim = d_model / self.n_heads;
-        // RoPE runs on each projection's own `[batch, seq, heads, d_h]` layout, which is
-        // contiguous; only then are the heads moved in front of the positions.
+        // RoPE and attention take each projection's own `[batch, seq, heads, d_h]` layout, which
+        // is contiguous; the plain attention moves the heads in front of the positions itself.
         let rows = x.reshape([batch * seq, d_model]);
         let heads = |projection: &Linear<B>| {
             project(projection, rows.clone()).reshape([batch, seq, self.n_heads, head_dim])
         };
         let query = rope.apply(heads(&self.wq), 1.0 / (head_dim as f64).sqrt());
         let key = rope.apply(heads(&self.wk), 1.0);
-        let context = causal_attention(
-            B::swap_heads(query),
-            B::swap_heads(key),
-            B::swap_heads(heads(&self.wv)),
-        );
-        let context = B::swap_heads(context).reshape([batch * seq, d_model]);
+        let context =
+            B::causal_attention(query, key, heads(&self.wv)).reshape([batch * seq, d_model]);
         project(&self.wo, context).reshape([batch, seq, d_model])
     }
-}
-
-/// `softmax(QKᵀ + M)V` with the causal mask `M` (0 where a query may see a key, −∞ where the key
-/// lies in its future), for queries already scaled by `1/√d_h`; the masked softmax is one
-/// operation ([`ActivationBackend::causal_softmax`]).
-///
-/// Burn's `attention` module op is fused on some backends for inference, but under autodiff it
-/// runs a decomposition that fills a `[batch, heads, seq, seq]` copy of a broadcast boolean mask
-/// at every call.
-///
-/// # Shapes
-/// - query, key, value: `[batch, heads, seq, d_h]`
-/// - output: `[batch, heads, seq, d_h]`
-pub fn causal_attention<B: ActivationBackend>(
-    query: Tensor<B, 4>,
-    key: Tensor<B, 4>,
-    value: Tensor<B, 4>,
-) -> Tensor<B, 4> {
-    let probabilities = B::causal_softmax(B::matmul_transposed_rhs(query, key));
-    B::matmul(probabilities, value)
 }

@@ -11,6 +11,8 @@
 
 #[path = "core/activation_checks.rs"]
 mod activation_checks;
+#[path = "core/attention_checks.rs"]
+mod attention_checks;
 #[path = "core/common.rs"]
 mod common;
 #[path = "core/reference.rs"]
@@ -300,6 +302,15 @@ macro_rules! cube_backend_tests {
                 super::rotary_checks::rotary_node_agrees_with_autodiff_of_the_plain_operations::<
                     Autodiff<Cube>,
                 >(1e-5);
+            }
+
+            /// Causal attention's kernel pair (one launch forward, two backward) against f64,
+            /// and the fused node's gradients.
+            #[test]
+            fn attention_kernels_match_f64() {
+                super::attention_checks::attention_pair_agrees_with_f64::<Cube>(2e-5);
+                super::attention_checks::attention_gradients_agree_with_f64::<Autodiff<Cube>>(2e-5);
+                assert!(<Cube as haares_core::ActivationBackend>::fuses_causal_attention(128));
             }
 
             #[test]

@@ -49,6 +49,26 @@ impl<B: ActivationBackend, C: CheckpointStrategy> ActivationBackend for Autodiff
         finish(RotaryBackward { scale }, parents, tables, output)
     }
 
+    fn causal_attention(
+        query: Tensor<Self, 4>,
+        key: Tensor<Self, 4>,
+        value: Tensor<Self, 4>,
+    ) -> Tensor<Self, 4> {
+        if !B::fuses_causal_attention(query.dims()[3]) {
+            return super::naive::causal_attention(query, key, value);
+        }
+        let parents = [query.clone(), key.clone(), value.clone()].map(primitive);
+        let inputs = [query.inner(), key.inner(), value.inner()];
+        let [q, k, v] = inputs.clone();
+        let (output, logsumexp) = B::causal_attention_forward(q, k, v);
+        let state = (inputs, output.clone(), logsumexp);
+        finish(AttentionBackward, parents, state, output)
+    }
+
+    fn fuses_causal_attention(head_dim: usize) -> bool {
+        B::fuses_causal_attention(head_dim)
+    }
+
     fn swap_heads(x: Tensor<Self, 4>) -> Tensor<Self, 4> {
         let parents = [primitive(x.clone())];
         finish(SwapHeadsBackward, parents, (), B::swap_heads(x.inner()))
@@ -171,6 +191,25 @@ impl<B: ActivationBackend> Backward<B, 1> for RotaryBackward {
             0,
             B::rotary_backward(grad, cos, sin, turn, self.scale),
         );
+    }
+}
+
+/// The fused attention's node: it keeps the three inputs, the output and the log-sum-exp, and
+/// no `[seq, seq]` tensor.
+#[derive(Debug)]
+struct AttentionBackward;
+
+impl<B: ActivationBackend> Backward<B, 3> for AttentionBackward {
+    /// The query, key and value, the output, and each query's log-sum-exp.
+    type State = ([Tensor<B, 4>; 3], Tensor<B, 4>, Tensor<B, 3>);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = from_primitive(grads.consume::<B>(&ops.node));
+        let ([query, key, value], output, logsumexp) = ops.state.clone();
+        let gradients = B::causal_attention_backward(query, key, value, output, logsumexp, grad);
+        for (position, gradient) in gradients.into_iter().enumerate() {
+            register(grads, &ops, position, gradient);
+        }
     }
 }
 

@@ -103,6 +103,29 @@ where
         super::cube_rotary::turn_pairs(grad, cos, sin, scale, true)
     }
 
+    fn fuses_causal_attention(head_dim: usize) -> bool {
+        head_dim <= super::cube_attention::MAX_HEAD_DIM
+    }
+
+    fn causal_attention_forward(
+        query: Tensor<Self, 4>,
+        key: Tensor<Self, 4>,
+        value: Tensor<Self, 4>,
+    ) -> (Tensor<Self, 4>, Tensor<Self, 3>) {
+        super::cube_attention::causal_attention_forward(query, key, value)
+    }
+
+    fn causal_attention_backward(
+        query: Tensor<Self, 4>,
+        key: Tensor<Self, 4>,
+        value: Tensor<Self, 4>,
+        output: Tensor<Self, 4>,
+        logsumexp: Tensor<Self, 3>,
+        grad: Tensor<Self, 4>,
+    ) -> [Tensor<Self, 4>; 3] {
+        super::cube_attention::causal_attention_backward(query, key, value, output, logsumexp, grad)
+    }
+
     fn causal_softmax<const D: usize>(scores: Tensor<Self, D>) -> Tensor<Self, D> {
         let dims = scores.dims();
         assert_eq!(

@@ -34,6 +34,8 @@ mod autodiff;
 #[cfg(feature = "cube")]
 mod cube;
 #[cfg(feature = "cube")]
+mod cube_attention;
+#[cfg(feature = "cube")]
 mod cube_norm;
 #[cfg(feature = "cube")]
 mod cube_rotary;
@@ -148,6 +150,68 @@ pub trait ActivationBackend: Backend {
         scale: f64,
     ) -> Tensor<Self, 4> {
         naive::rotary_backward(grad, cos, sin, quarter_turn, scale)
+    }
+
+    /// Causal attention of every head, `softmax(Q Kᵀ + M) V` with the causal mask `M` (App. A;
+    /// [`naive::causal_attention_by_head`]), for queries already scaled by `1/√d_h`, with the
+    /// heads in the projections' own layout. Where the backend fuses attention at this head
+    /// width ([`fuses_causal_attention`](Self::fuses_causal_attention)) it is
+    /// [`causal_attention_forward`](Self::causal_attention_forward), and the autodiff backend makes it one
+    /// node whose backward pass is [`causal_attention_backward`](Self::causal_attention_backward); elsewhere it
+    /// is the plain operations ([`naive::causal_attention`]), each a node of its own.
+    ///
+    /// # Shapes
+    /// - query, key, value, output: `[batch, seq, heads, d_h]`
+    fn causal_attention(
+        query: Tensor<Self, 4>,
+        key: Tensor<Self, 4>,
+        value: Tensor<Self, 4>,
+    ) -> Tensor<Self, 4> {
+        match Self::fuses_causal_attention(query.dims()[3]) {
+            true => Self::causal_attention_forward(query, key, value).0,
+            false => naive::causal_attention(query, key, value),
+        }
+    }
+
+    /// Whether [`causal_attention`](Self::causal_attention) runs as the fused pair for heads of width
+    /// `head_dim`: the cube backends' kernels (`cube_attention.rs`), up to 128. The CPU backends
+    /// keep the plain operations, whose products are their fastest kernels.
+    fn fuses_causal_attention(_head_dim: usize) -> bool {
+        false
+    }
+
+    /// The fused attention's forward pass: the output and each query's log-sum-exp over the
+    /// scores it sees, `lse_i = ln Σ_{j ≤ i} e^{q_i · k_j}`, which is all the backward pass keeps
+    /// of the softmax (no `[seq, seq]` tensor).
+    ///
+    /// # Shapes
+    /// - query, key, value, output: `[batch, seq, heads, d_h]`
+    /// - log-sum-exp: `[batch, seq, heads]`
+    fn causal_attention_forward(
+        query: Tensor<Self, 4>,
+        key: Tensor<Self, 4>,
+        value: Tensor<Self, 4>,
+    ) -> (Tensor<Self, 4>, Tensor<Self, 3>) {
+        naive::causal_attention_forward(query, key, value)
+    }
+
+    /// The gradients `[∂Q, ∂K, ∂V]` of [`causal_attention_forward`](Self::causal_attention_forward)'s output,
+    /// given `∂L/∂O`: with `P = e^{S − lse}` recomputed from the scores `S = Q Kᵀ`,
+    /// `∂V = Pᵀ ∂O`, `∂S = P ⊙ (∂O Vᵀ − Δ)` where `Δ_i = Σ_e ∂O_ie O_ie`, `∂Q = ∂S K` and
+    /// `∂K = ∂Sᵀ Q`.
+    ///
+    /// # Shapes
+    /// - query, key, value, output, grad and the three gradients: `[batch, seq, heads, d_h]`
+    /// - log-sum-exp: `[batch, seq, heads]`
+    fn causal_attention_backward(
+        query: Tensor<Self, 4>,
+        key: Tensor<Self, 4>,
+        value: Tensor<Self, 4>,
+        output: Tensor<Self, 4>,
+        logsumexp: Tensor<Self, 3>,
+        grad: Tensor<Self, 4>,
+    ) -> [Tensor<Self, 4>; 3] {
+        naive::causal_attention_backward(query, key, value, output, logsumexp, grad)
     }
 
     /// `x` with its dimensions 1 and 2 swapped: attention's move of the heads in front of the

@@ -10,6 +10,7 @@ use crate::activation_checks::{
     rms_norm_agrees_with_f64_and_the_plain_operations,
     swiglu_agrees_with_f64_and_the_plain_operations,
 };
+use crate::attention_checks::{attention_gradients_agree_with_f64, attention_pair_agrees_with_f64};
 use crate::common::{Ad64, B64};
 use crate::rotary_checks::{
     rotary_agrees_with_f64_and_the_plain_operations,
@@ -44,6 +45,17 @@ fn rotary_agrees_with_f64_on_flex_and_in_f64() {
     rotary_agrees_with_f64_and_the_plain_operations::<B64>(1e-12);
     rotary_node_agrees_with_autodiff_of_the_plain_operations::<Autodiff<Flex>>(1e-6);
     rotary_node_agrees_with_autodiff_of_the_plain_operations::<Ad64>(1e-12);
+}
+
+/// Causal attention's plain pair (the output with each query's log-sum-exp, and the backward
+/// pass from them; the reference of the cube backends' kernels) and the differentiable operation
+/// against f64 written out.
+#[test]
+fn causal_attention_agrees_with_f64_on_flex_and_in_f64() {
+    attention_pair_agrees_with_f64::<B64>(1e-12);
+    attention_pair_agrees_with_f64::<Flex>(2e-5);
+    attention_gradients_agree_with_f64::<Ad64>(1e-12);
+    attention_gradients_agree_with_f64::<Autodiff<Flex>>(2e-5);
 }
 
 #[test]

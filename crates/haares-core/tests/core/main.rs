@@ -5,6 +5,7 @@ mod accumulator;
 mod activation_checks;
 mod activations;
 mod analysis;
+mod attention_checks;
 mod causality;
 mod checkpoint;
 mod common;
