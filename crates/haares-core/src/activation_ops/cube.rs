@@ -7,6 +7,7 @@
 //!   keys the query may see, with the row's maximum, sum or dot product reduced in shared memory.
 //! - `rms_norm` and its backward, the same way (`cube_norm.rs`).
 //! - `rotary` and its backward: one thread per element (`cube_rotary.rs`).
+//! - `causal_attention`: one launch forward, two backward (`cube_attention.rs`).
 //!
 //! Inputs are read through their strides (no copy of a transposed or pitched view); outputs are
 //! allocated contiguous. `tests/cube/activations.rs` (part of `tests/portability.rs`) checks every

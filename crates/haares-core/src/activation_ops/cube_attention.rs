@@ -4,7 +4,7 @@
 //! softmax's backward and six moves backward (issue 34: a CUDA step costs its launch count).
 //!
 //! Queries, keys and values are read in the projections' own `[batch, seq, heads, d_h]` layout,
-//! through their strides, so the heads are never moved. Each cube takes [`TILE`] consecutive
+//! through their strides, so the heads are never moved. Each cube takes 32 (or 16, [`tile_for`]) consecutive
 //! positions of one head of one batch row, one thread per position; the cube's threads load the
 //! rows the other side needs into shared memory one tile at a time, and each thread walks the
 //! tile's rows its position may see.
@@ -32,12 +32,20 @@ use crate::autodiff_node::from_primitive;
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 
-/// Positions per cube, and rows per shared-memory tile.
-const TILE: usize = 32;
-
-/// The widest head the kernels take: the key–value kernel's two tiles of `TILE × d_h` f32 values
-/// then fill 32 KiB of shared memory, within every backend's 48 KiB floor.
+/// The widest head the kernels take.
 pub(super) const MAX_HEAD_DIM: usize = 128;
+
+/// Positions per cube, and rows per shared-memory tile, for heads `head_dim` wide: 32, or 16 for
+/// heads wider than 64, so that the key–value kernel's two tiles of `tile × d_h` values and two
+/// of `tile` (`tile · (2 d_h + 2)` f32 values) stay within 32 KiB of shared memory, the limit of
+/// Mesa's software Vulkan and of many devices (CUDA's is 48 KiB). At `d_h = 128` and a tile of 32
+/// they took 33,024 bytes, and lavapipe returned wrong key gradients without an error.
+fn tile_for(head_dim: usize) -> usize {
+    match head_dim {
+        0..=64 => 32,
+        _ => 16,
+    }
+}
 
 /// [`ActivationBackend::causal_attention_forward`](super::ActivationBackend::causal_attention_forward) in one
 /// launch: the output `[batch, seq, heads, d_h]` and each query's log-sum-exp `[batch, seq, heads]`.
@@ -56,7 +64,8 @@ where
     let (query, key, value) = (primitive(query), primitive(key), primitive(value));
     let output = empty_like(&query);
     let logsumexp = per_query(&query);
-    let (cube_count, cube_dim) = per_tile(&query);
+    let tile = tile_for(head_dim);
+    let (cube_count, cube_dim) = per_tile(&query, tile);
     kernels::attention_forward_kernel::launch::<R>(
         &query.client.clone(),
         cube_count,
@@ -67,7 +76,7 @@ where
         output.clone().into_tensor_arg(),
         logsumexp.clone().into_tensor_arg(),
         head_dim,
-        TILE,
+        tile,
         query.dtype.into(),
     );
     (from_primitive(output), from_primitive(logsumexp))
@@ -96,7 +105,8 @@ where
         (empty_like(&query), empty_like(&query), empty_like(&query));
     let delta = per_query(&query);
     let client = query.client.clone();
-    let (cube_count, cube_dim) = per_tile(&query);
+    let tile = tile_for(head_dim);
+    let (cube_count, cube_dim) = per_tile(&query, tile);
     kernels::attention_query_grad_kernel::launch::<R>(
         &client,
         cube_count.clone(),
@@ -110,7 +120,7 @@ where
         query_grad.clone().into_tensor_arg(),
         delta.clone().into_tensor_arg(),
         head_dim,
-        TILE,
+        tile,
         query.dtype.into(),
     );
     kernels::attention_key_value_grad_kernel::launch::<R>(
@@ -126,7 +136,7 @@ where
         key_grad.clone().into_tensor_arg(),
         value_grad.clone().into_tensor_arg(),
         head_dim,
-        TILE,
+        tile,
         query.dtype.into(),
     );
     [query_grad, key_grad, value_grad].map(from_primitive)
@@ -143,13 +153,13 @@ fn per_query<R: CubeRuntime>(like: &CubeTensor<R>) -> CubeTensor<R> {
     )
 }
 
-/// One cube of [`TILE`] threads per tile of positions of every head of every batch row.
-fn per_tile<R: CubeRuntime>(like: &CubeTensor<R>) -> (CubeCount, CubeDim) {
+/// One cube of `tile` threads per tile of positions of every head of every batch row.
+fn per_tile<R: CubeRuntime>(like: &CubeTensor<R>, tile: usize) -> (CubeCount, CubeDim) {
     let shape = like.meta.shape();
-    let cubes = shape[0] * shape[2] * shape[1].div_ceil(TILE);
-    let cube_dim = CubeDim::new_1d(TILE as u32);
+    let cubes = shape[0] * shape[2] * shape[1].div_ceil(tile);
+    let cube_dim = CubeDim::new_1d(tile as u32);
     (
-        calculate_cube_count_elemwise(&like.client, cubes * TILE, cube_dim),
+        calculate_cube_count_elemwise(&like.client, cubes * tile, cube_dim),
         cube_dim,
     )
 }

@@ -2,7 +2,8 @@
 //! each as one differentiable operation with its own backward pass: SwiGLU's gated product
 //! `SiLU(gate) ⊙ up` (App. A) and attention's causal softmax; and RMSNorm with its gain and RoPE,
 //! one operation each for the cube backends, where their tensor operations are as many kernel
-//! launches. Beside them, attention's move of
+//! launches; and causal attention itself, one operation over the projections' layout that the
+//! cube backends run as a flash-style kernel pair (`cube_attention.rs`). Beside them, attention's move of
 //! its heads between the positions' dimension and their own ([`ActivationBackend::swap_heads`]),
 //! a layout change that Flex, given Burn's view, copies slowly, and the matrix product itself
 //! ([`ActivationBackend::matmul`]), whose output Flex copies once more than it needs to.
