@@ -15,6 +15,8 @@ mod activation_checks;
 mod attention_checks;
 #[path = "core/common.rs"]
 mod common;
+#[path = "core/cross_entropy_checks.rs"]
+mod cross_entropy_checks;
 #[path = "core/reference.rs"]
 mod reference;
 #[path = "core/rotary_checks.rs"]
@@ -311,6 +313,16 @@ macro_rules! cube_backend_tests {
                 super::attention_checks::attention_pair_agrees_with_f64::<Cube>(2e-5);
                 super::attention_checks::attention_gradients_agree_with_f64::<Autodiff<Cube>>(2e-5);
                 assert!(<Cube as haares_core::ActivationBackend>::fuses_causal_attention(128));
+            }
+
+            /// The weighted cross-entropy's kernels (one launch each way) against f64, and the
+            /// fused node's gradient.
+            #[test]
+            fn cross_entropy_kernels_match_f64() {
+                super::cross_entropy_checks::cross_entropy_pair_agrees_with_f64::<Cube>(2e-6);
+                super::cross_entropy_checks::cross_entropy_gradient_agrees_with_f64::<
+                    Autodiff<Cube>,
+                >(2e-6);
             }
 
             #[test]

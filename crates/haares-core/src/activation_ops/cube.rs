@@ -8,12 +8,13 @@
 //! - `rms_norm` and its backward, the same way (`cube_norm.rs`).
 //! - `rotary` and its backward: one thread per element (`cube_rotary.rs`).
 //! - `causal_attention`: one launch forward, two backward (`cube_attention.rs`).
+//! - `cross_entropy`: one cube per row of logits, one launch each way (`cube_cross_entropy.rs`).
 //!
 //! Inputs are read through their strides (no copy of a transposed or pitched view); outputs are
 //! allocated contiguous. `tests/cube/activations.rs` (part of `tests/portability.rs`) checks every
 //! kernel against f64 sums on wgpu and CUDA.
 
-use burn::tensor::Tensor;
+use burn::tensor::{Int, Tensor};
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
 use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
 use burn_cubecl::ops::numeric::empty_device_contiguous_dtype;
@@ -125,6 +126,28 @@ where
         grad: Tensor<Self, 4>,
     ) -> [Tensor<Self, 4>; 3] {
         super::cube_attention::causal_attention_backward(query, key, value, output, logsumexp, grad)
+    }
+
+    fn fuses_cross_entropy() -> bool {
+        true
+    }
+
+    fn cross_entropy_forward(
+        logits: Tensor<Self, 2>,
+        targets: Tensor<Self, 1, Int>,
+        weights: Tensor<Self, 1>,
+    ) -> (Tensor<Self, 1>, Tensor<Self, 1>) {
+        super::cube_cross_entropy::cross_entropy_forward(logits, targets, weights)
+    }
+
+    fn cross_entropy_backward(
+        logits: Tensor<Self, 2>,
+        targets: Tensor<Self, 1, Int>,
+        weights: Tensor<Self, 1>,
+        logsumexp: Tensor<Self, 1>,
+        grad: Tensor<Self, 1>,
+    ) -> Tensor<Self, 2> {
+        super::cube_cross_entropy::cross_entropy_backward(logits, targets, weights, logsumexp, grad)
     }
 
     fn causal_softmax<const D: usize>(scores: Tensor<Self, D>) -> Tensor<Self, D> {

@@ -3,7 +3,8 @@
 //! `SiLU(gate) ⊙ up` (App. A) and attention's causal softmax; and RMSNorm with its gain and RoPE,
 //! one operation each for the cube backends, where their tensor operations are as many kernel
 //! launches; and causal attention itself, one operation over the projections' layout that the
-//! cube backends run as a flash-style kernel pair (`cube_attention.rs`). Beside them, attention's move of
+//! cube backends run as a flash-style kernel pair (`cube_attention.rs`), and the cross-entropy of
+//! the tied head's logits (`cube_cross_entropy.rs`). Beside them, attention's move of
 //! its heads between the positions' dimension and their own ([`ActivationBackend::swap_heads`]),
 //! a layout change that Flex, given Burn's view, copies slowly, and the matrix product itself
 //! ([`ActivationBackend::matmul`]), whose output Flex copies once more than it needs to.
@@ -37,6 +38,8 @@ mod cube;
 #[cfg(feature = "cube")]
 mod cube_attention;
 #[cfg(feature = "cube")]
+mod cube_cross_entropy;
+#[cfg(feature = "cube")]
 mod cube_norm;
 #[cfg(feature = "cube")]
 mod cube_rotary;
@@ -46,8 +49,8 @@ mod flex;
 mod flex_matmul;
 pub mod naive;
 
-use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor};
 
 /// A backend that computes the backbone's fused activations. Every Burn backend can implement it
 /// with the default methods (the plain tensor operations of [`naive`]).
@@ -213,6 +216,65 @@ pub trait ActivationBackend: Backend {
         grad: Tensor<Self, 4>,
     ) -> [Tensor<Self, 4>; 3] {
         naive::causal_attention_backward(query, key, value, output, logsumexp, grad)
+    }
+
+    /// The cross-entropy of every row of the tied head's logits at its target, weighted:
+    /// `w_r (ln Σ_k e^{x_rk} − x_r,target_r)` (the training objective's terms; docs/decisions.md,
+    /// decision 11, with the pad mask as the weights). Where the backend fuses it
+    /// ([`fuses_cross_entropy`](Self::fuses_cross_entropy)) it is
+    /// [`cross_entropy_forward`](Self::cross_entropy_forward), and the autodiff backend makes it
+    /// one node whose backward pass is [`cross_entropy_backward`](Self::cross_entropy_backward);
+    /// elsewhere it is the plain operations ([`naive::cross_entropy`]). Targets must lie in the
+    /// vocabulary.
+    ///
+    /// # Shapes
+    /// - logits: `[rows, vocab]`
+    /// - targets, weights, output: `[rows]`
+    fn cross_entropy(
+        logits: Tensor<Self, 2>,
+        targets: Tensor<Self, 1, Int>,
+        weights: Tensor<Self, 1>,
+    ) -> Tensor<Self, 1> {
+        match Self::fuses_cross_entropy() {
+            true => Self::cross_entropy_forward(logits, targets, weights).0,
+            false => naive::cross_entropy(logits, targets, weights),
+        }
+    }
+
+    /// Whether [`cross_entropy`](Self::cross_entropy) runs as the fused pair: the cube backends'
+    /// kernels (`cube_cross_entropy.rs`).
+    fn fuses_cross_entropy() -> bool {
+        false
+    }
+
+    /// The fused cross-entropy's forward pass: each row's weighted loss and its log-sum-exp
+    /// `ln Σ_k e^{x_rk}`, which is all its backward pass keeps besides the logits.
+    ///
+    /// # Shapes
+    /// - logits: `[rows, vocab]`
+    /// - targets, weights, losses, log-sum-exp: `[rows]`
+    fn cross_entropy_forward(
+        logits: Tensor<Self, 2>,
+        targets: Tensor<Self, 1, Int>,
+        weights: Tensor<Self, 1>,
+    ) -> (Tensor<Self, 1>, Tensor<Self, 1>) {
+        naive::cross_entropy_forward(logits, targets, weights)
+    }
+
+    /// `∂L/∂logits` of [`cross_entropy_forward`](Self::cross_entropy_forward)'s losses given
+    /// `∂L/∂loss`: `∂x_rk = g_r w_r (e^{x_rk − lse_r} − [k = target_r])`.
+    ///
+    /// # Shapes
+    /// - logits, output: `[rows, vocab]`
+    /// - targets, weights, log-sum-exp, grad: `[rows]`
+    fn cross_entropy_backward(
+        logits: Tensor<Self, 2>,
+        targets: Tensor<Self, 1, Int>,
+        weights: Tensor<Self, 1>,
+        logsumexp: Tensor<Self, 1>,
+        grad: Tensor<Self, 1>,
+    ) -> Tensor<Self, 2> {
+        naive::cross_entropy_backward(logits, targets, weights, logsumexp, grad)
     }
 
     /// `x` with its dimensions 1 and 2 swapped: attention's move of the heads in front of the

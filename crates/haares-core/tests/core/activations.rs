@@ -12,6 +12,9 @@ use crate::activation_checks::{
 };
 use crate::attention_checks::{attention_gradients_agree_with_f64, attention_pair_agrees_with_f64};
 use crate::common::{Ad64, B64};
+use crate::cross_entropy_checks::{
+    cross_entropy_gradient_agrees_with_f64, cross_entropy_pair_agrees_with_f64,
+};
 use crate::rotary_checks::{
     rotary_agrees_with_f64_and_the_plain_operations,
     rotary_node_agrees_with_autodiff_of_the_plain_operations,
@@ -56,6 +59,16 @@ fn causal_attention_agrees_with_f64_on_flex_and_in_f64() {
     attention_pair_agrees_with_f64::<Flex>(2e-5);
     attention_gradients_agree_with_f64::<Ad64>(1e-12);
     attention_gradients_agree_with_f64::<Autodiff<Flex>>(2e-5);
+}
+
+/// The weighted cross-entropy's plain pair (the reference of the cube backends' kernels) and the
+/// differentiable operation against f64 written out.
+#[test]
+fn cross_entropy_agrees_with_f64_on_flex_and_in_f64() {
+    cross_entropy_pair_agrees_with_f64::<B64>(1e-12);
+    cross_entropy_pair_agrees_with_f64::<Flex>(2e-6);
+    cross_entropy_gradient_agrees_with_f64::<Ad64>(1e-12);
+    cross_entropy_gradient_agrees_with_f64::<Autodiff<Flex>>(2e-6);
 }
 
 #[test]

@@ -9,6 +9,7 @@ mod attention_checks;
 mod causality;
 mod checkpoint;
 mod common;
+mod cross_entropy_checks;
 mod errors;
 mod fused;
 mod graph_gate;

@@ -1,10 +1,9 @@
 //! The training objective (docs/decisions.md, decision 11): mean cross-entropy over non-pad target
 //! tokens; validation loss token-weighted over the whole split.
 
-use burn::tensor::activation::log_softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use haares_core::HaaresModel;
+use haares_core::{ActivationBackend, HaaresModel};
 use haares_core::{RoutingBackend, RoutingStatistics, RoutingTally};
 use haares_data::batching::{Batch, validation_batches};
 use haares_data::prepared::PreparedShard;
@@ -64,16 +63,17 @@ pub fn summed_cross_entropy<B: RoutingBackend>(
     summed_cross_entropy_of(model.forward_unchecked(batch.inputs.clone()), batch)
 }
 
-/// Sum of the cross-entropy of `logits` (`[batch, seq, vocab]`) over the batch's real targets.
-fn summed_cross_entropy_of<B: Backend>(
+/// Sum of the cross-entropy of `logits` (`[batch, seq, vocab]`) over the batch's real targets:
+/// the pad mask weights each position's term (one fused operation on the cube backends,
+/// [`ActivationBackend::cross_entropy`]).
+fn summed_cross_entropy_of<B: ActivationBackend>(
     logits: Tensor<B, 3>,
     batch: &DeviceBatch<B>,
 ) -> Tensor<B, 1> {
     let [rows, seq, vocab] = logits.dims();
-    let log_probs = log_softmax(logits.reshape([rows * seq, vocab]), 1);
-    let picked = log_probs.gather(1, batch.targets.clone().reshape([rows * seq, 1]));
-    let mask = batch.mask.clone().reshape([rows * seq, 1]);
-    -(picked * mask).sum()
+    let targets = batch.targets.clone().reshape([rows * seq]);
+    let mask = batch.mask.clone().reshape([rows * seq]);
+    B::cross_entropy(logits.reshape([rows * seq, vocab]), targets, mask).sum()
 }
 
 /// Mean cross-entropy over the batch's real targets (the training loss). A batch without a real
