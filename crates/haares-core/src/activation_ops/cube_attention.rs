@@ -1,7 +1,8 @@
 //! Causal attention as a flash-style CubeCL kernel pair (`cube.rs` has the other activations and
-//! the shared pieces): one launch forward, two backward, where the plain operations launch three
-//! matrix products, the softmax and four moves of the heads forward, and five products, the
-//! softmax's backward and six moves backward (issue 34: a CUDA step costs its launch count).
+//! the shared pieces): one launch forward, two backward, where the plain operations launch two
+//! matrix products, the softmax and four copies of moved heads forward (7), and four products,
+//! the softmax's backward and six copies backward (11; issue 34: a CUDA step costs its launch
+//! count).
 //!
 //! Queries, keys and values are read in the projections' own `[batch, seq, heads, d_h]` layout,
 //! through their strides, so the heads are never moved. Each cube takes 32 (or 16, [`tile_for`]) consecutive
