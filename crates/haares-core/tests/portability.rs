@@ -333,6 +333,20 @@ macro_rules! cube_backend_tests {
     };
 }
 
+/// Burn's kernel fusion over wgpu (`burn::backend::Wgpu` as Burn defines it), with the plain
+/// operations and without autotuning (a build without the `autotune` feature): issue 34's check
+/// of whether fusion can be offered. Only with `--features wgpu,fusion`; CI does not build it.
+/// What it gave is in docs/deviations.md ("GPU backends without Burn's kernel fusion").
+#[cfg(all(feature = "wgpu", feature = "fusion"))]
+mod wgpu_fusion {
+    use burn::backend::{Autodiff, Wgpu};
+
+    #[test]
+    fn passes_the_numerical_checks() {
+        super::every_check::<Autodiff<Wgpu>>(&Default::default(), crate::F32_TOLERANCE);
+    }
+}
+
 #[cfg(feature = "wgpu")]
 cube_backend_tests!(
     wgpu,

@@ -336,3 +336,7 @@ where
     burn::backend::ndarray::NdArrayTensor: From<burn::backend::ndarray::SharedArray<E>>,
 {
 }
+
+/// Burn's kernel fusion over a backend: the plain operations, which fusion may merge.
+#[cfg(feature = "fusion")]
+impl<B: burn_fusion::FusionBackend> ActivationBackend for burn_fusion::Fusion<B> {}

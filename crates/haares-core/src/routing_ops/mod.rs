@@ -369,5 +369,9 @@ pub(crate) use crate::autodiff_node::from_primitive;
 /// both the training model and its `valid()` copy can route.
 pub trait TrainingBackend: AutodiffBackend<InnerBackend: RoutingBackend> + RoutingBackend {}
 
+/// Burn's kernel fusion over a backend: the plain operations, which fusion may merge.
+#[cfg(feature = "fusion")]
+impl<B: burn_fusion::FusionBackend> RoutingBackend for burn_fusion::Fusion<B> {}
+
 impl<B> TrainingBackend for B where B: AutodiffBackend<InnerBackend: RoutingBackend> + RoutingBackend
 {}

@@ -8,7 +8,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use haares_core::ActivationBackend;
 
-use super::common::{Rng, max_abs_diff, tensor_values};
+use super::common::{Rng, assert_close_at_scale, tensor_values};
 
 /// `[batch, seq, heads, d_h]`: one position; sequences within one tile of the kernels' 32
 /// positions, exactly one, and past one and two; head widths 8 to 128 (the 16–128 and
@@ -109,17 +109,6 @@ fn attention_f64(case: &Case) -> (Vec<f64>, Vec<f64>, [Vec<f64>; 3]) {
         }
     }
     (output, logsumexp, grads)
-}
-
-/// `max |a − b| ≤ relative · max(max |b|, 1)`.
-fn assert_close_at_scale(actual: &[f64], expected: &[f64], relative: f64, what: &str) {
-    assert_eq!(actual.len(), expected.len(), "{what}: lengths differ");
-    let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-    let diff = max_abs_diff(actual, expected);
-    assert!(
-        diff <= relative * scale,
-        "{what}: max difference {diff:e} at scale {scale:e}"
-    );
 }
 
 const GRADIENTS: [&str; 3] = ["∂Q", "∂K", "∂V"];

@@ -195,6 +195,17 @@ pub fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// `max |a − b| ≤ relative · max(max |b|, 1)`.
+pub fn assert_close_at_scale(actual: &[f64], expected: &[f64], relative: f64, what: &str) {
+    assert_eq!(actual.len(), expected.len(), "{what}: lengths differ");
+    let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    let diff = max_abs_diff(actual, expected);
+    assert!(
+        diff <= relative * scale,
+        "{what}: max difference {diff:e} at scale {scale:e}"
+    );
+}
+
 pub fn tensor_values<B: burn::tensor::backend::Backend, const D: usize>(
     tensor: Tensor<B, D>,
 ) -> Vec<f64> {

@@ -7,7 +7,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
 use haares_core::ActivationBackend;
 
-use super::common::{Rng, max_abs_diff, tensor_values};
+use super::common::{Rng, assert_close_at_scale, tensor_values};
 
 /// `[rows, vocab]`: one entry; vocabularies below, between and past a cube's 64 threads, the
 /// character tokeniser's 256 among them.
@@ -83,17 +83,6 @@ fn cross_entropy_f64(case: &Case, logits: &[f64]) -> [Vec<f64>; 3] {
         }
     }
     [losses, sums, grads]
-}
-
-/// `max |a − b| ≤ relative · max(max |b|, 1)`.
-fn assert_close_at_scale(actual: &[f64], expected: &[f64], relative: f64, what: &str) {
-    assert_eq!(actual.len(), expected.len(), "{what}: lengths differ");
-    let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-    let diff = max_abs_diff(actual, expected);
-    assert!(
-        diff <= relative * scale,
-        "{what}: max difference {diff:e} at scale {scale:e}"
-    );
 }
 
 /// `B`'s forward pass (losses, log-sum-exp) and backward pass against f64, to within `relative`
