@@ -288,7 +288,7 @@ fn cost_worker(backend: &str, task: &str) -> Result<String, String> {
 fn count_kernel_events(kind: BackendKind, launches: bool) -> Result<(), String> {
     #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
     let _ = launches;
-    if matches!(kind, BackendKind::Cuda | BackendKind::Wgpu) {
+    if kind.is_cube() {
         #[cfg(any(feature = "cuda", feature = "wgpu"))]
         {
             use haares_train::kernel_cache::{KernelEvents, configure_cube_runtime};

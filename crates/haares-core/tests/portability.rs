@@ -335,7 +335,7 @@ macro_rules! cube_backend_tests {
 
 /// Burn's kernel fusion over wgpu (`burn::backend::Wgpu` as Burn defines it), with the plain
 /// operations and without autotuning (a build without the `autotune` feature): issue 34's check
-/// of whether fusion can be offered. Only with `--features wgpu,fusion`; CI does not build it.
+/// of whether fusion can be offered. Only with `--features wgpu,fusion`; CI does not run it.
 /// What it gave is in docs/deviations.md ("GPU backends without Burn's kernel fusion").
 #[cfg(all(feature = "wgpu", feature = "fusion"))]
 mod wgpu_fusion {
@@ -344,6 +344,17 @@ mod wgpu_fusion {
     #[test]
     fn passes_the_numerical_checks() {
         super::every_check::<Autodiff<Wgpu>>(&Default::default(), crate::F32_TOLERANCE);
+    }
+}
+
+/// The same on CUDA (`--features cuda,fusion`), at CUDA's tolerance.
+#[cfg(all(feature = "cuda", feature = "fusion"))]
+mod cuda_fusion {
+    use burn::backend::{Autodiff, Cuda};
+
+    #[test]
+    fn passes_the_numerical_checks() {
+        super::every_check::<Autodiff<Cuda>>(&Default::default(), crate::TF32_TOLERANCE);
     }
 }
 

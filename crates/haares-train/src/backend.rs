@@ -19,11 +19,24 @@ pub enum BackendKind {
     Wgpu,
     /// CUDA (feature `cuda`).
     Cuda,
+    /// wgpu with Burn's kernel fusion and the plain operations in place of this project's
+    /// kernels (features `wgpu` and `fusion`): an option for measuring what fusion saves
+    /// (docs/deviations.md, "GPU backends without Burn's kernel fusion").
+    WgpuFusion,
+    /// CUDA with Burn's kernel fusion, as [`BackendKind::WgpuFusion`] (features `cuda`, `fusion`).
+    CudaFusion,
 }
 
 impl BackendKind {
     /// Every backend name.
-    pub const NAMES: &[&str] = &["flex", "ndarray", "wgpu", "cuda"];
+    pub const NAMES: &[&str] = &[
+        "flex",
+        "ndarray",
+        "wgpu",
+        "cuda",
+        "wgpu-fusion",
+        "cuda-fusion",
+    ];
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -32,6 +45,22 @@ impl BackendKind {
             Self::Ndarray => "ndarray",
             Self::Wgpu => "wgpu",
             Self::Cuda => "cuda",
+            Self::WgpuFusion => "wgpu-fusion",
+            Self::CudaFusion => "cuda-fusion",
+        }
+    }
+
+    /// Whether this is a GPU (cube) backend: one run per device, CubeCL's caches and counters.
+    pub fn is_cube(self) -> bool {
+        !matches!(self, Self::Flex | Self::Ndarray)
+    }
+
+    /// The features a build needs for this backend.
+    fn features(self) -> &'static str {
+        match self {
+            Self::WgpuFusion => "wgpu,fusion",
+            Self::CudaFusion => "cuda,fusion",
+            other => other.name(),
         }
     }
 
@@ -42,6 +71,8 @@ impl BackendKind {
             Self::Ndarray => cfg!(feature = "ndarray"),
             Self::Wgpu => cfg!(feature = "wgpu"),
             Self::Cuda => cfg!(feature = "cuda"),
+            Self::WgpuFusion => cfg!(all(feature = "wgpu", feature = "fusion")),
+            Self::CudaFusion => cfg!(all(feature = "cuda", feature = "fusion")),
         }
     }
 }
@@ -60,6 +91,8 @@ impl FromStr for BackendKind {
             "ndarray" => Self::Ndarray,
             "wgpu" => Self::Wgpu,
             "cuda" => Self::Cuda,
+            "wgpu-fusion" => Self::WgpuFusion,
+            "cuda-fusion" => Self::CudaFusion,
             _ => {
                 return Err(TrainError::Config(format!(
                     "unknown backend `{text}`; choose one of: {}",
@@ -69,8 +102,9 @@ impl FromStr for BackendKind {
         };
         if !kind.compiled_in() {
             return Err(TrainError::Config(format!(
-                "backend `{text}` is not compiled into this build; rebuild with `--features {text}` \
-                 (e.g. cargo run -p haares-train --features {text} -- …)"
+                "backend `{text}` is not compiled into this build; rebuild with `--features {0}` \
+                 (e.g. cargo run -p haares-train --features {0} -- …)",
+                kind.features()
             )));
         }
         Ok(kind)
@@ -149,6 +183,18 @@ where
                  `nvidia-smi` lists the GPU); the message above says what was missing",
             )?;
             job.run::<Autodiff<CudaUnfused>>(Default::default(), kind)
+        }
+        #[cfg(all(feature = "wgpu", feature = "fusion"))]
+        BackendKind::WgpuFusion => {
+            share_kernel_caches();
+            probe::<burn::backend::Wgpu>("wgpu found no usable adapter (see `--backend wgpu`)")?;
+            job.run::<Autodiff<burn::backend::Wgpu>>(Default::default(), kind)
+        }
+        #[cfg(all(feature = "cuda", feature = "fusion"))]
+        BackendKind::CudaFusion => {
+            share_kernel_caches();
+            probe::<burn::backend::Cuda>("CUDA could not start (see `--backend cuda`)")?;
+            job.run::<Autodiff<burn::backend::Cuda>>(Default::default(), kind)
         }
         #[allow(unreachable_patterns)]
         other => Err(TrainError::Config(format!(

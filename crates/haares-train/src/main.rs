@@ -325,10 +325,10 @@ fn plan(name: &str, overrides: &OverrideArgs) -> Result<(Study, Vec<PlannedRun>)
 
 /// CPU backends train a small model on about one core, so one run per core; a GPU runs one.
 fn default_jobs(backend: BackendKind) -> usize {
-    match backend {
-        BackendKind::Flex | BackendKind::Ndarray => std::thread::available_parallelism()
+    match backend.is_cube() {
+        false => std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),
-        BackendKind::Wgpu | BackendKind::Cuda => 1,
+        true => 1,
     }
 }

@@ -34,7 +34,11 @@ impl LaunchCount {
 /// Whether `spec` counts launches: asked for, on a cube backend (the CPU backends launch no
 /// kernels).
 pub fn counts_launches(spec: &CostSpec) -> bool {
-    spec.count_launches && matches!(spec.backend.as_str(), "cuda" | "wgpu")
+    spec.count_launches
+        && matches!(
+            spec.backend.as_str(),
+            "cuda" | "wgpu" | "cuda-fusion" | "wgpu-fusion"
+        )
 }
 
 /// The launches of `method`'s second step in `family`, from a fresh worker of two steps; `None`

@@ -69,7 +69,7 @@ impl PeerSample {
 pub fn torch_device(backend: &str) -> Result<&'static str, String> {
     match backend {
         "flex" | "cpu" | "ndarray" => Ok("cpu"),
-        "cuda" => Ok("cuda"),
+        "cuda" | "cuda-fusion" => Ok("cuda"),
         other => Err(format!(
             "PyTorch has no `{other}` backend to compare with; run the peer with --backend flex, \
              ndarray or cuda"

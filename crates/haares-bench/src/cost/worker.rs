@@ -416,9 +416,13 @@ fn device_memory_usage(backend: BackendKind) -> Option<(u64, u64)> {
     use cubecl_usage::*;
     match backend {
         #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => usage::<cubecl::wgpu::WgpuRuntime>(&Default::default()),
+        BackendKind::Wgpu | BackendKind::WgpuFusion => {
+            usage::<cubecl::wgpu::WgpuRuntime>(&Default::default())
+        }
         #[cfg(feature = "cuda")]
-        BackendKind::Cuda => usage::<cubecl::cuda::CudaRuntime>(&Default::default()),
+        BackendKind::Cuda | BackendKind::CudaFusion => {
+            usage::<cubecl::cuda::CudaRuntime>(&Default::default())
+        }
         _ => None,
     }
 }

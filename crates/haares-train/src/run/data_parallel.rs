@@ -38,7 +38,7 @@ pub fn resolve_devices<B: Backend>(
                  (e.g. --devices 2); got {requested:?}"
             ))),
         },
-        BackendKind::Wgpu | BackendKind::Cuda => {
+        _ => {
             if requested.is_empty() {
                 return Ok(vec![default]);
             }
