@@ -12,6 +12,8 @@ use super::cube::{ROW_THREADS, empty_like, per_row, primitive};
 use crate::autodiff_node::from_primitive;
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+/// Each row's weighted loss and its log-sum-exp.
+type LossesAndSums<R, F, I, BT> = (Tensor<Cube<R, F, I, BT>, 1>, Tensor<Cube<R, F, I, BT>, 1>);
 
 /// [`ActivationBackend::cross_entropy_forward`](super::ActivationBackend::cross_entropy_forward)
 /// in one launch: each row's weighted loss and its log-sum-exp, both `[rows]`.
@@ -19,7 +21,7 @@ pub(super) fn cross_entropy_forward<R, F, I, BT>(
     logits: Tensor<Cube<R, F, I, BT>, 2>,
     targets: Tensor<Cube<R, F, I, BT>, 1, Int>,
     weights: Tensor<Cube<R, F, I, BT>, 1>,
-) -> (Tensor<Cube<R, F, I, BT>, 1>, Tensor<Cube<R, F, I, BT>, 1>)
+) -> LossesAndSums<R, F, I, BT>
 where
     R: CubeRuntime,
     F: FloatElement,
