@@ -5,8 +5,8 @@
 //! count).
 //!
 //! Queries, keys and values are read in the projections' own `[batch, seq, heads, d_h]` layout,
-//! through their strides, so the heads are never moved. Each cube takes 32 (or 16, [`tile_for`]) consecutive
-//! positions of one head of one batch row, one thread per position; the cube's threads load the
+//! through their strides, so the heads are never moved. Each cube takes 32 (or 16, [`tile_for`])
+//! consecutive positions of one head of one batch row, one thread per position; the cube's threads load the
 //! rows the other side needs into shared memory one tile at a time, and each thread walks the
 //! tile's rows its position may see.
 //!
@@ -50,8 +50,9 @@ fn tile_for(head_dim: usize) -> usize {
     }
 }
 
-/// [`ActivationBackend::causal_attention_forward`](super::ActivationBackend::causal_attention_forward) in one
-/// launch: the output `[batch, seq, heads, d_h]` and each query's log-sum-exp `[batch, seq, heads]`.
+/// [`causal_attention_forward`](super::ActivationBackend::causal_attention_forward) in one
+/// launch: the output `[batch, seq, heads, d_h]` and each query's log-sum-exp
+/// `[batch, seq, heads]`.
 pub(super) fn causal_attention_forward<R, F, I, BT>(
     query: Tensor<Cube<R, F, I, BT>, 4>,
     key: Tensor<Cube<R, F, I, BT>, 4>,
@@ -85,8 +86,8 @@ where
     (from_primitive(output), from_primitive(logsumexp))
 }
 
-/// [`ActivationBackend::causal_attention_backward`](super::ActivationBackend::causal_attention_backward) in
-/// two launches: `∂Q` (and each query's `Δ`), then `∂K` and `∂V`.
+/// [`causal_attention_backward`](super::ActivationBackend::causal_attention_backward) in two
+/// launches: `∂Q` (and each query's `Δ`), then `∂K` and `∂V`.
 pub(super) fn causal_attention_backward<R, F, I, BT>(
     query: Tensor<Cube<R, F, I, BT>, 4>,
     key: Tensor<Cube<R, F, I, BT>, 4>,

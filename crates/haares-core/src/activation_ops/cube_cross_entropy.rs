@@ -96,8 +96,8 @@ mod kernels {
     }
 
     /// Row `row`'s target as an index; an id outside the vocabulary reads as the last entry, so
-    /// that no thread reads past the row (the data pipeline refuses such ids before a batch is
-    /// made).
+    /// that no thread reads past the row (prepared shards refuse such ids when they are written,
+    /// and the embedding reads every input id before the loss does).
     #[cube]
     fn target_of<I: Int>(targets: &Tensor<I>, row: usize, vocab: usize) -> usize {
         let target = usize::cast_from(targets[row * targets.stride(0)]);

@@ -160,9 +160,10 @@ pub trait ActivationBackend: Backend {
     /// [`naive::causal_attention_by_head`]), for queries already scaled by `1/√d_h`, with the
     /// heads in the projections' own layout. Where the backend fuses attention at this head
     /// width ([`fuses_causal_attention`](Self::fuses_causal_attention)) it is
-    /// [`causal_attention_forward`](Self::causal_attention_forward), and the autodiff backend makes it one
-    /// node whose backward pass is [`causal_attention_backward`](Self::causal_attention_backward); elsewhere it
-    /// is the plain operations ([`naive::causal_attention`]), each a node of its own.
+    /// [`causal_attention_forward`](Self::causal_attention_forward), and the autodiff backend
+    /// makes it one node whose backward pass is
+    /// [`causal_attention_backward`](Self::causal_attention_backward); elsewhere it is the plain
+    /// operations ([`naive::causal_attention`]), each a node of its own.
     ///
     /// # Shapes
     /// - query, key, value, output: `[batch, seq, heads, d_h]`
@@ -177,8 +178,8 @@ pub trait ActivationBackend: Backend {
         }
     }
 
-    /// Whether [`causal_attention`](Self::causal_attention) runs as the fused pair for heads of width
-    /// `head_dim`: the cube backends' kernels (`cube_attention.rs`), up to 128. The CPU backends
+    /// Whether [`causal_attention`](Self::causal_attention) runs as the fused pair for heads of
+    /// width `head_dim`: the cube backends' kernels (`cube_attention.rs`), up to 128. The CPU backends
     /// keep the plain operations, whose products are their fastest kernels.
     fn fuses_causal_attention(_head_dim: usize) -> bool {
         false
@@ -199,8 +200,8 @@ pub trait ActivationBackend: Backend {
         naive::causal_attention_forward(query, key, value)
     }
 
-    /// The gradients `[∂Q, ∂K, ∂V]` of [`causal_attention_forward`](Self::causal_attention_forward)'s output,
-    /// given `∂L/∂O`: with `P = e^{S − lse}` recomputed from the scores `S = Q Kᵀ`,
+    /// The gradients `[∂Q, ∂K, ∂V]` of
+    /// [`causal_attention_forward`](Self::causal_attention_forward)'s output, given `∂L/∂O`: with `P = e^{S − lse}` recomputed from the scores `S = Q Kᵀ`,
     /// `∂V = Pᵀ ∂O`, `∂S = P ⊙ (∂O Vᵀ − Δ)` where `Δ_i = Σ_e ∂O_ie O_ie`, `∂Q = ∂S K` and
     /// `∂K = ∂Sᵀ Q`.
     ///

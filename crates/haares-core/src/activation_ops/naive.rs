@@ -51,8 +51,8 @@ pub fn causal_softmax<B: Backend, const D: usize>(scores: Tensor<B, D>) -> Tenso
 }
 
 /// The plain form of [`ActivationBackend::causal_attention`]: the heads moved in front of the
-/// positions, [`causal_attention_by_head`] (a product, the causal
-/// softmax, a product), and the heads moved back.
+/// positions, [`causal_attention_by_head`] (a product, the causal softmax, a product), and the
+/// heads moved back.
 pub fn causal_attention<B: ActivationBackend>(
     query: Tensor<B, 4>,
     key: Tensor<B, 4>,
@@ -86,8 +86,9 @@ pub fn causal_attention_by_head<B: ActivationBackend>(
     B::matmul(probabilities, value)
 }
 
-/// The plain form of [`ActivationBackend::causal_attention_forward`]: the output of [`causal_attention`] and
-/// each query's log-sum-exp `ln Σ_{j ≤ i} e^{s_ij}` over the scores it sees.
+/// The plain form of [`ActivationBackend::causal_attention_forward`]: the output of
+/// [`causal_attention`] and each query's log-sum-exp `ln Σ_{j ≤ i} e^{s_ij}` over the scores it
+/// sees.
 pub fn causal_attention_forward<B: ActivationBackend>(
     query: Tensor<B, 4>,
     key: Tensor<B, 4>,
