@@ -169,31 +169,25 @@ where
         #[cfg(feature = "wgpu")]
         BackendKind::Wgpu => {
             share_kernel_caches();
-            probe::<WgpuUnfused>(
-                "wgpu found no usable adapter: install a Vulkan, Metal or DX12 driver (Debian: \
-                 `apt-get install mesa-vulkan-drivers` for the lavapipe software device)",
-            )?;
+            probe::<WgpuUnfused>(WGPU_MISSING)?;
             job.run::<Autodiff<WgpuUnfused>>(Default::default(), kind)
         }
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => {
             share_kernel_caches();
-            probe::<CudaUnfused>(
-                "CUDA could not start: this needs an NVIDIA GPU and its driver (`libcuda.so`, \
-                 `nvidia-smi` lists the GPU); the message above says what was missing",
-            )?;
+            probe::<CudaUnfused>(CUDA_MISSING)?;
             job.run::<Autodiff<CudaUnfused>>(Default::default(), kind)
         }
         #[cfg(all(feature = "wgpu", feature = "fusion"))]
         BackendKind::WgpuFusion => {
             share_kernel_caches();
-            probe::<burn::backend::Wgpu>("wgpu found no usable adapter (see `--backend wgpu`)")?;
+            probe::<burn::backend::Wgpu>(WGPU_MISSING)?;
             job.run::<Autodiff<burn::backend::Wgpu>>(Default::default(), kind)
         }
         #[cfg(all(feature = "cuda", feature = "fusion"))]
         BackendKind::CudaFusion => {
             share_kernel_caches();
-            probe::<burn::backend::Cuda>("CUDA could not start (see `--backend cuda`)")?;
+            probe::<burn::backend::Cuda>(CUDA_MISSING)?;
             job.run::<Autodiff<burn::backend::Cuda>>(Default::default(), kind)
         }
         #[allow(unreachable_patterns)]
@@ -202,6 +196,16 @@ where
         ))),
     }
 }
+
+/// What a wgpu backend that cannot start says.
+#[cfg(feature = "wgpu")]
+const WGPU_MISSING: &str = "wgpu found no usable adapter: install a Vulkan, Metal or DX12 driver \
+     (Debian: `apt-get install mesa-vulkan-drivers` for the lavapipe software device)";
+
+/// What a CUDA backend that cannot start says.
+#[cfg(feature = "cuda")]
+const CUDA_MISSING: &str = "CUDA could not start: this needs an NVIDIA GPU and its driver \
+     (`libcuda.so`, `nvidia-smi` lists the GPU); the message above says what was missing";
 
 /// Points CubeCL at the shared kernel caches; without them a run still trains (each process then
 /// compiles its own kernels), so a failure is a warning.
