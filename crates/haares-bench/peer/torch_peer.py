@@ -7,8 +7,8 @@ its logits against the ones haares computed on the same tokens, then trains K st
 `torch.optim.AdamW` and global grad-norm clipping, timing each step.
 
 Modes (one JSON answer per run on stdout, after the marker the Rust side looks for):
-  gemm   --size n                    the best of 3 square f32 products, FLOP/s
-  train  --checkpoint F --check P --reference R --batch B --seq T --steps K
+  gemm   --size n [--matmul fp32|tf32]  the best of 3 square f32 products, FLOP/s
+  train  --checkpoint F --check P --reference R --batch B --seq T --steps K [--matmul fp32|tf32]
   version                            PyTorch's version and threads
 """
 
@@ -265,7 +265,14 @@ def sync(device):
         torch.cuda.synchronize()
 
 
+def set_matmul_precision(matmul):
+    """TF32 tensor cores for f32 matrix products (and convolutions) on CUDA, or full fp32."""
+    torch.backends.cuda.matmul.allow_tf32 = matmul == "tf32"
+    torch.backends.cudnn.allow_tf32 = matmul == "tf32"
+
+
 def gemm(args):
+    set_matmul_precision(args.matmul)
     n = args.size
     a, b = torch.rand(n, n, device=args.device) - 0.5, torch.rand(n, n, device=args.device) - 0.5
     best = math.inf
@@ -290,6 +297,7 @@ def train(args, started):
     with open(args.reference) as f:
         reference = json.load(f)
     tokens = torch.tensor(reference["tokens"], device=args.device)
+    set_matmul_precision("fp32")
     with torch.no_grad():
         logits = load(args.check, args.device)(tokens).flatten().cpu().double()
     expected = torch.tensor(reference["logits"], dtype=torch.float64)
@@ -297,6 +305,9 @@ def train(args, started):
         "logits_max_abs_diff": (logits - expected).abs().max().item(),
         "logits_max_abs": expected.abs().max().item(),
     }
+    # The logits are checked in full fp32 above: agreement is about the model, not the precision
+    # the steps are then timed at.
+    set_matmul_precision(args.matmul)
     model = load(args.checkpoint, args.device)
     opt = optimizer(model)
     vocab, generator = model.config["vocab_size"], torch.Generator().manual_seed(2026)
@@ -326,6 +337,7 @@ def train(args, started):
             "first_loss": losses[0] if losses else math.nan,
             "last_loss": losses[-1] if losses else math.nan,
         },
+        "matmul": args.matmul,
         **agreement,
     }
 
@@ -344,6 +356,8 @@ def main():
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--matmul", choices=["fp32", "tf32"], default="fp32",
+                        help="precision of f32 matrix products on CUDA (TF32 tensor cores or not)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.mode == "version":

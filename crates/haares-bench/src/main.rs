@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use haares_bench::analytic::{params_table, sources_table};
 use haares_bench::cost::paired::{PairedArgs, run_paired, write_paired_run};
+use haares_bench::cost::peer::PeerMatmul;
 use haares_bench::cost::worker::{RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
 use haares_bench::cost::{CostSpec, Family, Preset, SizeArgs, run_cost, write_cost_run};
 use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
@@ -156,6 +157,10 @@ struct CostArgs {
     /// The Python interpreter of the peer (one that can `import torch, safetensors`).
     #[arg(long, default_value = "python3")]
     python: String,
+    /// The peer's matrix-product precisions on CUDA, each measured: fp32 (PyTorch's default,
+    /// the paper's) and/or tf32 (what our CUDA matrix products use) [default: fp32].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    peer_matmul: Option<Vec<PeerMatmul>>,
     /// Do not count the kernels a step launches (on wgpu and CUDA each method's count takes one
     /// more worker of two steps).
     #[arg(long)]
@@ -251,6 +256,9 @@ impl CostArgs {
             spec.methods = methods;
         }
         spec.peer = self.peer.map(|PeerKind::Torch| self.python);
+        if let Some(matmul) = self.peer_matmul {
+            spec.peer_matmul = matmul;
+        }
         spec.count_launches = !self.no_launches;
         (spec, out)
     }

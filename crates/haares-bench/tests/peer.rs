@@ -82,13 +82,12 @@ fn a_missing_interpreter_is_named() {
     assert!(json["peer"]["skipped"].is_string());
 }
 
-#[test]
-fn the_peer_is_measured_after_each_of_ours_and_compared_only_where_its_logits_agree() {
-    let dir = tempfile::tempdir().unwrap();
-    // Answers as the peer does; checks that our worker exported the three files; reports slow
-    // steps (so the throughput target is met) and, for HAARES only, logits that disagree.
-    let python = script(
-        dir.path(),
+/// A stand-in interpreter that answers as the peer does; checks that our worker exported the
+/// three files and that a precision is named; reports slow steps (so the throughput target is
+/// met), the precision it was given and, for HAARES only, logits that disagree.
+fn stand_in_peer(dir: &Path) -> PathBuf {
+    script(
+        dir,
         "stand-in-python",
         r#"case "$2" in
 version) echo 'HAARES-COST-RESULT {"torch": "0.0-stand-in", "threads": 2, "cuda": false}' ;;
@@ -99,13 +98,21 @@ train)
     --check=*) test -s "${arg#--check=}" || exit 3 ;;
     --reference=*) grep -q '"logits"' "${arg#--reference=}" || exit 3 ;;
     --method=*) method=${arg#--method=} ;;
+    --matmul=*) matmul=${arg#--matmul=} ;;
   esac; done
+  test -n "$matmul" || exit 4
   diff=1e-7; [ "$method" = haares ] && diff=0.5
-  echo "HAARES-COST-RESULT {\"sample\": {\"method\": \"$method\", \"startup_s\": 0.1, \"total_s\": 300.1, \"step_s\": [100, 100, 100], \"peak_rss_bytes\": 2000000, \"first_loss\": 5.5, \"last_loss\": 5.4}, \"logits_max_abs_diff\": $diff, \"logits_max_abs\": 0.3}" ;;
+  echo "HAARES-COST-RESULT {\"sample\": {\"method\": \"$method\", \"startup_s\": 0.1, \"total_s\": 300.1, \"step_s\": [100, 100, 100], \"peak_rss_bytes\": 2000000, \"first_loss\": 5.5, \"last_loss\": 5.4}, \"matmul\": \"$matmul\", \"logits_max_abs_diff\": $diff, \"logits_max_abs\": 0.3}" ;;
 *) exit 2 ;;
 esac
 "#,
-    );
+    )
+}
+
+#[test]
+fn the_peer_is_measured_after_each_of_ours_and_compared_only_where_its_logits_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = stand_in_peer(dir.path());
     let (ok, stderr, json, md) = cost_with_peer(python.to_str().unwrap(), &[], dir.path());
     assert!(ok, "{stderr}");
     assert!(json["peer"]["skipped"].is_null(), "{}", json["peer"]);
@@ -133,6 +140,67 @@ esac
     assert!(target("HAARES").contains("not compared"), "{md}");
     assert!(md.contains("(differ)"), "{md}");
     assert!(md.contains("- GEMM peak / PyTorch's"), "{md}");
+    // On a CPU both compute in fp32: the default precision, and the one the targets judge.
+    let precisions: Vec<&str> = json["peer"]["samples"][0][1]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["matmul"].as_str().unwrap())
+        .collect();
+    assert_eq!(precisions, ["fp32"; 6]);
+    assert!(
+        target("Standard Residual").contains("PyTorch eager (fp32)"),
+        "{md}"
+    );
+}
+
+#[test]
+fn the_peer_trains_a_method_once_for_both_of_our_routing_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = stand_in_peer(dir.path());
+    let overrides = [(
+        "--methods",
+        "standard,block-attnres/reference,block-attnres/fused",
+    )];
+    let (ok, stderr, json, md) = cost_with_peer(python.to_str().unwrap(), &overrides, dir.path());
+    assert!(ok, "{stderr}");
+    // Ours: A B C, C B A. The peer: its model of Block AttnRes once per repeat, after whichever
+    // of our paths came first.
+    let order: Vec<&str> = json["peer"]["samples"][0][1]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sample"]["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        order,
+        ["standard", "block-attnres", "block-attnres", "standard"]
+    );
+    // Both of our paths are compared with it.
+    for label in ["Block AttnRes (reference)", "Block AttnRes (fused)"] {
+        assert!(
+            md.lines()
+                .any(|l| l.starts_with(&format!("- Small: {label} throughput"))),
+            "{label}\n{md}"
+        );
+    }
+}
+
+#[test]
+fn tf32_for_the_peer_is_refused_off_cuda() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = stand_in_peer(dir.path());
+    let out = dir.path().join("cost");
+    let mut args = tiny_cost();
+    args.extend(["--peer", "torch", "--python", python.to_str().unwrap()]);
+    args.extend(["--peer-matmul", "fp32,tf32", "--out", out.to_str().unwrap()]);
+    let (ok, _, stderr) = bench(&args);
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains("--peer-matmul tf32 needs a CUDA backend"),
+        "{stderr}"
+    );
+    assert!(!out.with_extension("json").exists());
 }
 
 #[test]

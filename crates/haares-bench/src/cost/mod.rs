@@ -68,9 +68,16 @@ pub struct CostSpec {
     /// The Python interpreter of the PyTorch peer ([`peer`]), when one is asked for.
     #[serde(default)]
     pub peer: Option<String>,
+    /// The precisions the peer's matrix products run at, each measured (default: fp32).
+    #[serde(default = "default_peer_matmul")]
+    pub peer_matmul: Vec<peer::PeerMatmul>,
     /// Count the kernels a step launches, on the cube backends ([`launches`]). Default: yes.
     #[serde(default = "default_count_launches")]
     pub count_launches: bool,
+}
+
+fn default_peer_matmul() -> Vec<peer::PeerMatmul> {
+    vec![peer::PeerMatmul::Fp32]
 }
 
 fn default_count_launches() -> bool {
@@ -106,6 +113,7 @@ impl CostSpec {
             validation_every: default_validation_every(),
             validation_batches: default_validation_batches(),
             peer: None,
+            peer_matmul: default_peer_matmul(),
             count_launches: default_count_launches(),
         }
     }
@@ -185,6 +193,16 @@ impl CostSpec {
             .map_err(|e| e.to_string())?;
         if self.methods.is_empty() || self.families.is_empty() {
             return Err("give at least one method and one family".into());
+        }
+        if self.peer_matmul.is_empty() {
+            return Err("give the peer at least one matrix-product precision (fp32, tf32)".into());
+        }
+        if self.peer_matmul.contains(&peer::PeerMatmul::Tf32) && !self.backend.starts_with("cuda") {
+            return Err(format!(
+                "--peer-matmul tf32 needs a CUDA backend (PyTorch has no TF32 on `{}`); \
+                 leave it out or run with --backend cuda",
+                self.backend
+            ));
         }
         if self.steps <= self.warmup {
             return Err(format!(
@@ -320,7 +338,7 @@ pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, S
     ));
     let mut peer = peer::PeerSession::start(spec, &mut log);
     if let Some(peer) = &mut peer {
-        peer.gemm(spec.gemm_n, &mut log);
+        peer.gemm(spec.gemm_n, &spec.backend, &mut log);
     }
     let mut samples = Vec::new();
     let mut training_flops = Vec::new();
@@ -343,7 +361,7 @@ pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, S
                 ));
                 family_samples.push(sample);
                 if let Some(peer) = &mut peer {
-                    peer.measure(spec, family, method, &mut log);
+                    peer.measure(spec, family, method, repeat, &mut log);
                 }
             }
         }
@@ -364,7 +382,7 @@ pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, S
     }
     gemm_rates.push(gemm_of(run_worker(&spec.backend, &gemm)?)?);
     if let Some(peer) = &mut peer {
-        peer.gemm(spec.gemm_n, &mut log);
+        peer.gemm(spec.gemm_n, &spec.backend, &mut log);
     }
     Ok(CostRun {
         spec: spec.clone(),

@@ -30,6 +30,39 @@ pub const SCRIPT: &str = include_str!("../../peer/torch_peer.py");
 /// rounding of two implementations (different summation orders) stays orders of magnitude below.
 pub const LOGITS_TOLERANCE: f64 = 1e-4;
 
+/// The precision of the peer's f32 matrix products on CUDA (on a CPU PyTorch computes in fp32
+/// either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum PeerMatmul {
+    /// Full fp32: PyTorch's default, and the paper's setting.
+    #[default]
+    Fp32,
+    /// TF32 tensor cores (`torch.backends.cuda.matmul.allow_tf32`): what CubeCL's matrix
+    /// products use for f32 on a GPU with tensor cores (cubek-matmul stages f32 operands as
+    /// tf32), so the comparison at the same precision.
+    Tf32,
+}
+
+impl PeerMatmul {
+    /// The precision of our own matrix products on `backend`: TF32 on CUDA, fp32 elsewhere.
+    pub fn ours(backend: &str) -> Self {
+        if backend.starts_with("cuda") {
+            Self::Tf32
+        } else {
+            Self::Fp32
+        }
+    }
+
+    /// The name in reports and on the command line.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Fp32 => "fp32",
+            Self::Tf32 => "TF32",
+        }
+    }
+}
+
 /// What the peer measured in a cost run, or why it did not run.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct PeerRun {
@@ -56,6 +89,9 @@ pub struct PeerSample {
     pub logits_max_abs_diff: f64,
     /// `max |logits_haares|` on the same tokens (the scale of the difference).
     pub logits_max_abs: f64,
+    /// The precision of the peer's matrix products in this measurement.
+    #[serde(default)]
+    pub matmul: PeerMatmul,
 }
 
 impl PeerSample {
@@ -119,9 +155,10 @@ impl Peer {
         Ok((peer, run))
     }
 
-    /// The peer's GEMM rate (FLOP/s), best of 3 square `n × n` f32 products.
-    pub fn gemm(&self, n: usize) -> Result<f64, String> {
-        let answer = self.run(&["gemm", "--size", &n.to_string()])?;
+    /// The peer's GEMM rate (FLOP/s), best of 3 square `n × n` f32 products at `matmul`.
+    pub fn gemm(&self, n: usize, matmul: PeerMatmul) -> Result<f64, String> {
+        let precision = format!("--matmul={}", matmul.label().to_lowercase());
+        let answer = self.run(&["gemm", "--size", &n.to_string(), &precision])?;
         answer["flops_per_s"]
             .as_f64()
             .ok_or_else(|| format!("the peer's GEMM answer has no rate: {answer}"))
@@ -135,6 +172,7 @@ impl Peer {
         batch: usize,
         seq: usize,
         steps: usize,
+        matmul: PeerMatmul,
     ) -> Result<PeerSample, String> {
         let path = |p: &Path| p.display().to_string();
         let args = [
@@ -146,6 +184,7 @@ impl Peer {
             format!("--batch={batch}"),
             format!("--seq={seq}"),
             format!("--steps={steps}"),
+            format!("--matmul={}", matmul.label().to_lowercase()),
         ];
         let answer = self.run(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
         serde_json::from_value(answer).map_err(|e| format!("the peer's answer is malformed: {e}"))
@@ -187,6 +226,12 @@ impl Peer {
     }
 }
 
+/// The model PyTorch trains for one of our methods: the method without its routing path (the
+/// peer implements each method once, plainly).
+pub fn peer_model(method: &str) -> &str {
+    method.split_once('/').map_or(method, |(name, _)| name)
+}
+
 /// The peer's part of a cost run. A failure stops the peer, not the run: its reason is kept in
 /// [`PeerRun::skipped`] and the Rust measurements go on.
 pub struct PeerSession {
@@ -224,61 +269,89 @@ impl PeerSession {
         })
     }
 
-    /// The peer's GEMM rate, as ours is measured (before and after the models).
-    pub fn gemm(&mut self, n: usize, log: &mut impl FnMut(&str)) {
+    /// The peer's GEMM rate, as ours is measured (before and after the models) and at our
+    /// matrix products' precision on `backend`.
+    pub fn gemm(&mut self, n: usize, backend: &str, log: &mut impl FnMut(&str)) {
         let Some(peer) = &self.peer else { return };
-        match peer.gemm(n) {
+        let matmul = PeerMatmul::ours(backend);
+        match peer.gemm(n, matmul) {
             Ok(rate) => {
-                log(&format!("PyTorch GEMM {n}×{n}: {:.1} GFLOP/s", rate / 1e9));
+                log(&format!(
+                    "PyTorch GEMM {n}×{n} ({}): {:.1} GFLOP/s",
+                    matmul.label(),
+                    rate / 1e9
+                ));
                 self.run.gemm_flops_per_s.push(rate);
             }
             Err(e) => self.stop(e, log),
         }
     }
 
-    /// One peer measurement of `method`, right after ours.
+    /// The peer's measurements of `method` at each precision the spec asks for, right after
+    /// ours. PyTorch has one model per method, whatever routing path of ours it is compared
+    /// with (`haares/reference`, `haares/fused`), so each method is trained once per repeat.
     pub fn measure(
         &mut self,
         spec: &CostSpec,
         family: ModelFamily,
         method: &str,
+        repeat: usize,
         log: &mut impl FnMut(&str),
     ) {
-        let Some(peer) = &self.peer else { return };
-        let (initial, perturbed, reference) = peer.export_paths(family, method);
-        let export = match spec.model(family, method) {
-            Ok(config) => ExportTask {
-                config,
-                initial,
-                perturbed,
-                reference,
-            },
-            Err(e) => return self.stop(e, log),
-        };
-        // The export of a family and method is the same at every repeat: written once. Its
-        // reference file is written last, so its presence means all three are there.
-        let exported = match export.reference.exists() {
-            true => Ok(()),
-            false => {
-                super::run_worker(&spec.backend, &WorkerTask::Export(export.clone())).map(drop)
+        let model = peer_model(method);
+        for &matmul in &spec.peer_matmul {
+            let Some(peer) = &self.peer else { return };
+            if self.measured(family, model, matmul) > repeat {
+                continue;
             }
-        };
-        let measured =
-            exported.and_then(|()| peer.train(&export, method, spec.batch, spec.seq, spec.steps));
-        match measured {
-            Ok(sample) => {
-                log(&format!(
-                    "  PyTorch {method}: {:.3} s/step, logits within {:.1e} of ours",
-                    median(sample.sample.step_s.get(spec.warmup..).unwrap_or(&[])),
-                    sample.logits_max_abs_diff
-                ));
-                match self.run.samples.iter_mut().find(|(f, _)| *f == family) {
-                    Some((_, samples)) => samples.push(sample),
-                    None => self.run.samples.push((family, vec![sample])),
+            let (initial, perturbed, reference) = peer.export_paths(family, method);
+            let export = match spec.model(family, method) {
+                Ok(config) => ExportTask {
+                    config,
+                    initial,
+                    perturbed,
+                    reference,
+                },
+                Err(e) => return self.stop(e, log),
+            };
+            // The export of a family and method is the same at every repeat: written once. Its
+            // reference file is written last, so its presence means all three are there.
+            let exported = match export.reference.exists() {
+                true => Ok(()),
+                false => {
+                    super::run_worker(&spec.backend, &WorkerTask::Export(export.clone())).map(drop)
                 }
+            };
+            let measured = exported.and_then(|()| {
+                peer.train(&export, model, spec.batch, spec.seq, spec.steps, matmul)
+            });
+            match measured {
+                Ok(sample) => {
+                    log(&format!(
+                        "  PyTorch {model} ({}): {:.3} s/step, logits within {:.1e} of ours",
+                        matmul.label(),
+                        median(sample.sample.step_s.get(spec.warmup..).unwrap_or(&[])),
+                        sample.logits_max_abs_diff
+                    ));
+                    match self.run.samples.iter_mut().find(|(f, _)| *f == family) {
+                        Some((_, samples)) => samples.push(sample),
+                        None => self.run.samples.push((family, vec![sample])),
+                    }
+                }
+                Err(e) => return self.stop(e, log),
             }
-            Err(e) => self.stop(e, log),
         }
+    }
+
+    /// How many times the peer has trained `model` in `family` at `matmul`.
+    fn measured(&self, family: ModelFamily, model: &str, matmul: PeerMatmul) -> usize {
+        self.run
+            .samples
+            .iter()
+            .filter(|(f, _)| *f == family)
+            .flat_map(|(_, samples)| samples)
+            .filter(|s| s.sample.method == model && s.matmul == matmul)
+            .count()
     }
 
     /// What the peer measured.

@@ -80,21 +80,29 @@ impl Profile {
             cost_args: &[
                 "--preset",
                 "paper",
+                // The CUDA-speed issue's table: d = 128 and d = 512 at 48 layers, the three
+                // methods on the path `Auto` takes and HAARES on both paths, each followed by
+                // PyTorch eager on the same card with fp32 and with TF32 matrix products.
                 "--family",
-                "small",
-                // 30 steps (20 timed) of five workers: about 150 s at the H200's untuned steps
-                // (0.5–1.3 s); 60 did not fit the budget there.
+                "small,medium",
+                // 16 steps (10 timed) of eight workers and twelve peer runs: about 6 minutes
+                // at the untuned H200's earlier steps (0.5–1.3 s at d = 128); 30 steps of five
+                // workers at d = 128 alone did not fit 300 s there.
                 "--steps",
-                "30",
+                "16",
                 "--warmup",
-                "10",
+                "6",
                 "--repeats",
                 "1",
                 "--methods",
-                "standard,block-attnres/reference,block-attnres/fused,haares/reference,haares/fused",
-                // The first-step stages count the launches of a steady step; five more workers
+                "standard,block-attnres/fused,haares/reference,haares/fused",
+                // The first-step stages count the launches of a steady step; eight more workers
                 // would not fit this stage's budget.
                 "--no-launches",
+                "--peer",
+                "torch",
+                "--peer-matmul",
+                "fp32,tf32",
             ],
             real_run: RealRunSizes {
                 layers: 12,
@@ -122,7 +130,8 @@ impl Profile {
                 log_every: 10,
                 sets: &["d_model=128", "d_ff=1024", "seq_len=512", "batch_size=16"],
             },
-            budgets_s: [60, 270, 120, 180, 300, 180, 180],
+            // facts, cost and real-run fill one 600-second call; portability runs beside them.
+            budgets_s: [40, 270, 120, 180, 390, 150, 180],
         }
     }
 
