@@ -279,6 +279,11 @@ macro_rules! cube_backend_tests {
             }
 
             #[test]
+            fn read_forward_kernel_matches_the_composition() {
+                super::kernels::read_forward_matches_the_composition::<Cube>();
+            }
+
+            #[test]
             fn weighted_sum_and_total_kernels_and_plain_primitives_match_f64_sums() {
                 super::kernels::weighted_sums_match::<Cube>();
             }

@@ -13,13 +13,13 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::{RoutingBackend, from_primitive};
+use super::{ReadForward, RoutingBackend, SlotRows, from_primitive};
 use crate::config::RoutingPath;
 
 /// Threads that share one token row in [`row_dots_kernel`].
-const ROW_THREADS: usize = 64;
+pub(super) const ROW_THREADS: usize = 64;
 /// Most sources one launch reads (fewer where the device allows fewer bindings).
-const MAX_SLOTS_PER_LAUNCH: usize = 16;
+pub(super) const MAX_SLOTS_PER_LAUNCH: usize = 16;
 /// Bindings a launch needs besides its sources: the other input, the output and metadata.
 const OTHER_BINDINGS: usize = 4;
 
@@ -37,6 +37,17 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
         } else {
             RoutingPath::Reference
         }
+    }
+
+    /// One launch where the read's slots fit one (`cube_read.rs`), else the composition.
+    fn routing_read_forward(
+        slots: &[SlotRows<Self>],
+        folded_query: Tensor<Self, 1>,
+        bias: Option<Tensor<Self, 2>>,
+        epsilon: f64,
+    ) -> ReadForward<Self> {
+        super::cube_read::read_forward(slots, folded_query.clone(), bias.clone(), epsilon)
+            .unwrap_or_else(|| super::read::compose(slots, folded_query, bias, epsilon))
     }
 
     fn row_dots(slots: &[Tensor<Self, 2>], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
@@ -235,7 +246,7 @@ fn weighted_sum_into<R: CubeRuntime>(
 }
 
 /// The sources as one kernel argument (one binding each).
-fn sequence<R, T>(slots: &[CubeTensor<R>]) -> SequenceArg<R, T>
+pub(super) fn sequence<R, T>(slots: &[CubeTensor<R>]) -> SequenceArg<R, T>
 where
     R: CubeRuntime,
     T: LaunchArg<RuntimeArg<R> = TensorArg<R>>,
@@ -258,7 +269,7 @@ fn slots_per_launch<R: CubeRuntime>(like: &CubeTensor<R>) -> usize {
 
 /// A Burn tensor as the kernels' argument. Transposed views are copied, so that neighbouring
 /// threads read neighbouring addresses; row-pitched tensors (CUDA's layout) are read in place.
-fn cube_tensor<R, F, I, BT>(tensor: Tensor<CubeBackend<R, F, I, BT>, 2>) -> CubeTensor<R>
+pub(super) fn cube_tensor<R, F, I, BT>(tensor: Tensor<CubeBackend<R, F, I, BT>, 2>) -> CubeTensor<R>
 where
     R: CubeRuntime,
     F: FloatElement,

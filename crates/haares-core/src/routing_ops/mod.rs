@@ -40,6 +40,8 @@ mod autodiff_read;
 mod autodiff_slots;
 #[cfg(feature = "cube")]
 mod cube;
+#[cfg(feature = "cube")]
+mod cube_read;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]

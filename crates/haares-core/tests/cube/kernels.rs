@@ -132,6 +132,67 @@ pub fn weighted_sums_match<B: RoutingBackend>() {
     }
 }
 
+/// A read's forward pass on the device (one kernel where the slots fit one launch, the
+/// composition beyond) against the composition on the CPU (NdArray's host loops, f32): the
+/// mixture, the weights and the scores, with and without a bias, slots with and without an RMS
+/// scale, one slot to more than a launch takes.
+pub fn read_forward_matches_the_composition<B: RoutingBackend>() {
+    type Cpu = burn::backend::NdArray<f32>;
+    let mut rng = Rng::new(2027);
+    for count in [1, 3, 16, 17] {
+        for (tokens, d) in SHAPES {
+            for biased in [false, true] {
+                let seed = rng.next_u64();
+                let device = read_forward_of::<B>(seed, count, tokens, d, biased);
+                let host = read_forward_of::<Cpu>(seed, count, tokens, d, biased);
+                for (name, actual, expected) in [
+                    ("mixture", device.mixture, host.mixture),
+                    ("weights", device.weights, host.weights),
+                    ("scores", device.scores, host.scores),
+                ] {
+                    let expected = tensor_values(expected);
+                    let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                    let diff = max_abs_diff(&tensor_values(actual), &expected);
+                    assert!(
+                        diff < 1e-5 * scale,
+                        "read forward, S = {count}, {tokens} × {d}, bias {biased}: {name} \
+                         differs from the composition by {diff:e} (scale {scale:.2})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// [`RoutingBackend::routing_read_forward`] on `B` of inputs drawn from `seed`: raw rows of
+/// different sizes, an RMS scale on every other slot, positive mean squares, a query, a bias.
+fn read_forward_of<B: RoutingBackend>(
+    seed: u64,
+    count: usize,
+    tokens: usize,
+    d: usize,
+    biased: bool,
+) -> haares_core::routing_ops::ReadForward<B> {
+    let mut rng = Rng::new(seed);
+    let slots: Vec<_> = (0..count)
+        .map(|slot| {
+            let std = 0.1 + 2.0 * rng.uniform();
+            let raw = random_on::<B, 2>(&mut rng, [tokens, d], std);
+            let positive = |rng: &mut Rng| random_on::<B, 2>(rng, [tokens, 1], 1.0).abs() + 0.1;
+            let scale = positive(&mut rng);
+            let mean_square = positive(&mut rng);
+            haares_core::routing_ops::SlotRows {
+                raw,
+                scale: (slot % 2 == 1).then_some(scale),
+                mean_square,
+            }
+        })
+        .collect();
+    let query = random_on::<B, 1>(&mut rng, [d], 0.5);
+    let bias = random_on::<B, 2>(&mut rng, [count, 1], 1.0);
+    B::routing_read_forward(&slots, query, biased.then_some(bias), 1e-6)
+}
+
 /// The whole routing operator on the kernels, forward and backward: a fused read on the
 /// autodiff backend `Ad` against the reference read on the CPU (NdArray, f32), in its mixture, its
 /// weights and every gradient (each slot, the query, the key-norm weight, the detail bias), for
