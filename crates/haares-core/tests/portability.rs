@@ -279,8 +279,9 @@ macro_rules! cube_backend_tests {
             }
 
             #[test]
-            fn read_forward_kernel_matches_the_composition() {
+            fn read_kernels_match_the_composition() {
                 super::kernels::read_forward_matches_the_composition::<Cube>();
+                super::kernels::read_backward_matches_the_composition::<Cube>();
             }
 
             #[test]

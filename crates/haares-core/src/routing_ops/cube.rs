@@ -13,7 +13,7 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::{ReadForward, RoutingBackend, SlotRows, from_primitive};
+use super::{ReadBackward, ReadForward, ReadGradients, RoutingBackend, SlotRows, from_primitive};
 use crate::config::RoutingPath;
 
 /// Threads that share one token row in [`row_dots_kernel`].
@@ -48,6 +48,19 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
     ) -> ReadForward<Self> {
         super::cube_read::read_forward(slots, folded_query.clone(), bias.clone(), epsilon)
             .unwrap_or_else(|| super::read::compose(slots, folded_query, bias, epsilon))
+    }
+
+    /// One launch and two sums where the read's slots fit one launch (`cube_read.rs`), else the
+    /// composition.
+    fn routing_read_backward(
+        read: ReadBackward<Self>,
+        into: Vec<Option<Tensor<Self, 2>>>,
+        wanted: &[bool],
+        mean_squares_wanted: &[bool],
+    ) -> ReadGradients<Self> {
+        super::cube_read::read_backward(read, into, wanted, mean_squares_wanted).unwrap_or_else(
+            |(read, into)| super::read::compose_backward(read, into, wanted, mean_squares_wanted),
+        )
     }
 
     fn row_dots(slots: &[Tensor<Self, 2>], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {

@@ -164,8 +164,8 @@ pub fn read_forward_matches_the_composition<B: RoutingBackend>() {
     }
 }
 
-/// [`RoutingBackend::routing_read_forward`] on `B` of inputs drawn from `seed`: raw rows of
-/// different sizes, an RMS scale on every other slot, positive mean squares, a query, a bias.
+/// [`RoutingBackend::routing_read_forward`] on `B` of inputs drawn from `seed`: the slots of
+/// [`random_slots`], a query, a bias.
 fn read_forward_of<B: RoutingBackend>(
     seed: u64,
     count: usize,
@@ -174,23 +174,112 @@ fn read_forward_of<B: RoutingBackend>(
     biased: bool,
 ) -> haares_core::routing_ops::ReadForward<B> {
     let mut rng = Rng::new(seed);
-    let slots: Vec<_> = (0..count)
+    let slots = random_slots::<B>(&mut rng, count, tokens, d);
+    let query = random_on::<B, 1>(&mut rng, [d], 0.5);
+    let bias = random_on::<B, 2>(&mut rng, [count, 1], 1.0);
+    B::routing_read_forward(&slots, query, biased.then_some(bias), 1e-6)
+}
+
+/// A read's backward pass on the device (one kernel and two sums where the slots fit one
+/// launch, the composition beyond) against the composition on the CPU: every wanted slot's
+/// gradient (added to an accumulated one for some slots, none for others), every wanted mean
+/// square's, the query's and the bias's, with and without a gradient reaching the weights.
+pub fn read_backward_matches_the_composition<B: RoutingBackend>() {
+    type Cpu = burn::backend::NdArray<f32>;
+    let mut rng = Rng::new(2028);
+    for count in [1, 3, 16, 17] {
+        for (tokens, d) in SHAPES {
+            for weights_reach_the_loss in [false, true] {
+                let seed = rng.next_u64();
+                let device = read_backward_of::<B>(seed, count, tokens, d, weights_reach_the_loss);
+                let host = read_backward_of::<Cpu>(seed, count, tokens, d, weights_reach_the_loss);
+                assert_eq!(device.len(), host.len());
+                for (index, (actual, expected)) in device.iter().zip(&host).enumerate() {
+                    let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                    let diff = max_abs_diff(actual, expected);
+                    assert!(
+                        diff < 1e-5 * scale,
+                        "read backward, S = {count}, {tokens} × {d}, ∂α {weights_reach_the_loss}: \
+                         entry {index} (wanted slots, wanted mean squares, query, bias) differs \
+                         from the composition by {diff:e} (scale {scale:.2})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// [`RoutingBackend::routing_read_backward`] on `B` of inputs drawn from `seed`, its gradients
+/// as host vectors: the wanted slots' (every slot but slot 1; even slots add to an accumulated
+/// gradient), the wanted mean squares' (every one but the last), the query's, the bias's.
+fn read_backward_of<B: RoutingBackend>(
+    seed: u64,
+    count: usize,
+    tokens: usize,
+    d: usize,
+    weights_reach_the_loss: bool,
+) -> Vec<Vec<f64>> {
+    let mut rng = Rng::new(seed);
+    let slots = random_slots::<B>(&mut rng, count, tokens, d);
+    let folded_query = random_on::<B, 1>(&mut rng, [d], 0.5);
+    let scores = random_on::<B, 2>(&mut rng, [count, tokens], 2.0);
+    let weights =
+        burn::tensor::activation::softmax(random_on::<B, 2>(&mut rng, [count, tokens], 2.0), 0);
+    let mixture_grad = random_on::<B, 2>(&mut rng, [tokens, d], 1.0);
+    let weights_grad = random_on::<B, 2>(&mut rng, [count, tokens], 1.0);
+    let into = (0..count)
+        .map(|slot| {
+            let earlier = random_on::<B, 2>(&mut rng, [tokens, d], 1.0);
+            (slot % 2 == 0).then_some(earlier)
+        })
+        .collect();
+    let wanted: Vec<bool> = (0..count).map(|slot| slot != 1).collect();
+    let mean_squares_wanted: Vec<bool> = (0..count).map(|slot| slot + 1 != count).collect();
+    let read = haares_core::routing_ops::ReadBackward {
+        slots,
+        folded_query,
+        epsilon: 1e-6,
+        scores,
+        weights,
+        mixture_grad,
+        weights_grad: weights_reach_the_loss.then_some(weights_grad),
+        same_rows: (0..count).collect(),
+    };
+    let grads = B::routing_read_backward(read, into, &wanted, &mean_squares_wanted);
+    let mut all: Vec<Vec<f64>> = grads
+        .raws
+        .into_iter()
+        .flatten()
+        .map(tensor_values)
+        .collect();
+    all.extend(grads.mean_squares.into_iter().flatten().map(tensor_values));
+    all.push(tensor_values(grads.folded_query));
+    all.push(tensor_values(grads.bias));
+    all
+}
+
+/// `count` slots of `[tokens, d]` rows of different sizes, an RMS scale on every other one, and
+/// positive mean squares.
+fn random_slots<B: RoutingBackend>(
+    rng: &mut Rng,
+    count: usize,
+    tokens: usize,
+    d: usize,
+) -> Vec<haares_core::SlotRows<B>> {
+    (0..count)
         .map(|slot| {
             let std = 0.1 + 2.0 * rng.uniform();
-            let raw = random_on::<B, 2>(&mut rng, [tokens, d], std);
+            let raw = random_on::<B, 2>(rng, [tokens, d], std);
             let positive = |rng: &mut Rng| random_on::<B, 2>(rng, [tokens, 1], 1.0).abs() + 0.1;
-            let scale = positive(&mut rng);
-            let mean_square = positive(&mut rng);
-            haares_core::routing_ops::SlotRows {
+            let scale = positive(rng);
+            let mean_square = positive(rng);
+            haares_core::SlotRows {
                 raw,
                 scale: (slot % 2 == 1).then_some(scale),
                 mean_square,
             }
         })
-        .collect();
-    let query = random_on::<B, 1>(&mut rng, [d], 0.5);
-    let bias = random_on::<B, 2>(&mut rng, [count, 1], 1.0);
-    B::routing_read_forward(&slots, query, biased.then_some(bias), 1e-6)
+        .collect()
 }
 
 /// The whole routing operator on the kernels, forward and backward: a fused read on the
