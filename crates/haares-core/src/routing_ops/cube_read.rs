@@ -26,14 +26,21 @@ use super::{ReadBackward, ReadForward, ReadGradients, SlotRows, from_primitive, 
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 
-/// Bindings the kernels need besides their per-slot sequences (three forward, four backward):
-/// at most five other inputs, four outputs and metadata.
-const OTHER_BINDINGS: usize = 10;
+/// Bindings of a launch besides its tensors: the metadata and one buffer per scalar type (`u32`
+/// masks, the `f32` ε).
+const OTHER_BINDINGS: usize = 3;
 
-/// Whether a read of `count` slots fits one launch of the kernel with `per_slot` sequences.
-fn fits<R: CubeRuntime>(like: &CubeTensor<R>, count: usize, per_slot: usize) -> bool {
+/// Whether a read of `count` slots fits one launch of a kernel with `per_slot` tensors per slot
+/// and `others` more. CUDA takes 1,024 bindings; wgpu what the adapter allows (a few dozen on
+/// lavapipe), so there the larger HAARES reads are composed.
+fn fits<R: CubeRuntime>(
+    like: &CubeTensor<R>,
+    count: usize,
+    per_slot: usize,
+    others: usize,
+) -> bool {
     let bindings = like.client.properties().hardware.max_bindings as usize;
-    count <= MAX_SLOTS_PER_LAUNCH && per_slot * count + OTHER_BINDINGS <= bindings
+    count <= MAX_SLOTS_PER_LAUNCH && per_slot * count + others + OTHER_BINDINGS <= bindings
 }
 
 /// The bits of the slots for which `has` holds, bit `s` for slot `s`.
@@ -116,7 +123,8 @@ where
 {
     let d_model = folded_query.dims()[0];
     let query = cube_tensor(folded_query.reshape([1, d_model]));
-    if !fits(&query, slots.len(), 3) {
+    // Per slot its rows, scale and mean square; the query, the bias and three outputs.
+    if !fits(&query, slots.len(), 3, 5) {
         return None;
     }
     let [tokens, _] = slots[0].raw.dims();
@@ -130,7 +138,7 @@ where
     );
     let (cube_count, cube_dim) = per_token(&query, tokens);
     let (client, dtype) = (query.client.clone(), query.dtype);
-    kernels::read_forward_kernel::launch::<R>(
+    super::cube_read_kernels::read_forward_kernel::launch::<R>(
         &client,
         cube_count,
         cube_dim,
@@ -176,7 +184,8 @@ where
     let count = read.slots.len();
     let d_model = read.folded_query.dims()[0];
     let grad = cube_tensor(read.mixture_grad.clone());
-    if !fits(&grad, count, 4) {
+    // Per slot its rows, scale, mean square and earlier gradient; five more inputs, four outputs.
+    if !fits(&grad, count, 4, 9) {
         return Err((read, into));
     }
     let [tokens, _] = read.slots[0].raw.dims();
@@ -198,7 +207,7 @@ where
         (empty(&grad, [count, tokens]), empty(&grad, [count, tokens]));
     let (cube_count, cube_dim) = per_token(&grad, tokens);
     let (client, dtype) = (grad.client.clone(), grad.dtype);
-    kernels::read_backward_kernel::launch::<R>(
+    super::cube_read_kernels::read_backward_kernel::launch::<R>(
         &client,
         cube_count,
         cube_dim,
@@ -239,246 +248,4 @@ where
         folded_query: query_rows.sum_dim(0).reshape([d_model]),
         bias: logits_grad.sum_dim(1),
     })
-}
-
-mod kernels {
-    use burn_cubecl::cubecl;
-    use burn_cubecl::cubecl::prelude::*;
-
-    /// One cube per token `n`: `dot_s = u · raw_s[n]` reduced in shared memory, then (one
-    /// thread) `z'_s = dot_s · c_s / √(m_s + ε)`, `α = softmax_s(z' + b)`, then every thread
-    /// `h̃[n, k] = Σ_s α_s c_s raw_s[n, k]` for its `k`. Slot `s` has a scale where bit `s` of
-    /// `scaled` is set (`c_s = 1` otherwise); `bias` is read only when `biased`.
-    #[cube(launch)]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn read_forward_kernel<F: Float>(
-        slots: &Sequence<Tensor<F>>,
-        scales: &Sequence<Tensor<F>>,
-        mean_squares: &Sequence<Tensor<F>>,
-        query: &Tensor<F>,
-        bias: &Tensor<F>,
-        mixture: &mut Tensor<F>,
-        weights: &mut Tensor<F>,
-        scores: &mut Tensor<F>,
-        scaled: u32,
-        epsilon: f32,
-        #[comptime] biased: bool,
-        #[comptime] threads: usize,
-        #[define(F)] _dtype: StorageType,
-    ) {
-        let count = comptime![slots.len()];
-        let token = CUBE_POS;
-        if token >= mixture.shape(0) {
-            terminate!();
-        }
-        let lane = UNIT_POS_X as usize;
-        let d_model = mixture.shape(1);
-        let mut partials = SharedMemory::<F>::new(count * threads);
-        // Per slot: its logit, then e^{logit − max}; and `α_s c_s`, the mixture's factor.
-        let mut logits = SharedMemory::<F>::new(count);
-        let mut factors = SharedMemory::<F>::new(count);
-        #[unroll]
-        for slot in 0..count {
-            let source = slots.index(slot);
-            let mut sum = F::new(0.0);
-            let mut k = lane;
-            while k < d_model {
-                sum += source[token * source.stride(0) + k * source.stride(1)]
-                    * query[k * query.stride(1)];
-                k += threads;
-            }
-            partials[slot * threads + lane] = sum;
-        }
-        sync_cube();
-        if lane == 0 {
-            #[unroll]
-            for slot in 0..count {
-                let mut dot = F::new(0.0);
-                for thread in 0..threads {
-                    dot += partials[slot * threads + thread];
-                }
-                let mean_square = mean_squares.index(slot);
-                let m = mean_square[token * mean_square.stride(0)];
-                let mut scale = F::new(1.0);
-                if (scaled >> u32::cast_from(slot)) & 1 == 1 {
-                    let scales_of_slot = scales.index(slot);
-                    scale = scales_of_slot[token * scales_of_slot.stride(0)];
-                }
-                // A division, as the composition's coefficient is formed.
-                let score = dot * (scale / (m + F::cast_from(epsilon)).sqrt());
-                scores[slot * scores.stride(0) + token * scores.stride(1)] = score;
-                let mut logit = score;
-                if biased {
-                    logit += bias[slot * bias.stride(0)];
-                }
-                logits[slot] = logit;
-                factors[slot] = scale;
-            }
-            let mut largest = logits[0];
-            for slot in 1..count {
-                largest = F::max(largest, logits[slot]);
-            }
-            let mut total = F::new(0.0);
-            for slot in 0..count {
-                let exponential = (logits[slot] - largest).exp();
-                logits[slot] = exponential;
-                total += exponential;
-            }
-            for slot in 0..count {
-                let weight = logits[slot] / total;
-                weights[slot * weights.stride(0) + token * weights.stride(1)] = weight;
-                factors[slot] = weight * factors[slot];
-            }
-        }
-        sync_cube();
-        let mut k = lane;
-        while k < d_model {
-            let mut sum = F::new(0.0);
-            #[unroll]
-            for slot in 0..count {
-                let source = slots.index(slot);
-                sum += factors[slot] * source[token * source.stride(0) + k * source.stride(1)];
-            }
-            mixture[token * mixture.stride(0) + k * mixture.stride(1)] = sum;
-            k += threads;
-        }
-    }
-
-    /// Slot `slot`'s scale at `token`: 1 where its bit in `scaled` is clear.
-    #[cube]
-    fn scale_at<F: Float>(
-        scales: &Sequence<Tensor<F>>,
-        scaled: u32,
-        token: usize,
-        #[comptime] slot: usize,
-    ) -> F {
-        let mut scale = F::new(1.0);
-        if (scaled >> u32::cast_from(slot)) & 1 == 1 {
-            let of_slot = scales.index(slot);
-            scale = of_slot[token * of_slot.stride(0)];
-        }
-        scale
-    }
-
-    /// One cube per token `n`, with `g = ∂L/∂h̃[n]`: `a_s = c_s (g · raw_s[n])` reduced in shared
-    /// memory; then (one thread) `∂α_s = a_s (+ ∂L/∂α_s)`, `∂ℓ_s = α_s (∂α_s − Σ_r α_r ∂α_r)`
-    /// (the logits' gradient, written for the bias's sum), `w_s = ∂ℓ_s c_s / √(m_s + ε)` and
-    /// `∂m_s = −½ ∂ℓ_s z'_s / (m_s + ε)`; then every thread, for its `k`,
-    /// `∂raw_s[n, k] = into_s[n, k] + α_s c_s g[k] + w_s u[k]` for the wanted slots (rows
-    /// `s·tokens + n` of `raw_grads`) and `Σ_s w_s raw_s[n, k]`, the token's share of `∂u`.
-    /// Bit `s` of `scaled`, `accumulated` and `wanted` says whether slot `s` has a scale, a
-    /// gradient `into_s` to add to, and a gradient wanted.
-    #[cube(launch)]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn read_backward_kernel<F: Float>(
-        slots: &Sequence<Tensor<F>>,
-        scales: &Sequence<Tensor<F>>,
-        mean_squares: &Sequence<Tensor<F>>,
-        into: &Sequence<Tensor<F>>,
-        query: &Tensor<F>,
-        weights: &Tensor<F>,
-        scores: &Tensor<F>,
-        grad: &Tensor<F>,
-        weights_grad: &Tensor<F>,
-        raw_grads: &mut Tensor<F>,
-        mean_square_grads: &mut Tensor<F>,
-        logits_grad: &mut Tensor<F>,
-        query_rows: &mut Tensor<F>,
-        scaled: u32,
-        accumulated: u32,
-        wanted: u32,
-        epsilon: f32,
-        #[comptime] extra: bool,
-        #[comptime] threads: usize,
-        #[define(F)] _dtype: StorageType,
-    ) {
-        let count = comptime![slots.len()];
-        let tokens = query_rows.shape(0);
-        let token = CUBE_POS;
-        if token >= tokens {
-            terminate!();
-        }
-        let lane = UNIT_POS_X as usize;
-        let d_model = query_rows.shape(1);
-        let grad_row = token * grad.stride(0);
-        let mut partials = SharedMemory::<F>::new(count * threads);
-        // Per slot: `α_s c_s`, then `w_s`.
-        let mut mixture_factors = SharedMemory::<F>::new(count);
-        let mut score_factors = SharedMemory::<F>::new(count);
-        #[unroll]
-        for slot in 0..count {
-            let source = slots.index(slot);
-            let mut sum = F::new(0.0);
-            let mut k = lane;
-            while k < d_model {
-                sum += source[token * source.stride(0) + k * source.stride(1)]
-                    * grad[grad_row + k * grad.stride(1)];
-                k += threads;
-            }
-            partials[slot * threads + lane] = sum;
-        }
-        sync_cube();
-        if lane == 0 {
-            let mut along = F::new(0.0);
-            #[unroll]
-            for slot in 0..count {
-                let mut dot = F::new(0.0);
-                for thread in 0..threads {
-                    dot += partials[slot * threads + thread];
-                }
-                let scale = scale_at::<F>(scales, scaled, token, slot);
-                let at = slot * weights.stride(0) + token * weights.stride(1);
-                let mut weight_grad = dot * scale;
-                if extra {
-                    weight_grad += weights_grad
-                        [slot * weights_grad.stride(0) + token * weights_grad.stride(1)];
-                }
-                // Kept in the score factors until the sum along the slots is known.
-                score_factors[slot] = weight_grad;
-                along += weights[at] * weight_grad;
-            }
-            #[unroll]
-            for slot in 0..count {
-                let scale = scale_at::<F>(scales, scaled, token, slot);
-                let mean_square = mean_squares.index(slot);
-                let shifted = mean_square[token * mean_square.stride(0)] + F::cast_from(epsilon);
-                let weight = weights[slot * weights.stride(0) + token * weights.stride(1)];
-                let logit_grad = weight * (score_factors[slot] - along);
-                logits_grad[slot * logits_grad.stride(0) + token * logits_grad.stride(1)] =
-                    logit_grad;
-                let score = scores[slot * scores.stride(0) + token * scores.stride(1)];
-                mean_square_grads
-                    [slot * mean_square_grads.stride(0) + token * mean_square_grads.stride(1)] =
-                    (logit_grad * score / shifted) * F::new(-0.5);
-                mixture_factors[slot] = weight * scale;
-                // A division, as the composition's coefficient is formed.
-                score_factors[slot] = logit_grad * (scale / shifted.sqrt());
-            }
-        }
-        sync_cube();
-        let mut k = lane;
-        while k < d_model {
-            let g = grad[grad_row + k * grad.stride(1)];
-            let u = query[k * query.stride(1)];
-            let mut query_sum = F::new(0.0);
-            #[unroll]
-            for slot in 0..count {
-                let source = slots.index(slot);
-                query_sum +=
-                    score_factors[slot] * source[token * source.stride(0) + k * source.stride(1)];
-                if (wanted >> u32::cast_from(slot)) & 1 == 1 {
-                    let mut sum = g * mixture_factors[slot];
-                    if (accumulated >> u32::cast_from(slot)) & 1 == 1 {
-                        let earlier = into.index(slot);
-                        sum = earlier[token * earlier.stride(0) + k * earlier.stride(1)] + sum;
-                    }
-                    let row = slot * tokens + token;
-                    raw_grads[row * raw_grads.stride(0) + k * raw_grads.stride(1)] =
-                        sum + score_factors[slot] * u;
-                }
-            }
-            query_rows[token * query_rows.stride(0) + k * query_rows.stride(1)] = query_sum;
-            k += threads;
-        }
-    }
 }

@@ -42,6 +42,8 @@ mod autodiff_slots;
 mod cube;
 #[cfg(feature = "cube")]
 mod cube_read;
+#[cfg(feature = "cube")]
+mod cube_read_kernels;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]
