@@ -112,9 +112,38 @@ fn is_cuda<R: CubeRuntime>() -> bool {
 }
 
 /// The kernels, in a module of their own because CubeCL's `Tensor` is not Burn's.
-mod kernels {
+pub(super) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
+
+    /// Each thread's share of every slot's dot product with one row of `vector` (the one at
+    /// `vector_offset`) at `token`: `partials[s · threads + lane] = Σ_{k ≡ lane} slots[s][token, k]
+    /// · vector[k]`, the threads striding over the width. The caller syncs the cube and sums.
+    #[cube]
+    pub(in crate::routing_ops) fn partial_dots<F: Float>(
+        slots: &Sequence<Tensor<F>>,
+        vector: &Tensor<F>,
+        vector_offset: usize,
+        token: usize,
+        partials: &mut SharedMemory<F>,
+        lane: usize,
+        #[comptime] threads: usize,
+    ) {
+        let count = comptime![slots.len()];
+        let d_model = vector.shape(1);
+        #[unroll]
+        for slot in 0..count {
+            let source = slots.index(slot);
+            let mut sum = F::new(0.0);
+            let mut k = lane;
+            while k < d_model {
+                sum += source[token * source.stride(0) + k * source.stride(1)]
+                    * vector[vector_offset + k * vector.stride(1)];
+                k += threads;
+            }
+            partials[slot * threads + lane] = sum;
+        }
+    }
 
     /// `out[s, n] = Σ_k slots[s][n, k] · rows[n, k]`, where `rows` advances by `row_stride` per token
     /// (0 for one row shared by all tokens). One
@@ -134,21 +163,9 @@ mod kernels {
             terminate!();
         }
         let lane = UNIT_POS_X as usize;
-        let d_model = rows.shape(1);
         let row_offset = token * (row_stride as usize);
         let mut partials = SharedMemory::<F>::new(count * threads);
-        #[unroll]
-        for slot in 0..count {
-            let source = slots.index(slot);
-            let mut sum = F::new(0.0);
-            let mut k = lane;
-            while k < d_model {
-                sum += source[token * source.stride(0) + k * source.stride(1)]
-                    * rows[row_offset + k * rows.stride(1)];
-                k += threads;
-            }
-            partials[slot * threads + lane] = sum;
-        }
+        partial_dots::<F>(slots, rows, row_offset, token, &mut partials, lane, threads);
         sync_cube();
         if lane < count {
             let mut total = F::new(0.0);

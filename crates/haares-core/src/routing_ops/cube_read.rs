@@ -26,9 +26,9 @@ use super::{ReadBackward, ReadForward, ReadGradients, SlotRows, from_primitive, 
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 
-/// Bindings of a launch besides its tensors: the metadata and one buffer per scalar type (`u32`
-/// masks, the `f32` ε).
-const OTHER_BINDINGS: usize = 3;
+/// Bindings of a launch besides its tensors: the buffer of metadata and scalars (a uniform on
+/// wgpu, which the storage-buffer limit does not count; counted here to stay on the safe side).
+const OTHER_BINDINGS: usize = 1;
 
 /// Whether a read of `count` slots fits one launch of a kernel with `per_slot` tensors per slot
 /// and `others` more. CUDA takes 1,024 bindings; wgpu what the adapter allows (a few dozen on

@@ -4,6 +4,18 @@
 use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 
+pub(super) use super::cube::kernels::partial_dots;
+
+/// Slot `slot`'s dot product: the sum of its threads' partials from [`partial_dots`].
+#[cube]
+fn slot_total<F: Float>(partials: &SharedMemory<F>, slot: usize, #[comptime] threads: usize) -> F {
+    let mut total = F::new(0.0);
+    for thread in 0..threads {
+        total += partials[slot * threads + thread];
+    }
+    total
+}
+
 /// One cube per token `n`: `dot_s = u · raw_s[n]` reduced in shared memory, then (one
 /// thread) `z'_s = dot_s · c_s / √(m_s + ε)`, `α = softmax_s(z' + b)`, then every thread
 /// `h̃[n, k] = Σ_s α_s c_s raw_s[n, k]` for its `k`. Slot `s` has a scale where bit `s` of
@@ -36,26 +48,12 @@ pub(super) fn read_forward_kernel<F: Float>(
     // Per slot: its logit, then e^{logit − max}; and `α_s c_s`, the mixture's factor.
     let mut logits = SharedMemory::<F>::new(count);
     let mut factors = SharedMemory::<F>::new(count);
-    #[unroll]
-    for slot in 0..count {
-        let source = slots.index(slot);
-        let mut sum = F::new(0.0);
-        let mut k = lane;
-        while k < d_model {
-            sum += source[token * source.stride(0) + k * source.stride(1)]
-                * query[k * query.stride(1)];
-            k += threads;
-        }
-        partials[slot * threads + lane] = sum;
-    }
+    partial_dots::<F>(slots, query, 0, token, &mut partials, lane, threads);
     sync_cube();
     if lane == 0 {
         #[unroll]
         for slot in 0..count {
-            let mut dot = F::new(0.0);
-            for thread in 0..threads {
-                dot += partials[slot * threads + thread];
-            }
+            let dot = slot_total::<F>(&partials, slot, threads);
             let mean_square = mean_squares.index(slot);
             let m = mean_square[token * mean_square.stride(0)];
             let mut scale = F::new(1.0);
@@ -164,27 +162,13 @@ pub(super) fn read_backward_kernel<F: Float>(
     // Per slot: `α_s c_s`, then `w_s`.
     let mut mixture_factors = SharedMemory::<F>::new(count);
     let mut score_factors = SharedMemory::<F>::new(count);
-    #[unroll]
-    for slot in 0..count {
-        let source = slots.index(slot);
-        let mut sum = F::new(0.0);
-        let mut k = lane;
-        while k < d_model {
-            sum += source[token * source.stride(0) + k * source.stride(1)]
-                * grad[grad_row + k * grad.stride(1)];
-            k += threads;
-        }
-        partials[slot * threads + lane] = sum;
-    }
+    partial_dots::<F>(slots, grad, grad_row, token, &mut partials, lane, threads);
     sync_cube();
     if lane == 0 {
         let mut along = F::new(0.0);
         #[unroll]
         for slot in 0..count {
-            let mut dot = F::new(0.0);
-            for thread in 0..threads {
-                dot += partials[slot * threads + thread];
-            }
+            let dot = slot_total::<F>(&partials, slot, threads);
             let scale = scale_at::<F>(scales, scaled, token, slot);
             let at = slot * weights.stride(0) + token * weights.stride(1);
             let mut weight_grad = dot * scale;
