@@ -33,6 +33,19 @@ fn cost_with_peer(
     (ok, stderr, json, read("md"))
 }
 
+/// One string field of each of the peer's samples (the first family's), in measurement order.
+fn peer_samples<'a>(
+    json: &'a serde_json::Value,
+    field: impl Fn(&'a serde_json::Value) -> &'a serde_json::Value,
+) -> Vec<&'a str> {
+    json["peer"]["samples"][0][1]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|sample| field(sample).as_str().unwrap())
+        .collect()
+}
+
 /// An executable shell script `name` in `dir`.
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     let path = dir.join(name);
@@ -116,12 +129,7 @@ fn the_peer_is_measured_after_each_of_ours_and_compared_only_where_its_logits_ag
     let (ok, stderr, json, md) = cost_with_peer(python.to_str().unwrap(), &[], dir.path());
     assert!(ok, "{stderr}");
     assert!(json["peer"]["skipped"].is_null(), "{}", json["peer"]);
-    let order: Vec<&str> = json["peer"]["samples"][0][1]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["sample"]["method"].as_str().unwrap())
-        .collect();
+    let order = peer_samples(&json, |s| &s["sample"]["method"]);
     assert_eq!(order, TINY_ORDER);
     // One GEMM before and one after, as ours.
     assert_eq!(
@@ -141,12 +149,7 @@ fn the_peer_is_measured_after_each_of_ours_and_compared_only_where_its_logits_ag
     assert!(md.contains("(differ)"), "{md}");
     assert!(md.contains("- GEMM peak / PyTorch's"), "{md}");
     // On a CPU both compute in fp32: the default precision, and the one the targets judge.
-    let precisions: Vec<&str> = json["peer"]["samples"][0][1]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["matmul"].as_str().unwrap())
-        .collect();
+    let precisions = peer_samples(&json, |s| &s["matmul"]);
     assert_eq!(precisions, ["fp32"; 6]);
     assert!(
         target("Standard Residual").contains("PyTorch eager (fp32)"),
@@ -166,12 +169,7 @@ fn the_peer_trains_a_method_once_for_both_of_our_routing_paths() {
     assert!(ok, "{stderr}");
     // Ours: A B C, C B A. The peer: its model of Block AttnRes once per repeat, after whichever
     // of our paths came first.
-    let order: Vec<&str> = json["peer"]["samples"][0][1]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["sample"]["method"].as_str().unwrap())
-        .collect();
+    let order = peer_samples(&json, |s| &s["sample"]["method"]);
     assert_eq!(
         order,
         ["standard", "block-attnres", "block-attnres", "standard"]

@@ -25,6 +25,10 @@ use burn_cubecl::tensor::CubeTensor;
 use super::{ReadBackward, ReadForward, ReadGradients, SlotRows, from_primitive, slot_column};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+/// A `[rows, width]` tensor on the cube backend.
+type Rows<R, F, I, BT> = Tensor<Cube<R, F, I, BT>, 2>;
+/// A read's gradients, or its inputs back for the composition.
+type BackwardOutcome<B> = Result<ReadGradients<B>, UnfusedBackward<B>>;
 
 /// Bindings of a launch besides its tensors: the buffer of metadata and scalars (a uniform on
 /// wgpu, which the storage-buffer limit does not count; counted here to stay on the safe side).
@@ -112,7 +116,7 @@ fn per_token<R: CubeRuntime>(like: &CubeTensor<R>, tokens: usize) -> (CubeCount,
 pub(super) fn read_forward<R, F, I, BT>(
     slots: &[SlotRows<Cube<R, F, I, BT>>],
     folded_query: Tensor<Cube<R, F, I, BT>, 1>,
-    bias: Option<Tensor<Cube<R, F, I, BT>, 2>>,
+    bias: Option<Rows<R, F, I, BT>>,
     epsilon: f64,
 ) -> Option<ReadForward<Cube<R, F, I, BT>>>
 where
@@ -171,10 +175,10 @@ pub(super) type UnfusedBackward<B> = (ReadBackward<B>, Vec<Option<Tensor<B, 2>>>
 /// (mixture and scores), formed in one update; shared rows (`same_rows`) get each slot's own.
 pub(super) fn read_backward<R, F, I, BT>(
     read: ReadBackward<Cube<R, F, I, BT>>,
-    into: Vec<Option<Tensor<Cube<R, F, I, BT>, 2>>>,
+    into: Vec<Option<Rows<R, F, I, BT>>>,
     wanted: &[bool],
     mean_squares_wanted: &[bool],
-) -> Result<ReadGradients<Cube<R, F, I, BT>>, UnfusedBackward<Cube<R, F, I, BT>>>
+) -> BackwardOutcome<Cube<R, F, I, BT>>
 where
     R: CubeRuntime,
     F: FloatElement,
@@ -232,10 +236,10 @@ where
         ROW_THREADS,
         dtype.into(),
     );
-    let raw_grads: Tensor<Cube<R, F, I, BT>, 2> = from_primitive(raw_grads);
-    let mean_square_grads: Tensor<Cube<R, F, I, BT>, 2> = from_primitive(mean_square_grads);
-    let logits_grad: Tensor<Cube<R, F, I, BT>, 2> = from_primitive(logits_grad);
-    let query_rows: Tensor<Cube<R, F, I, BT>, 2> = from_primitive(query_rows);
+    let raw_grads: Rows<R, F, I, BT> = from_primitive(raw_grads);
+    let mean_square_grads: Rows<R, F, I, BT> = from_primitive(mean_square_grads);
+    let logits_grad: Rows<R, F, I, BT> = from_primitive(logits_grad);
+    let query_rows: Rows<R, F, I, BT> = from_primitive(query_rows);
     Ok(ReadGradients {
         raws: (0..count)
             .map(|slot| wanted[slot].then(|| raw_grads.clone().narrow(0, slot * tokens, tokens)))
