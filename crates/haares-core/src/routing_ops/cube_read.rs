@@ -17,11 +17,10 @@ use burn::tensor::Tensor;
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
 use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
 use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::cube::{MAX_SLOTS_PER_LAUNCH, ROW_THREADS, cube_tensor, sequence};
-use burn_cubecl::tensor::CubeTensor;
-
 use super::{ReadBackward, ReadForward, ReadGradients, SlotRows, from_primitive, slot_column};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;

@@ -21,7 +21,7 @@
 //! implementation is tested against). Flex replaces them with SIMD loops over its buffers
 //! (`flex.rs`) and NdArray with loops over its host arrays (`ndarray.rs`); the cube backends (CUDA,
 //! wgpu) replace the first two with CubeCL kernels that read every source of a chunk in one pass
-//! (`cube.rs`).
+//! (`cube.rs`), and a whole read with one kernel each way (`cube_read.rs`).
 //!
 //! On the autodiff backend (`autodiff.rs`) the two operations are single graph nodes whose backward
 //! recomputes what it needs from the sources: they keep no normalised key, no stacked tensor and
@@ -83,7 +83,8 @@ pub struct SlotRows<B: Backend> {
 
 /// A backend that computes the routing operator. Every Burn backend can implement it with the
 /// default methods; Flex and NdArray override the primitives with host loops, the cube backends
-/// override two of them with kernels (and send `Auto` to the fused path on CUDA only), and the
+/// override two of them and the whole read with kernels (and send `Auto` to the fused path on
+/// CUDA only), and the
 /// autodiff backend overrides the operations with their own backward passes.
 ///
 /// A routing backend also computes the backbone's fused activations ([`ActivationBackend`]), so
