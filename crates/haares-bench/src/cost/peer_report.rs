@@ -26,7 +26,7 @@ pub fn throughput_target(backend: &str) -> f64 {
         THROUGHPUT_TARGET
     }
 }
-/// Our GEMM peak / PyTorch's at which that target is met.
+/// Our GEMM peak / PyTorch's at which the CPU-speed issue's GEMM target is met.
 pub const GEMM_TARGET: f64 = 0.7;
 
 /// The peer's summary of one method.

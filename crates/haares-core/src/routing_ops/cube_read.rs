@@ -2,12 +2,12 @@
 //! bias, the softmax over slots and the mixture of eq:routingweights forward, all their
 //! gradients backward, one cube per token.
 //!
-//! The composition launches about 35 kernels for a read of a few slots: the two kernels of
+//! The composition launches about 30 kernels forward for a read of a few slots: the two kernels of
 //! `cube.rs`, and around them the `[S, tokens]` arithmetic (every slot's scale and mean square
 //! gathered into one tensor, twice; the coefficients; the bias; Burn's softmax in five passes).
 //! Here a cube reduces a token's dot products in shared memory, one thread turns them into
 //! scores and weights, and the cube then mixes the token's row: one launch, and each slot row is
-//! read twice while it is in cache. The backward pass (about 65 launches composed) is one launch
+//! read twice while it is in cache. The backward pass (about 50 launches composed) is one launch
 //! too, plus two sums across tokens for the query's and the bias's gradients: a token's cube
 //! forms both shares of each slot row's gradient in one update. [`compose`](super::read::compose)
 //! and [`compose_backward`](super::read::compose_backward) stay the reference
