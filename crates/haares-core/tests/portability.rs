@@ -233,6 +233,16 @@ fn ndarray_f32_passes_the_numerical_checks() {
     every_check::<Autodiff<burn::backend::NdArray<f32>>>(&Default::default(), F32_TOLERANCE);
 }
 
+/// The per-slot row primitives on both CPU backends' host loops (`cube/rows.rs`; the cube
+/// backends run the same checks on their kernels below).
+#[test]
+fn cpu_row_primitives_match_f64() {
+    rows::mean_squares_and_their_gradients_match::<burn::backend::NdArray<f32>>();
+    rows::added_scaled_rows_match::<burn::backend::NdArray<f32>>();
+    rows::mean_squares_and_their_gradients_match::<burn::backend::Flex>();
+    rows::added_scaled_rows_match::<burn::backend::Flex>();
+}
+
 /// One cube backend's tests: the numerical checks on the whole model and the routing operator's
 /// kernels (`kernels` below). With the backend's feature on, the checks must run: a missing device
 /// fails with how to get one, it is never counted as a pass. The backend is the one the runners
@@ -282,6 +292,12 @@ macro_rules! cube_backend_tests {
             fn read_kernels_match_the_composition() {
                 super::kernels::read_forward_matches_the_composition::<Cube>();
                 super::kernels::read_backward_matches_the_composition::<Cube>();
+            }
+
+            #[test]
+            fn row_kernels_match_f64() {
+                super::rows::mean_squares_and_their_gradients_match::<Cube>();
+                super::rows::added_scaled_rows_match::<Cube>();
             }
 
             #[test]
@@ -387,3 +403,5 @@ cube_backend_tests!(
 #[cfg(feature = "cube")]
 #[path = "cube/kernels.rs"]
 mod kernels;
+#[path = "cube/rows.rs"]
+mod rows;

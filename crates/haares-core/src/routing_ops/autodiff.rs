@@ -227,13 +227,10 @@ impl<B: RoutingBackend> Backward<B, 1> for MeanSquareBackward {
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let grad: Tensor<B, 2> = from_primitive(grads.consume::<B>(&ops.node));
-        let into = take_accumulated(grads, &ops, 1, &grad);
-        let [tokens, d_model] = ops.state.dims();
-        // ∂ mean(x²) / ∂x = (2/d)·x, per token.
-        let column = grad.reshape([1, tokens]).mul_scalar(2.0 / d_model as f64);
-        let rows = B::add_scaled_rows(into, column, ops.state, &[true]);
+        let into = take_accumulated(grads, &ops, 1, &grad).pop().flatten();
+        let rows = B::row_mean_square_backward(into, grad, ops.state);
         let parents = ops.parents.map(|parent| parent.map(|node| node.id));
-        register(grads, &parents, rows);
+        register(grads, &parents, vec![Some(rows)]);
     }
 }
 

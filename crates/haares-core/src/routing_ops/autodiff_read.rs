@@ -69,7 +69,9 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
                 (Tensor::zeros([tokens, d_model], &grad.device()), Some(grad))
             }
         };
+        let bias_wanted = parents[2 * SLOTS_PER_NODE + 1].is_some();
         let read = ReadBackward {
+            bias_wanted,
             same_rows,
             slots: state.slots,
             folded_query: state.folded_query,
@@ -84,7 +86,7 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
         register(grads, &parents[SLOTS_PER_NODE..], gradients.mean_squares);
         let [query, bias] = [2 * SLOTS_PER_NODE, 2 * SLOTS_PER_NODE + 1];
         register(grads, &parents[query..], vec![Some(gradients.folded_query)]);
-        register(grads, &parents[bias..], vec![Some(gradients.bias)]);
+        register(grads, &parents[bias..], vec![gradients.bias]);
     }
 }
 

@@ -29,11 +29,14 @@ pub(super) fn inner<B: RoutingBackend, C: CheckpointStrategy>(
     }
 }
 
-/// An untracked constant that fills unused parent positions.
+/// An untracked tensor that fills unused parent positions: `like`'s values without its graph, so
+/// that no constant is made (a kernel launch per node on the GPU backends).
 pub(super) fn padding<B: RoutingBackend, C: CheckpointStrategy>(
     like: &Tensor<Autodiff<B, C>, 2>,
 ) -> AutodiffPrimitive<B, C> {
-    primitive(Tensor::<Autodiff<B, C>, 1>::zeros([1], &like.device()))
+    primitive(Tensor::<Autodiff<B, C>, 2>::from_inner(
+        like.clone().inner(),
+    ))
 }
 
 /// Which of these parents take a gradient (untracked inputs and padding do not).

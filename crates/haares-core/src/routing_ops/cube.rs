@@ -67,11 +67,63 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
         let rows = cube_tensor(rows);
         let chunk = slots_per_launch(&rows);
         let slots: Vec<_> = slots.iter().cloned().map(cube_tensor).collect();
-        let parts = slots
+        let mut parts: Vec<_> = slots
             .chunks(chunk)
-            .map(|chunk| from_primitive(row_dots(chunk, rows.clone())))
+            .map(|chunk| from_primitive(row_dots(chunk, rows.clone(), 1.0)))
             .collect();
-        Tensor::cat(parts, 0)
+        // Burn's concatenation copies even a single part.
+        match parts.len() {
+            1 => parts.pop().expect("one part"),
+            _ => Tensor::cat(parts, 0),
+        }
+    }
+
+    /// One launch: the row dots of the rows with themselves, divided by `d` in the kernel.
+    fn row_mean_square(rows: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        let [tokens, d_model] = rows.dims();
+        let rows = cube_tensor(rows);
+        let sums = row_dots(std::slice::from_ref(&rows), rows.clone(), d_model as f64);
+        from_primitive::<Self, 2>(sums).reshape([tokens, 1])
+    }
+
+    /// One launch (`cube_rows.rs`) where the tensor operations take a scalar product, a product
+    /// and an addition.
+    fn row_mean_square_backward(
+        into: Option<Tensor<Self, 2>>,
+        grad: Tensor<Self, 2>,
+        rows: Tensor<Self, 2>,
+    ) -> Tensor<Self, 2> {
+        let [tokens, d_model] = rows.dims();
+        let column = cube_tensor(grad.reshape([1, tokens]));
+        from_primitive(super::cube_rows::add_scaled_rows(
+            into.map(cube_tensor),
+            &column,
+            0,
+            &cube_tensor(rows),
+            2.0 / d_model as f64,
+        ))
+    }
+
+    /// One launch per wanted slot (`cube_rows.rs`), the addition included.
+    fn add_scaled_rows(
+        into: Vec<Option<Tensor<Self, 2>>>,
+        columns: Tensor<Self, 2>,
+        rows: Tensor<Self, 2>,
+        wanted: &[bool],
+    ) -> Vec<Option<Tensor<Self, 2>>> {
+        let (columns, rows) = (cube_tensor(columns), cube_tensor(rows));
+        into.into_iter()
+            .zip(wanted)
+            .enumerate()
+            .map(|(slot, (into, &wanted))| {
+                wanted.then(|| {
+                    let into = into.map(cube_tensor);
+                    from_primitive(super::cube_rows::add_scaled_rows(
+                        into, &columns, slot, &rows, 1.0,
+                    ))
+                })
+            })
+            .collect()
     }
 
     fn weighted_sum(slots: &[Tensor<Self, 2>], weights: Tensor<Self, 2>) -> Tensor<Self, 2> {
@@ -145,8 +197,9 @@ pub(super) mod kernels {
         }
     }
 
-    /// `out[s, n] = Σ_k slots[s][n, k] · rows[n, k]`, where `rows` advances by `row_stride` per token
-    /// (0 for one row shared by all tokens). One
+    /// `out[s, n] = Σ_k slots[s][n, k] · rows[n, k] / divisor`, where `rows` advances by
+    /// `row_stride` per token (0 for one row shared by all tokens); the divisor is 1 for the dots
+    /// and `d` for a mean square (a division, as the tensor operations take it). One
     /// cube per token row: its threads stride over `k`, and shared memory reduces their partial sums.
     #[cube(launch)]
     pub(super) fn row_dots_kernel<F: Float>(
@@ -154,6 +207,7 @@ pub(super) mod kernels {
         rows: &Tensor<F>,
         output: &mut Tensor<F>,
         row_stride: u32,
+        divisor: f32,
         #[comptime] threads: usize,
         #[define(F)] _dtype: StorageType,
     ) {
@@ -172,7 +226,8 @@ pub(super) mod kernels {
             for thread in 0..threads {
                 total += partials[lane * threads + thread];
             }
-            output[lane * output.stride(0) + token * output.stride(1)] = total;
+            output[lane * output.stride(0) + token * output.stride(1)] =
+                total / F::cast_from(divisor);
         }
     }
 
@@ -204,7 +259,12 @@ pub(super) mod kernels {
     }
 }
 
-fn row_dots<R: CubeRuntime>(slots: &[CubeTensor<R>], rows: CubeTensor<R>) -> CubeTensor<R> {
+/// The row dots of `slots` with `rows`, each divided by `divisor`.
+fn row_dots<R: CubeRuntime>(
+    slots: &[CubeTensor<R>],
+    rows: CubeTensor<R>,
+    divisor: f64,
+) -> CubeTensor<R> {
     let tokens = slots[0].meta.shape()[0];
     let output = empty_device_dtype::<R>(
         rows.client.clone(),
@@ -212,7 +272,7 @@ fn row_dots<R: CubeRuntime>(slots: &[CubeTensor<R>], rows: CubeTensor<R>) -> Cub
         Shape::new([slots.len(), tokens]),
         rows.dtype,
     );
-    row_dots_into(slots, rows, output)
+    row_dots_into(slots, rows, output, divisor)
 }
 
 /// [`row_dots`] into a given `[S, tokens]` output of any strides.
@@ -220,6 +280,7 @@ fn row_dots_into<R: CubeRuntime>(
     slots: &[CubeTensor<R>],
     rows: CubeTensor<R>,
     output: CubeTensor<R>,
+    divisor: f64,
 ) -> CubeTensor<R> {
     let tokens = slots[0].meta.shape()[0];
     let row_stride = match rows.meta.shape()[0] {
@@ -237,6 +298,7 @@ fn row_dots_into<R: CubeRuntime>(
         rows.into_tensor_arg(),
         output.clone().into_tensor_arg(),
         row_stride,
+        divisor as f32,
         ROW_THREADS,
         dtype.into(),
     );
@@ -400,7 +462,7 @@ mod tests {
         let slots = slots();
         let rows = matrix(10, tokens, d);
         let (output, buffer) = pitched(count, tokens, 27);
-        super::row_dots_into(&slots, rows, output);
+        super::row_dots_into(&slots, rows, output, 1.0);
         let row = values(10, tokens * d);
         let expected: Vec<f64> = (0..count * tokens)
             .map(|i| {

@@ -186,6 +186,7 @@ where
 {
     let count = read.slots.len();
     let d_model = read.folded_query.dims()[0];
+    let read_bias_wanted = read.bias_wanted;
     let grad = cube_tensor(read.mixture_grad.clone());
     // Per slot its rows, scale, mean square and earlier gradient; five more inputs, four outputs.
     if !fits(&grad, count, 4, 9) {
@@ -249,6 +250,6 @@ where
             })
             .collect(),
         folded_query: query_rows.sum_dim(0).reshape([d_model]),
-        bias: logits_grad.sum_dim(1),
+        bias: read_bias_wanted.then(|| logits_grad.sum_dim(1)),
     })
 }

@@ -62,7 +62,9 @@ pub(super) fn read_backward(
             .map(|grad| grad.map(|grad| flex_tensor(grad, [tokens, 1])))
             .collect(),
         folded_query: flex_tensor(folded_query, [d_model]),
-        bias: flex_tensor(bias.into_iter().map(|sum| sum as f32).collect(), [count, 1]),
+        bias: read
+            .bias_wanted
+            .then(|| flex_tensor(bias.into_iter().map(|sum| sum as f32).collect(), [count, 1])),
     }
 }
 

@@ -44,6 +44,8 @@ mod cube;
 mod cube_read;
 #[cfg(feature = "cube")]
 mod cube_read_kernels;
+#[cfg(feature = "cube")]
+mod cube_rows;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]
@@ -183,6 +185,25 @@ pub trait RoutingBackend: ActivationBackend {
         let [tokens, d_model] = rows.dims();
         let sums = Self::row_dots(std::slice::from_ref(&rows), rows.clone());
         sums.reshape([tokens, 1]).div_scalar(d_model as f64)
+    }
+
+    /// The backward pass of [`row_mean_square`](Self::row_mean_square): `into + (2/d)·g ⊗ rows`
+    /// (`∂ mean(x²)/∂x = (2/d)·x` per token), added to the gradient the rows have accumulated so
+    /// far where there is one.
+    ///
+    /// # Shapes
+    /// - into, rows, output: `[tokens, d]`; grad: `[tokens, 1]`
+    fn row_mean_square_backward(
+        into: Option<Tensor<Self, 2>>,
+        grad: Tensor<Self, 2>,
+        rows: Tensor<Self, 2>,
+    ) -> Tensor<Self, 2> {
+        let [tokens, d_model] = rows.dims();
+        let column = grad.reshape([1, tokens]).mul_scalar(2.0 / d_model as f64);
+        Self::add_scaled_rows(vec![into], column, rows, &[true])
+            .pop()
+            .flatten()
+            .expect("a wanted slot has a gradient")
     }
 
     /// The scaled dot products `z'_s = c_s ⊙ (u · raw_s) / √(m_s + ε)` of every slot with the

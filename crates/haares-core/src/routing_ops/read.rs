@@ -50,6 +50,9 @@ pub struct ReadBackward<B: Backend> {
     pub mixture_grad: Tensor<B, 2>,
     /// `∂L/∂α`, `[S, tokens]`, where the weights reach the loss.
     pub weights_grad: Option<Tensor<B, 2>>,
+    /// Whether `∂L/∂b` is wanted: false for a read without a bias (Block AttnRes), whose
+    /// backward pass then skips the sum over tokens that forms it.
+    pub bias_wanted: bool,
     /// For each slot, the first slot whose rows are the same tensor, itself where no earlier one
     /// is: HAARES's early-half detail is its cumulative sum's rows with their own scale and mean
     /// square. A backend may form the gradient of such shared rows once, in the first slot's
@@ -67,8 +70,8 @@ pub struct ReadGradients<B: Backend> {
     pub mean_squares: Vec<Option<Tensor<B, 2>>>,
     /// `∂L/∂u`, `[d]`.
     pub folded_query: Tensor<B, 1>,
-    /// `∂L/∂b`, `[S, 1]`.
-    pub bias: Tensor<B, 2>,
+    /// `∂L/∂b`, `[S, 1]`, where [`ReadBackward::bias_wanted`].
+    pub bias: Option<Tensor<B, 2>>,
 }
 
 /// The read as the scores, the bias, Burn's softmax over slots and the mixture.
@@ -115,7 +118,7 @@ pub fn compose_backward<B: RoutingBackend>(
         coefficients,
         epsilon: read.epsilon,
     };
-    let bias = logits_grad.clone().sum_dim(1);
+    let bias = read.bias_wanted.then(|| logits_grad.clone().sum_dim(1));
     let scores = scores_backward(
         slots,
         read.folded_query,

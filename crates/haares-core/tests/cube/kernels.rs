@@ -235,6 +235,8 @@ fn read_backward_of<B: RoutingBackend>(
         .collect();
     let wanted: Vec<bool> = (0..count).map(|slot| slot != 1).collect();
     let mean_squares_wanted: Vec<bool> = (0..count).map(|slot| slot + 1 != count).collect();
+    // Every other slot count forms `∂b`; `None` where it is not wanted.
+    let bias_wanted = count % 2 == 1;
     let read = haares_core::routing_ops::ReadBackward {
         slots,
         folded_query,
@@ -243,6 +245,7 @@ fn read_backward_of<B: RoutingBackend>(
         weights,
         mixture_grad,
         weights_grad: weights_reach_the_loss.then_some(weights_grad),
+        bias_wanted,
         same_rows: (0..count).collect(),
     };
     let grads = B::routing_read_backward(read, into, &wanted, &mean_squares_wanted);
@@ -254,7 +257,10 @@ fn read_backward_of<B: RoutingBackend>(
         .collect();
     all.extend(grads.mean_squares.into_iter().flatten().map(tensor_values));
     all.push(tensor_values(grads.folded_query));
-    all.push(tensor_values(grads.bias));
+    all.push(match grads.bias {
+        Some(bias) => tensor_values(bias),
+        None => vec![f64::NAN; usize::from(bias_wanted)],
+    });
     all
 }
 

@@ -1,0 +1,93 @@
+//! A slot's gradient `into + (f · columns[s, ·]) ⊗ rows` as one kernel on the cube backends: the
+//! scaled rows of [`RoutingBackend::add_scaled_rows`](super::RoutingBackend::add_scaled_rows) and
+//! the mean square's backward pass ([`RoutingBackend::row_mean_square_backward`](
+//! super::RoutingBackend::row_mean_square_backward), `f = 2/d`), where the tensor operations
+//! launch a product, a scalar product and an addition. Each element takes the plain operations'
+//! f32 steps in their order (`naive.rs`): the column times `f`, that times the row, plus `into`.
+
+use burn_cubecl::CubeRuntime;
+use burn_cubecl::cubecl::calculate_cube_count_elemwise;
+use burn_cubecl::cubecl::prelude::CubeDim;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::tensor::CubeTensor;
+
+/// `into + (factor · columns[slot, n]) · rows[n, k]` (`rows[0, k]` for one shared row), or the
+/// product alone without `into`, as a new `[tokens, d]` tensor.
+pub(super) fn add_scaled_rows<R: CubeRuntime>(
+    into: Option<CubeTensor<R>>,
+    columns: &CubeTensor<R>,
+    slot: usize,
+    rows: &CubeTensor<R>,
+    factor: f64,
+) -> CubeTensor<R> {
+    let tokens = columns.meta.shape()[1];
+    let d_model = rows.meta.shape()[1];
+    let output = empty_device_dtype::<R>(
+        rows.client.clone(),
+        rows.device.clone(),
+        [tokens, d_model].into(),
+        rows.dtype,
+    );
+    let row_stride = match rows.meta.shape()[0] {
+        1 => 0,
+        _ => rows.meta.strides()[0] as u32,
+    };
+    let accumulated = into.is_some();
+    let into = into.unwrap_or_else(|| rows.clone());
+    let elements = tokens * d_model;
+    let client = rows.client.clone();
+    let cube_dim = CubeDim::new(&client, elements);
+    let cube_count = calculate_cube_count_elemwise(&client, elements, cube_dim);
+    kernels::add_scaled_rows_kernel::launch::<R>(
+        &client,
+        cube_count,
+        cube_dim,
+        into.into_tensor_arg(),
+        columns.clone().into_tensor_arg(),
+        rows.clone().into_tensor_arg(),
+        output.clone().into_tensor_arg(),
+        slot as u32,
+        row_stride,
+        factor as f32,
+        accumulated,
+        rows.dtype.into(),
+    );
+    output
+}
+
+/// The kernel, in a module of its own because CubeCL's `Tensor` is not Burn's.
+mod kernels {
+    use burn_cubecl::cubecl;
+    use burn_cubecl::cubecl::prelude::*;
+
+    /// One element of `output = into + (factor · columns[slot, n]) · rows[n·row_stride, k]` per
+    /// thread; without `accumulated`, `into` is a stand-in that is never read.
+    #[allow(clippy::too_many_arguments)]
+    #[cube(launch)]
+    pub(super) fn add_scaled_rows_kernel<F: Float>(
+        into: &Tensor<F>,
+        columns: &Tensor<F>,
+        rows: &Tensor<F>,
+        output: &mut Tensor<F>,
+        slot: u32,
+        row_stride: u32,
+        factor: f32,
+        #[comptime] accumulated: bool,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let d_model = output.shape(1);
+        if ABSOLUTE_POS >= output.shape(0) * d_model {
+            terminate!();
+        }
+        let token = ABSOLUTE_POS / d_model;
+        let k = ABSOLUTE_POS % d_model;
+        let column = columns[(slot as usize) * columns.stride(0) + token * columns.stride(1)]
+            * F::cast_from(factor);
+        let row = rows[token * (row_stride as usize) + k * rows.stride(1)];
+        let mut value = column * row;
+        if comptime![accumulated] {
+            value = into[token * into.stride(0) + k * into.stride(1)] + value;
+        }
+        output[token * output.stride(0) + k * output.stride(1)] = value;
+    }
+}

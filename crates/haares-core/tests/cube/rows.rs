@@ -1,0 +1,109 @@
+//! The routing operator's per-slot row kernels on a cube backend (part of `tests/portability.rs`):
+//! a source's mean square and its backward pass, and the scaled rows added to an accumulated
+//! gradient, against f64 host values on strided inputs, with and without an accumulated
+//! gradient, for a row shared by all tokens and one per token.
+
+use burn::tensor::Tensor;
+use haares_core::RoutingBackend;
+
+use super::common::{Rng, assert_close_at_scale, random_matrix, random_slot_views, tensor_values};
+
+/// (tokens, d): a single number, a width that does not divide a cube, a wide one.
+const SHAPES: [(usize, usize); 3] = [(1, 1), (37, 70), (130, 256)];
+/// The kernels round each element as the tensor operations do (one product, one addition, one
+/// reduction); this leaves room only for the reduction's order.
+const TOLERANCE: f64 = 1e-5;
+
+/// `into + (factor · column[n]) · row[n or 0, k]` in f64, `[tokens, d]` row-major.
+fn host_add_scaled(
+    into: Option<&[f64]>,
+    column: &[f64],
+    rows: &[f64],
+    d: usize,
+    factor: f64,
+) -> Vec<f64> {
+    let shared = rows.len() == d;
+    (0..column.len() * d)
+        .map(|i| {
+            let (n, k) = (i / d, i % d);
+            let row = rows[if shared { k } else { n * d + k }];
+            into.map_or(0.0, |into| into[i]) + factor * column[n] * row
+        })
+        .collect()
+}
+
+pub fn mean_squares_and_their_gradients_match<B: RoutingBackend>() {
+    let mut rng = Rng::new(2026);
+    for (tokens, d) in SHAPES {
+        // Contiguous, transposed and narrowed rows.
+        for rows in random_slot_views::<B>(&mut rng, 3, tokens, d) {
+            let values = tensor_values(rows.clone());
+            let expected: Vec<f64> = values
+                .chunks(d)
+                .map(|row| row.iter().map(|x| x * x).sum::<f64>() / d as f64)
+                .collect();
+            let mean_square = B::row_mean_square(rows.clone());
+            assert_eq!(mean_square.dims(), [tokens, 1], "mean square shape");
+            let what = format!("row_mean_square, {tokens} × {d}");
+            assert_close_at_scale(&tensor_values(mean_square), &expected, TOLERANCE, &what);
+
+            let grad: Tensor<B, 2> = random_matrix(&mut rng, [tokens, 1]);
+            let into: Tensor<B, 2> = random_matrix(&mut rng, [tokens, d]);
+            let (grad_values, into_values) =
+                (tensor_values(grad.clone()), tensor_values(into.clone()));
+            for accumulated in [false, true] {
+                let expected = host_add_scaled(
+                    accumulated.then_some(into_values.as_slice()),
+                    &grad_values,
+                    &values,
+                    d,
+                    2.0 / d as f64,
+                );
+                let actual = B::row_mean_square_backward(
+                    accumulated.then(|| into.clone()),
+                    grad.clone(),
+                    rows.clone(),
+                );
+                let what = format!("row_mean_square_backward, {tokens} × {d}, into {accumulated}");
+                assert_eq!(actual.dims(), [tokens, d], "{what}: shape");
+                assert_close_at_scale(&tensor_values(actual), &expected, TOLERANCE, &what);
+            }
+            // The accumulated gradient is read, never written.
+            assert_eq!(tensor_values(into), into_values, "into changed in place");
+        }
+    }
+}
+
+pub fn added_scaled_rows_match<B: RoutingBackend>() {
+    let mut rng = Rng::new(2027);
+    let count = 4;
+    for (tokens, d) in SHAPES {
+        // The columns as a strided view: the right half of a wider tensor.
+        let columns: Tensor<B, 2> =
+            random_matrix(&mut rng, [count, 2 * tokens]).narrow(1, tokens, tokens);
+        let column_values = tensor_values(columns.clone());
+        let into: Vec<Option<Tensor<B, 2>>> = random_slot_views::<B>(&mut rng, count, tokens, d)
+            .into_iter()
+            .enumerate()
+            .map(|(slot, earlier)| (slot % 2 == 0).then_some(earlier))
+            .collect();
+        let wanted: Vec<bool> = (0..count).map(|slot| slot != 1).collect();
+        for shared in [true, false] {
+            let rows: Tensor<B, 2> = random_matrix(&mut rng, [if shared { 1 } else { tokens }, d]);
+            let row_values = tensor_values(rows.clone());
+            let sums = B::add_scaled_rows(into.clone(), columns.clone(), rows, &wanted);
+            for (slot, sum) in sums.into_iter().enumerate() {
+                let what = format!("add_scaled_rows, slot {slot}, {tokens} × {d}, shared {shared}");
+                let Some(sum) = sum else {
+                    assert!(!wanted[slot], "{what}: a wanted slot has no gradient");
+                    continue;
+                };
+                assert!(wanted[slot], "{what}: an unwanted slot has a gradient");
+                let earlier = into[slot].clone().map(tensor_values);
+                let column = &column_values[slot * tokens..][..tokens];
+                let expected = host_add_scaled(earlier.as_deref(), column, &row_values, d, 1.0);
+                assert_close_at_scale(&tensor_values(sum), &expected, TOLERANCE, &what);
+            }
+        }
+    }
+}
