@@ -1,9 +1,11 @@
-//! AdamW on the cube backends (CUDA, wgpu): each gradient's sum of squares for the global norm as
-//! one kernel ([`squared_norms`]), and the update of one parameter as one kernel: it reads `p`,
-//! `g`, `m` and `v` once and writes the new three, where the tensor-operation path
-//! ([`update_plain`](super::rule::update_plain)) launches a kernel per operation, about a dozen
-//! per parameter (docs/benchmarks.md, "Kernel launches per training step"). Each element takes the
-//! plain path's f32 operations in its order, with the same f32 constants as `flex.rs`.
+//! AdamW on the cube backends (CUDA, wgpu) in a few launches per step: the gradients' sums of
+//! squares for the global norm ([`squared_norms`]) and the updates ([`update_batch`]) each take a
+//! batch of parameters per launch, as many as the device's bindings allow, at most
+//! [`MAX_BATCH`]. The tensor-operation path ([`update_plain`](super::rule::update_plain)) launches
+//! about a dozen kernels per parameter, and a kernel per parameter still launches one per
+//! parameter: nine per layer, as many again for the norm (docs/benchmarks.md, "Kernel launches
+//! per training step"). Each element takes the plain path's f32 operations in its order, with
+//! the same f32 constants as `flex.rs`.
 //!
 //! The runners' cube backends (`WgpuUnfused`, `CudaUnfused`) are recognised by their types, as
 //! `flex.rs` recognises Flex: a backend trait would put a bound on every generic user of
@@ -14,42 +16,65 @@ use std::any::Any;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorPrimitive};
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
-use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
+use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim, SequenceArg};
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime};
 
-use super::rule::{F32Rule, Moments, UpdateRule};
+use super::cube_kernels::{adamw_kernel, sum_of_squares_kernel};
+#[cfg(test)]
+use super::rule::UpdateRule;
+use super::rule::{F32Rule, Moments, Pending};
 
-/// The updated parameter, with `moments` updated, when `B` is one of the runners' cube backends
-/// and every tensor is f32; `None` (nothing changed) otherwise.
+/// Most parameters one launch takes: the kernels unroll a loop over them.
+const MAX_BATCH: usize = 16;
+/// Bindings of one parameter in an update launch: `p`, `g`, `m`, `v` and the new `p`, `m`, `v`.
+const UPDATE_BINDINGS: usize = 7;
+/// Threads of the cube that sums one gradient's squares.
+const NORM_THREADS: usize = 256;
+
+type Cube<R, BT> = CubeBackend<R, f32, i32, BT>;
+
+/// One parameter's update through [`update_batch`]: the updated parameter, with `moments`
+/// updated, when `B` is one of the runners' cube backends and every tensor is f32; `None`
+/// (nothing changed) otherwise.
+#[cfg(test)]
 pub(crate) fn update<B: Backend>(
     rule: &UpdateRule,
     value: &Tensor<B, 1>,
     grad: &Tensor<B, 1>,
     moments: &mut Moments<B>,
 ) -> Option<Tensor<B, 1>> {
+    let mut pending = [Pending {
+        rule: *rule,
+        value: value.clone(),
+        grad: grad.clone(),
+        moments: moments.clone(),
+    }];
+    let updated = update_batch(&mut pending)?.pop();
+    let [Pending { moments: new, .. }] = pending;
+    *moments = new;
+    updated
+}
+
+/// The updated parameters, in order, with every `moments` updated, when `B` is one of the
+/// runners' cube backends and every tensor is f32; `None` (nothing changed) otherwise.
+pub(crate) fn update_batch<B: Backend>(pending: &mut [Pending<B>]) -> Option<Vec<Tensor<B, 1>>> {
     #[cfg(feature = "wgpu")]
-    if let Some(updated) =
-        update_as::<B, cubecl::wgpu::WgpuRuntime, u32>(rule, value, grad, moments)
-    {
+    if let Some(updated) = update_batch_as::<B, cubecl::wgpu::WgpuRuntime, u32>(pending) {
         return Some(updated);
     }
     #[cfg(feature = "cuda")]
-    if let Some(updated) = update_as::<B, cubecl::cuda::CudaRuntime, u8>(rule, value, grad, moments)
-    {
+    if let Some(updated) = update_batch_as::<B, cubecl::cuda::CudaRuntime, u8>(pending) {
         return Some(updated);
     }
     None
 }
 
-/// Threads of the one cube that sums one gradient's squares.
-const NORM_THREADS: usize = 256;
-
-/// Every gradient's sum of squares, `[Σ g₀², Σ g₁², …]`, as one tensor of the gradients' count:
-/// one kernel launch per gradient, each writing its own entry, where squaring, summing and
-/// concatenating took three. `None` (nothing launched) unless `B` is one of the runners' cube
+/// Every gradient's sum of squares, `[Σ g₀², Σ g₁², …]`, as one tensor of the gradients' count,
+/// in one launch per batch (one cube per gradient), where squaring, summing and concatenating
+/// took three per gradient. `None` (nothing launched) unless `B` is one of the runners' cube
 /// backends and every gradient is f32.
 pub(crate) fn squared_norms<B: Backend>(gradients: &[Tensor<B, 1>]) -> Option<Tensor<B, 1>> {
     #[cfg(feature = "wgpu")]
@@ -63,106 +88,173 @@ pub(crate) fn squared_norms<B: Backend>(gradients: &[Tensor<B, 1>]) -> Option<Te
     None
 }
 
+/// `tensor` as the cube backend's f32 tensor, if `B` is `CubeBackend<R, f32, i32, BT>` and the
+/// tensor holds f32.
+fn as_cube<B: Backend, R: CubeRuntime, BT: BoolElement>(
+    tensor: &Tensor<B, 1>,
+) -> Option<&Tensor<Cube<R, BT>, 1>> {
+    let cube = (tensor as &dyn Any).downcast_ref::<Tensor<Cube<R, BT>, 1>>()?;
+    (cube.dtype() == DType::F32).then_some(cube)
+}
+
+/// A cube tensor as `B`'s (the caller has checked that `B` is the cube backend).
+fn from_cube<B: Backend, R: CubeRuntime, BT: BoolElement>(
+    tensor: CubeTensor<R>,
+) -> Option<Tensor<B, 1>> {
+    let tensor = Tensor::<Cube<R, BT>, 1>::from_primitive(TensorPrimitive::Float(tensor));
+    (Box::new(tensor) as Box<dyn Any>)
+        .downcast::<Tensor<B, 1>>()
+        .ok()
+        .map(|tensor| *tensor)
+}
+
+fn contiguous<R: CubeRuntime, BT: BoolElement>(tensor: &Tensor<Cube<R, BT>, 1>) -> CubeTensor<R> {
+    into_contiguous(tensor.clone().into_primitive().tensor())
+}
+
+fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>, len: usize) -> CubeTensor<R> {
+    empty_device_dtype::<R>(
+        like.client.clone(),
+        like.device.clone(),
+        [len].into(),
+        DType::F32,
+    )
+}
+
+/// Parameters per launch of a kernel with `per_item` bindings each and one more (the scalars
+/// and metadata): what the device allows, at most [`MAX_BATCH`].
+fn batch_size<R: CubeRuntime>(like: &CubeTensor<R>, per_item: usize) -> usize {
+    let bindings = like.client.properties().hardware.max_bindings as usize;
+    (bindings.saturating_sub(1) / per_item).clamp(1, MAX_BATCH)
+}
+
+fn sequence<R: CubeRuntime>(
+    tensors: &[CubeTensor<R>],
+) -> SequenceArg<R, burn_cubecl::cubecl::prelude::Tensor<f32>> {
+    let mut sequence = SequenceArg::new();
+    for tensor in tensors {
+        sequence.push(tensor.clone().into_tensor_arg());
+    }
+    sequence
+}
+
 /// [`squared_norms`] when `B` is `CubeBackend<R, f32, i32, BT>`.
 fn squared_norms_as<B: Backend, R: CubeRuntime, BT: BoolElement>(
     gradients: &[Tensor<B, 1>],
 ) -> Option<Tensor<B, 1>> {
-    type Cube<R, BT> = CubeBackend<R, f32, i32, BT>;
-    let cube: Vec<&Tensor<Cube<R, BT>, 1>> = gradients
+    let cube: Vec<_> = gradients
         .iter()
-        .map(|g| (g as &dyn Any).downcast_ref::<Tensor<Cube<R, BT>, 1>>())
+        .map(as_cube::<B, R, BT>)
         .collect::<Option<_>>()?;
-    let first = cube.first()?;
-    if cube.iter().any(|g| g.dtype() != DType::F32) {
-        return None;
-    }
-    let like = (*first).clone().into_primitive().tensor();
-    let norms = empty_device_dtype::<R>(
-        like.client.clone(),
-        like.device.clone(),
-        [cube.len()].into(),
-        DType::F32,
-    );
-    for (index, gradient) in cube.iter().enumerate() {
-        let gradient = into_contiguous((*gradient).clone().into_primitive().tensor());
-        kernels::sum_of_squares_kernel::launch::<R>(
+    let gradients: Vec<_> = cube.into_iter().map(contiguous::<R, BT>).collect();
+    let like = gradients.first()?.clone();
+    let norms = empty_like(&like, gradients.len());
+    let batch = batch_size(&like, 1);
+    for (index, chunk) in gradients.chunks(batch).enumerate() {
+        sum_of_squares_kernel::launch::<R>(
             &like.client,
-            CubeCount::Static(1, 1, 1),
+            CubeCount::Static(chunk.len() as u32, 1, 1),
             CubeDim::new_1d(NORM_THREADS as u32),
-            gradient.into_tensor_arg(),
+            sequence(chunk),
             norms.clone().into_tensor_arg(),
-            index as u32,
+            (index * batch) as u32,
             NORM_THREADS,
         );
     }
-    let norms = Tensor::<Cube<R, BT>, 1>::from_primitive(TensorPrimitive::Float(norms));
-    (Box::new(norms) as Box<dyn Any>)
-        .downcast::<Tensor<B, 1>>()
-        .ok()
-        .map(|norms| *norms)
+    from_cube::<B, R, BT>(norms)
 }
 
-/// [`update`] when `B` is `CubeBackend<R, f32, i32, BT>`.
-fn update_as<B: Backend, R: CubeRuntime, BT: BoolElement>(
-    rule: &UpdateRule,
-    value: &Tensor<B, 1>,
-    grad: &Tensor<B, 1>,
-    moments: &mut Moments<B>,
-) -> Option<Tensor<B, 1>> {
-    type Cube<R, BT> = CubeBackend<R, f32, i32, BT>;
-    let value = (value as &dyn Any).downcast_ref::<Tensor<Cube<R, BT>, 1>>()?;
-    let grad = (grad as &dyn Any).downcast_ref::<Tensor<Cube<R, BT>, 1>>()?;
-    let moments = (moments as &mut dyn Any).downcast_mut::<Moments<Cube<R, BT>>>()?;
-    let tensors = [value, grad, &moments.exp_avg, &moments.exp_avg_sq];
-    let len = value.dims()[0];
-    if tensors
-        .iter()
-        .any(|t| t.dtype() != DType::F32 || t.dims()[0] != len)
-    {
-        return None;
+/// A parameter's operands on the device: `[p, g, m, v]`, contiguous.
+type Operands<R> = [CubeTensor<R>; 4];
+
+/// [`update_batch`] when `B` is `CubeBackend<R, f32, i32, BT>`.
+fn update_batch_as<B: Backend, R: CubeRuntime, BT: BoolElement>(
+    pending: &mut [Pending<B>],
+) -> Option<Vec<Tensor<B, 1>>> {
+    let mut operands: Vec<Operands<R>> = Vec::with_capacity(pending.len());
+    for item in pending.iter() {
+        let tensors = [
+            &item.value,
+            &item.grad,
+            &item.moments.exp_avg,
+            &item.moments.exp_avg_sq,
+        ];
+        let cube: Vec<_> = tensors
+            .into_iter()
+            .map(as_cube::<B, R, BT>)
+            .collect::<Option<_>>()?;
+        let len = cube[0].dims()[0];
+        if cube.iter().any(|t| t.dims()[0] != len) {
+            return None;
+        }
+        operands.push([0, 1, 2, 3].map(|at| contiguous::<R, BT>(cube[at])));
     }
-    let [p, g, m, v] = tensors.map(|t| into_contiguous(t.clone().into_primitive().tensor()));
-    let [new_p, new_m, new_v] = launch_update(&F32Rule::new(rule), [p, g, m, v]);
-    let tensor =
-        |t: CubeTensor<R>| Tensor::<Cube<R, BT>, 1>::from_primitive(TensorPrimitive::Float(t));
-    // Converted back before the moments change, so that `None` always means nothing changed.
-    let updated = (Box::new(tensor(new_p)) as Box<dyn Any>)
-        .downcast::<Tensor<B, 1>>()
-        .ok()?;
-    moments.exp_avg = tensor(new_m);
-    moments.exp_avg_sq = tensor(new_v);
-    Some(*updated)
+    let like = operands.first()?[0].clone();
+    let batch = batch_size(&like, UPDATE_BINDINGS);
+    let rules: Vec<F32Rule> = pending
+        .iter()
+        .map(|item| F32Rule::new(&item.rule))
+        .collect();
+    let mut outputs: Vec<[CubeTensor<R>; 3]> = Vec::with_capacity(pending.len());
+    let mut start = 0;
+    while start < pending.len() {
+        // A launch shares its constants: a batch ends where a rule differs (beyond whether the
+        // parameter decays), or at the batch size.
+        let end = (start + 1..pending.len())
+            .take(batch - 1)
+            .take_while(|&at| rules[at].batches_with(&rules[start]))
+            .last()
+            .map_or(start + 1, |last| last + 1);
+        outputs.extend(launch_update(&rules[start..end], &operands[start..end]));
+        start = end;
+    }
+    let mut updated = Vec::with_capacity(pending.len());
+    for (item, [p, m, v]) in pending.iter_mut().zip(outputs) {
+        updated.push(from_cube::<B, R, BT>(p)?);
+        item.moments = Moments {
+            exp_avg: from_cube::<B, R, BT>(m)?,
+            exp_avg_sq: from_cube::<B, R, BT>(v)?,
+        };
+    }
+    Some(updated)
 }
 
-/// Launches [`kernels::adamw_kernel`] on contiguous `[p, g, m, v]` of one length; returns the new
-/// `[p, m, v]`.
-fn launch_update<R: CubeRuntime>(rule: &F32Rule, inputs: [CubeTensor<R>; 4]) -> [CubeTensor<R>; 3] {
-    let like = &inputs[0];
-    let elements = like.meta.shape().num_elements();
-    let outputs = [(); 3].map(|_| {
-        empty_device_dtype::<R>(
-            like.client.clone(),
-            like.device.clone(),
-            like.meta.shape().clone(),
-            like.dtype,
-        )
-    });
+/// Launches [`adamw_kernel`] on a batch of parameters whose rules agree but for their decay;
+/// returns each one's new `[p, m, v]`.
+fn launch_update<R: CubeRuntime>(
+    rules: &[F32Rule],
+    operands: &[Operands<R>],
+) -> Vec<[CubeTensor<R>; 3]> {
+    let like = &operands[0][0];
+    let lens: Vec<usize> = operands.iter().map(|o| o[0].meta.shape()[0]).collect();
+    let outputs: Vec<[CubeTensor<R>; 3]> = lens
+        .iter()
+        .map(|&len| [(); 3].map(|_| empty_like(like, len)))
+        .collect();
+    let input = |at: usize| -> Vec<_> { operands.iter().map(|o| o[at].clone()).collect() };
+    let output = |at: usize| -> Vec<_> { outputs.iter().map(|o| o[at].clone()).collect() };
+    let decayed = rules
+        .iter()
+        .enumerate()
+        .filter(|(_, rule)| rule.decay.is_some())
+        .fold(0u32, |mask, (item, _)| mask | (1 << item));
+    let decay = rules.iter().find_map(|rule| rule.decay).unwrap_or(1.0);
+    let rule = &rules[0];
+    let elements: usize = lens.iter().sum();
     let client = like.client.clone();
     let cube_dim = CubeDim::new(&client, elements);
     let cube_count = calculate_cube_count_elemwise(&client, elements, cube_dim);
-    let [p, g, m, v] = inputs;
-    let [out_p, out_m, out_v] = outputs.clone();
-    kernels::adamw_kernel::launch::<R>(
+    adamw_kernel::launch::<R>(
         &client,
         cube_count,
         cube_dim,
-        p.into_tensor_arg(),
-        g.into_tensor_arg(),
-        m.into_tensor_arg(),
-        v.into_tensor_arg(),
-        out_p.into_tensor_arg(),
-        out_m.into_tensor_arg(),
-        out_v.into_tensor_arg(),
+        sequence(&input(0)),
+        sequence(&input(1)),
+        sequence(&input(2)),
+        sequence(&input(3)),
+        sequence(&output(0)),
+        sequence(&output(1)),
+        sequence(&output(2)),
         rule.beta1,
         rule.one_minus_beta1,
         rule.beta2,
@@ -170,97 +262,28 @@ fn launch_update<R: CubeRuntime>(rule: &F32Rule, inputs: [CubeTensor<R>; 4]) -> 
         rule.bias2_root,
         rule.epsilon,
         rule.step_size,
-        rule.decay.unwrap_or(1.0),
+        decayed,
+        decay,
         rule.clip.unwrap_or(1.0),
     );
     outputs
 }
 
-/// The kernel, in a module of its own because CubeCL's `Tensor` is not Burn's.
-mod kernels {
-    use burn_cubecl::cubecl;
-    use burn_cubecl::cubecl::prelude::*;
-
-    /// One element of [`update_plain`](super::super::rule::update_plain) per thread, in its
-    /// order: `g ← g·clip`, `m ← β₁m + (1 − β₁)g`, `v ← β₂v + (1 − β₂)g²`, `p ← p·decay − (m /
-    /// (√v / √(1 − β₂ᵗ) + ε))·step`. `decay` and `clip` are 1 where the plain path skips the
-    /// product (`x·1 = x` exactly).
-    #[allow(clippy::too_many_arguments)]
-    #[cube(launch)]
-    pub(super) fn adamw_kernel(
-        p: &Tensor<f32>,
-        g: &Tensor<f32>,
-        m: &Tensor<f32>,
-        v: &Tensor<f32>,
-        out_p: &mut Tensor<f32>,
-        out_m: &mut Tensor<f32>,
-        out_v: &mut Tensor<f32>,
-        beta1: f32,
-        one_minus_beta1: f32,
-        beta2: f32,
-        one_minus_beta2: f32,
-        bias2_root: f32,
-        epsilon: f32,
-        step_size: f32,
-        decay: f32,
-        clip: f32,
-    ) {
-        if ABSOLUTE_POS >= out_p.len() {
-            terminate!();
-        }
-        let at = ABSOLUTE_POS;
-        let grad = g[at] * clip;
-        let exp_avg = m[at] * beta1 + grad * one_minus_beta1;
-        let exp_avg_sq = v[at] * beta2 + (grad * grad) * one_minus_beta2;
-        let denominator = f32::sqrt(exp_avg_sq) / bias2_root + epsilon;
-        out_p[at] = p[at] * decay - (exp_avg / denominator) * step_size;
-        out_m[at] = exp_avg;
-        out_v[at] = exp_avg_sq;
-    }
-
-    /// `norms[index] = Σ g²` with one cube: each thread sums the squares at its stride, then
-    /// thread 0 adds the threads' sums in order.
-    #[cube(launch)]
-    pub(super) fn sum_of_squares_kernel(
-        g: &Tensor<f32>,
-        norms: &mut Tensor<f32>,
-        index: u32,
-        #[comptime] threads: usize,
-    ) {
-        let lane = UNIT_POS_X as usize;
-        let mut partials = SharedMemory::<f32>::new(threads);
-        let mut sum = f32::new(0.0);
-        let mut at = lane;
-        while at < g.len() {
-            let x = g[at];
-            sum += x * x;
-            at += threads;
-        }
-        partials[lane] = sum;
-        sync_cube();
-        if lane == 0 {
-            let mut total = partials[0];
-            for thread in 1..threads {
-                total += partials[thread];
-            }
-            norms[index as usize] = total;
-        }
-    }
-}
-
-/// The kernel against the plain operations on wgpu (lavapipe in CI): `cargo test -p haares-train
+/// The kernels against the plain operations on wgpu (lavapipe in CI): `cargo test -p haares-train
 /// --features wgpu --lib`.
 #[cfg(all(test, feature = "wgpu"))]
 mod tests {
+    use burn::tensor::{Tensor, TensorData};
+
+    use super::super::rule::{AdamWSettings, Moments, Pending, UpdateRule, update_plain};
     use crate::run::optim::checks;
+
+    type Wgpu = crate::backend::WgpuUnfused;
 
     /// More elements than one cube holds.
     #[test]
     fn the_kernel_gives_the_plain_operations_bits() {
-        checks::gives_the_plain_operations_bits(
-            super::update::<crate::backend::WgpuUnfused>,
-            70_001,
-        );
+        checks::gives_the_plain_operations_bits(super::update::<Wgpu>, 70_001);
     }
 
     #[cfg(feature = "ndarray")]
@@ -269,28 +292,98 @@ mod tests {
         checks::leaves_other_backends_alone(super::update);
     }
 
-    /// Gradients shorter than, as long as, and longer than the cube, against f64 sums.
+    fn tensor(values: Vec<f32>) -> Tensor<Wgpu, 1> {
+        let len = values.len();
+        Tensor::from_data(TensorData::new(values, [len]), &Default::default())
+    }
+
+    fn values(len: usize, seed: usize) -> Vec<f32> {
+        (0..len)
+            .map(|i| (((i * 37 + seed * 11) % 101) as f32 - 50.0) / 7.0)
+            .collect()
+    }
+
+    fn bits(tensor: &Tensor<Wgpu, 1>) -> Vec<u32> {
+        let values = tensor.to_data().to_vec::<f32>().unwrap();
+        values.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// More parameters than one launch takes, of lengths below, at and above a cube, decaying
+    /// and not, one with a rule of its own in the middle (a launch ends there): after two steps
+    /// (the second clipped), every parameter and moment has the plain operations' bits.
+    #[test]
+    fn a_batch_gives_each_parameters_plain_bits() {
+        let lengths: Vec<usize> = (0..37)
+            .map(|i| [1, 255, 256, 257, 3_001][i % 5] + i)
+            .collect();
+        let settings = AdamWSettings::default();
+        let other = AdamWSettings {
+            beta1: 0.8,
+            ..settings
+        };
+        let start = |len: usize| Pending {
+            rule: UpdateRule::new(&settings, 1, false),
+            value: tensor(values(len, 1)),
+            grad: tensor(vec![0.0; len]),
+            moments: Moments {
+                exp_avg: tensor(vec![0.0; len]),
+                exp_avg_sq: tensor(vec![0.0; len]),
+            },
+        };
+        let mut batched: Vec<_> = lengths.iter().map(|&len| start(len)).collect();
+        let mut plain = batched.clone();
+        for step in 1..=2u64 {
+            let clip = if step == 2 { 0.37 } else { 1.0 };
+            for items in [&mut batched, &mut plain] {
+                for (at, item) in items.iter_mut().enumerate() {
+                    let own = if at == 20 { &other } else { &settings };
+                    item.rule = UpdateRule::new(own, step, at % 3 != 0).with_clip(clip);
+                    item.grad = tensor(values(item.grad.dims()[0], at + step as usize));
+                }
+            }
+            let updated = super::update_batch(&mut batched).expect("wgpu takes the kernels");
+            for ((item, value), reference) in batched.iter_mut().zip(updated).zip(&mut plain) {
+                item.value = value;
+                reference.value = update_plain(
+                    &reference.rule,
+                    reference.value.clone(),
+                    reference.grad.clone(),
+                    &mut reference.moments,
+                );
+            }
+            for (at, (item, reference)) in batched.iter().zip(&plain).enumerate() {
+                let what = format!("parameter {at}, step {step}");
+                assert_eq!(bits(&item.value), bits(&reference.value), "p, {what}");
+                let (m, v) = (&item.moments, &reference.moments);
+                assert_eq!(bits(&m.exp_avg), bits(&v.exp_avg), "m, {what}");
+                assert_eq!(bits(&m.exp_avg_sq), bits(&v.exp_avg_sq), "v, {what}");
+            }
+        }
+    }
+
+    /// Gradients shorter than, as long as, and longer than the cube, more of them than one launch
+    /// takes, against f64 sums.
     #[test]
     fn squared_norms_match_f64_sums() {
-        use burn::tensor::{Tensor, TensorData};
-        type Wgpu = crate::backend::WgpuUnfused;
-        let device = Default::default();
-        let lengths = [1, 255, 256, 257, 70_001];
-        let values = |len: usize| -> Vec<f32> {
-            (0..len)
-                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
-                .collect()
-        };
+        let lengths: Vec<usize> = (0..40).map(|i| [1, 255, 256, 257, 70_001][i % 5]).collect();
         let gradients: Vec<Tensor<Wgpu, 1>> = lengths
             .iter()
-            .map(|&len| Tensor::from_data(TensorData::new(values(len), [len]), &device))
+            .enumerate()
+            .map(|(seed, &len)| tensor(values(len, seed)))
             .collect();
         let norms = super::squared_norms(&gradients).expect("wgpu takes the kernel");
         let norms = norms.to_data().to_vec::<f32>().unwrap();
-        for (len, norm) in lengths.iter().zip(norms) {
-            let exact: f64 = values(*len).iter().map(|&x| (x as f64) * (x as f64)).sum();
-            let error = (norm as f64 - exact).abs() / exact;
-            assert!(error < 1e-5, "{len} elements: {norm} against {exact}");
+        assert_eq!(norms.len(), lengths.len());
+        for (seed, (len, norm)) in lengths.iter().zip(norms).enumerate() {
+            let exact: f64 = values(*len, seed)
+                .iter()
+                .map(|&x| f64::from(x).powi(2))
+                .sum();
+            let error = (f64::from(norm) - exact).abs() / exact.max(1e-30);
+            assert!(
+                error < 1e-5,
+                "gradient {seed}, {len} elements: {norm} against {exact}"
+            );
         }
     }
 

@@ -17,12 +17,14 @@ use haares_core::checkpoint::ParamVisitor;
 mod checks;
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
 mod cube;
+#[cfg(any(feature = "cuda", feature = "wgpu"))]
+mod cube_kernels;
 #[cfg(feature = "flex")]
 mod flex;
 mod rule;
 
 pub use rule::{AdamWSettings, Moments};
-use rule::{UpdateRule, update_plain};
+use rule::{Pending, UpdateRule, update_plain};
 
 /// Whether the parameter `name` of rank `rank` is weight-decayed: only matrices with at least two
 /// dimensions that are not biases, norm weights, gates, residual scales or router parameters.
@@ -100,12 +102,13 @@ impl<B: Backend> AdamW<B> {
             None => 1.0,
         };
         self.steps += 1;
-        let mut updater = Updater::<AB> {
-            optimizer: self,
+        let mut collector = ValueCollector::<AB> {
             grads: gradients.into_iter().collect(),
-            scale,
+            found: Vec::new(),
         };
-        model.visit_named_params(&mut updater);
+        model.visit_named_params(&mut collector);
+        let updated = self.update_all(collector.found, scale);
+        model.visit_named_params(&mut Installer::<AB> { updated });
         UpdateStats { grad_norm }
     }
 
@@ -129,35 +132,59 @@ impl<B: Backend> AdamW<B> {
         }
     }
 
-    /// New value of one parameter (flattened) given its flattened gradient, scaled by `clip` where
-    /// that is below 1: on Flex one pass
-    /// over the four buffers (`flex.rs`), on the runners' cube backends one kernel (`cube.rs`),
+    /// New values of the parameters (flattened), by name, given their flattened gradients, each
+    /// scaled by `clip` where that is below 1: on the runners' cube backends a few launches for
+    /// all of them (`cube.rs`), on Flex one pass over each parameter's four buffers (`flex.rs`),
     /// elsewhere [`update_plain`]'s tensor operations.
-    fn update(
+    fn update_all(
         &mut self,
-        name: &str,
-        rank: usize,
-        value: Tensor<B, 1>,
-        grad: Tensor<B, 1>,
+        params: Vec<FoundParam<B>>,
         clip: f64,
-    ) -> Tensor<B, 1> {
-        let rule = UpdateRule::new(&self.settings, self.steps, decays(name, rank)).with_clip(clip);
-        let moments = self
-            .state
-            .entry(name.to_string())
-            .or_insert_with(|| Moments {
-                exp_avg: grad.zeros_like(),
-                exp_avg_sq: grad.zeros_like(),
-            });
-        #[cfg(feature = "flex")]
-        if let Some(updated) = flex::update(&rule, &value, &grad, moments) {
-            return updated;
-        }
+    ) -> BTreeMap<String, Tensor<B, 1>> {
+        let (names, mut pending): (Vec<String>, Vec<Pending<B>>) = params
+            .into_iter()
+            .map(
+                |FoundParam {
+                     name,
+                     rank,
+                     value,
+                     grad,
+                 }| {
+                    let rule = UpdateRule::new(&self.settings, self.steps, decays(&name, rank))
+                        .with_clip(clip);
+                    let moments = self.state.remove(&name).unwrap_or_else(|| Moments {
+                        exp_avg: grad.zeros_like(),
+                        exp_avg_sq: grad.zeros_like(),
+                    });
+                    (
+                        name,
+                        Pending {
+                            rule,
+                            value,
+                            grad,
+                            moments,
+                        },
+                    )
+                },
+            )
+            .unzip();
         #[cfg(any(feature = "cuda", feature = "wgpu"))]
-        if let Some(updated) = cube::update(&rule, &value, &grad, moments) {
-            return updated;
-        }
-        update_plain(&rule, value, grad, moments)
+        let batched = cube::update_batch(&mut pending);
+        #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+        let batched = None;
+        let values = match batched {
+            Some(values) => values,
+            None => pending.iter_mut().map(update_one).collect(),
+        };
+        names
+            .into_iter()
+            .zip(pending)
+            .zip(values)
+            .map(|((name, done), value)| {
+                self.state.insert(name.clone(), done.moments);
+                (name, value)
+            })
+            .collect()
     }
 
     /// The moments as named host tensors (`exp_avg.<name>`, `exp_avg_sq.<name>`), for a checkpoint.
@@ -285,36 +312,85 @@ impl<AB: AutodiffBackend> ParamVisitor<AB> for GradientCollector<'_, AB> {
     }
 }
 
-struct Updater<'a, AB: AutodiffBackend> {
-    optimizer: &'a mut AdamW<AB::InnerBackend>,
-    grads: BTreeMap<String, Tensor<AB::InnerBackend, 1>>,
-    /// The global clip's factor on every gradient (1: no clipping).
-    scale: f64,
+/// One parameter's update on its own: on Flex one pass over the four buffers (`flex.rs`),
+/// elsewhere [`update_plain`]'s tensor operations.
+fn update_one<B: Backend>(pending: &mut Pending<B>) -> Tensor<B, 1> {
+    let Pending {
+        rule,
+        value,
+        grad,
+        moments,
+    } = pending;
+    #[cfg(feature = "flex")]
+    if let Some(updated) = flex::update(rule, value, grad, moments) {
+        return updated;
+    }
+    update_plain(rule, value.clone(), grad.clone(), moments)
 }
 
-impl<AB: AutodiffBackend> Updater<'_, AB> {
-    fn apply<const D: usize>(&mut self, name: String, param: &mut Param<Tensor<AB, D>>) {
-        let Some(grad) = self.grads.remove(&name) else {
+/// A parameter with a gradient, flattened, as the update takes it.
+struct FoundParam<B: Backend> {
+    name: String,
+    rank: usize,
+    value: Tensor<B, 1>,
+    grad: Tensor<B, 1>,
+}
+
+/// Collects every parameter that has a gradient, in the model's visiting order.
+struct ValueCollector<AB: AutodiffBackend> {
+    grads: BTreeMap<String, Tensor<AB::InnerBackend, 1>>,
+    found: Vec<FoundParam<AB::InnerBackend>>,
+}
+
+impl<AB: AutodiffBackend> ValueCollector<AB> {
+    fn collect<const D: usize>(&mut self, name: String, param: &Param<Tensor<AB, D>>) {
+        if let Some(grad) = self.grads.remove(&name) {
+            let value = param.val().inner().flatten::<1>(0, D - 1);
+            self.found.push(FoundParam {
+                name,
+                rank: D,
+                value,
+                grad,
+            });
+        }
+    }
+}
+
+impl<AB: AutodiffBackend> ParamVisitor<AB> for ValueCollector<AB> {
+    fn vector(&mut self, name: String, param: &mut Param<Tensor<AB, 1>>) {
+        self.collect(name, param);
+    }
+    fn linear(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
+        self.collect(name, param);
+    }
+    fn matrix(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
+        self.collect(name, param);
+    }
+}
+
+/// Puts the updated values in place, each in its parameter's shape.
+struct Installer<AB: AutodiffBackend> {
+    updated: BTreeMap<String, Tensor<AB::InnerBackend, 1>>,
+}
+
+impl<AB: AutodiffBackend> Installer<AB> {
+    fn install<const D: usize>(&mut self, name: String, param: &mut Param<Tensor<AB, D>>) {
+        let Some(updated) = self.updated.remove(&name) else {
             return;
         };
-        let value = param.val().inner();
-        let shape = value.shape();
-        let updated = self
-            .optimizer
-            .update(&name, D, value.flatten::<1>(0, D - 1), grad, self.scale)
-            .reshape(shape);
+        let updated = updated.reshape(param.val().shape());
         *param = Param::initialized(param.id, Tensor::from_inner(updated).require_grad());
     }
 }
 
-impl<AB: AutodiffBackend> ParamVisitor<AB> for Updater<'_, AB> {
+impl<AB: AutodiffBackend> ParamVisitor<AB> for Installer<AB> {
     fn vector(&mut self, name: String, param: &mut Param<Tensor<AB, 1>>) {
-        self.apply(name, param);
+        self.install(name, param);
     }
     fn linear(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
-        self.apply(name, param);
+        self.install(name, param);
     }
     fn matrix(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
-        self.apply(name, param);
+        self.install(name, param);
     }
 }

@@ -45,6 +45,16 @@ pub struct Moments<B: Backend> {
     pub exp_avg_sq: Tensor<B, 1>,
 }
 
+/// One parameter's update waiting to run: its rule, its flattened value and gradient, and its
+/// moments (taken out of the optimizer's state, put back updated).
+#[derive(Debug, Clone)]
+pub(crate) struct Pending<B: Backend> {
+    pub(crate) rule: UpdateRule,
+    pub(crate) value: Tensor<B, 1>,
+    pub(crate) grad: Tensor<B, 1>,
+    pub(crate) moments: Moments<B>,
+}
+
 /// The constants of one parameter's update at time step `t` (PyTorch's AdamW): the moments'
 /// decays, the bias corrections, and the decoupled decay factor where the parameter decays.
 #[derive(Debug, Clone, Copy)]
@@ -113,6 +123,7 @@ pub(crate) fn update_plain<B: Backend>(
 /// The rule's constants as f32, converted as Burn's backends convert a scalar operand (`as
 /// f32`): what the fast paths (`flex.rs`, `cube.rs`) compute with.
 #[cfg(any(feature = "flex", feature = "cuda", feature = "wgpu"))]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct F32Rule {
     pub(crate) beta1: f32,
     pub(crate) one_minus_beta1: f32,
@@ -139,5 +150,23 @@ impl F32Rule {
             decay: rule.decay.map(|factor| factor as f32),
             clip: rule.clip.map(|scale| scale as f32),
         }
+    }
+
+    /// Whether one launch can take both rules: the same constants, and the same decay factor
+    /// where both decay (a parameter that does not decay takes factor 1 instead).
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    pub(crate) fn batches_with(&self, other: &Self) -> bool {
+        let decays_alike = match (self.decay, other.decay) {
+            (Some(one), Some(other)) => one == other,
+            _ => true,
+        };
+        decays_alike
+            && Self {
+                decay: None,
+                ..*self
+            } == Self {
+                decay: None,
+                ..*other
+            }
     }
 }
