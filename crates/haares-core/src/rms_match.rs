@@ -3,7 +3,8 @@
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::norm::rms;
-use crate::source_bank::Source;
+use crate::routing_ops::RoutingBackend;
+use crate::source_bank::{Source, rows};
 
 /// eq:rmsmatch: `D̂ = D · sg[clip(RMS(C) / (RMS(D) + ε), 1/γ, γ)]`.
 ///
@@ -45,21 +46,26 @@ pub fn rms_match_multiplier<B: Backend, const D: usize>(
 /// `a = sg[clip(√mean(C²) / (√mean(D²) + ε), 1/γ, γ)]` needs no further pass over `C` or `D`, the
 /// matched detail's own mean square is `a² · mean(D²)`, and `D̂ = a·D` is handed over as `D`
 /// with the per-token scale `a` ([`Source::rescaled`]), so it is never formed: the fused router
-/// applies `a` to its per-token scalars.
+/// applies `a` to its per-token scalars. The multiplier is the backend's
+/// [`RoutingBackend::rms_match_multiplier`] (one kernel on the GPU backends).
 ///
 /// # Shapes
 /// - detail value: `[batch, seq, d]`; cumulative mean square: `[batch, seq, 1]`
 /// - output: the slot `a·D`, with its mean square `[batch, seq, 1]`
-pub fn rms_match_source<B: Backend>(
+pub fn rms_match_source<B: RoutingBackend>(
     detail: Source<B>,
     cumulative_mean_square: Tensor<B, 3>,
     gamma: f64,
     epsilon: f64,
 ) -> Source<B> {
+    let shape = cumulative_mean_square.dims();
     let detail_mean_square = detail.mean_square();
-    let ratio = cumulative_mean_square.detach().sqrt()
-        / (detail_mean_square.clone().detach().sqrt() + epsilon);
-    let multiplier = ratio.clamp(1.0 / gamma, gamma).detach();
-    let matched_mean_square = detail_mean_square * multiplier.clone().square();
-    detail.rescaled(multiplier, matched_mean_square)
+    let (multiplier, square) = B::rms_match_multiplier(
+        rows(cumulative_mean_square),
+        rows(detail_mean_square.clone()),
+        gamma,
+        epsilon,
+    );
+    let matched_mean_square = detail_mean_square * square.reshape(shape);
+    detail.rescaled(multiplier.reshape(shape), matched_mean_square)
 }

@@ -241,6 +241,8 @@ fn cpu_row_primitives_match_f64() {
     rows::added_scaled_rows_match::<burn::backend::NdArray<f32>>();
     rows::mean_squares_and_their_gradients_match::<burn::backend::Flex>();
     rows::added_scaled_rows_match::<burn::backend::Flex>();
+    rows::rms_match_multipliers_match::<burn::backend::NdArray<f32>>();
+    rows::rms_match_multipliers_match::<burn::backend::Flex>();
 }
 
 /// One cube backend's tests: the numerical checks on the whole model and the routing operator's
@@ -298,6 +300,7 @@ macro_rules! cube_backend_tests {
             fn row_kernels_match_f64() {
                 super::rows::mean_squares_and_their_gradients_match::<Cube>();
                 super::rows::added_scaled_rows_match::<Cube>();
+                super::rows::rms_match_multipliers_match::<Cube>();
             }
 
             #[test]

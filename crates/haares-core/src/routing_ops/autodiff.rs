@@ -58,6 +58,22 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
         mean_square_node(rows)
     }
 
+    /// The inner backend's multiplier, untracked: no graph for a constant.
+    fn rms_match_multiplier(
+        cumulative_mean_square: Tensor<Self, 2>,
+        detail_mean_square: Tensor<Self, 2>,
+        gamma: f64,
+        epsilon: f64,
+    ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
+        let (multiplier, square) = B::rms_match_multiplier(
+            cumulative_mean_square.inner(),
+            detail_mean_square.inner(),
+            gamma,
+            epsilon,
+        );
+        (Tensor::from_inner(multiplier), Tensor::from_inner(square))
+    }
+
     fn signed_sum<const D: usize>(
         sum: Tensor<Self, D>,
         term: Tensor<Self, D>,

@@ -104,6 +104,22 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
         ))
     }
 
+    /// One launch (`cube_rows.rs`).
+    fn rms_match_multiplier(
+        cumulative_mean_square: Tensor<Self, 2>,
+        detail_mean_square: Tensor<Self, 2>,
+        gamma: f64,
+        epsilon: f64,
+    ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
+        let (multiplier, square) = super::cube_rows::rms_match_multiplier(
+            &cube_tensor(cumulative_mean_square),
+            &cube_tensor(detail_mean_square),
+            gamma,
+            epsilon,
+        );
+        (from_primitive(multiplier), from_primitive(square))
+    }
+
     /// One launch per wanted slot (`cube_rows.rs`), the addition included.
     fn add_scaled_rows(
         into: Vec<Option<Tensor<Self, 2>>>,

@@ -1,9 +1,15 @@
-//! A slot's gradient `into + (f · columns[s, ·]) ⊗ rows` as one kernel on the cube backends: the
-//! scaled rows of [`RoutingBackend::add_scaled_rows`](super::RoutingBackend::add_scaled_rows) and
+//! Per-token row operations of the routing path as one kernel each on the cube backends.
+//!
+//! A slot's gradient `into + (f · columns[s, ·]) ⊗ rows`: the scaled rows of [`RoutingBackend::add_scaled_rows`](super::RoutingBackend::add_scaled_rows) and
 //! the mean square's backward pass ([`RoutingBackend::row_mean_square_backward`](
 //! super::RoutingBackend::row_mean_square_backward), `f = 2/d`), where the tensor operations
 //! launch a product, a scalar product and an addition. Each element takes the plain operations'
 //! f32 steps in their order (`naive.rs`): the column times `f`, that times the row, plus `into`.
+//!
+//! RMS matching's multiplier (eq:rmsmatch, [`RoutingBackend::rms_match_multiplier`](
+//! super::RoutingBackend::rms_match_multiplier)) from the two mean squares, and its square: two
+//! square roots, an addition, a division, a clamp and a square, about ten launches as tensor
+//! operations.
 
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
@@ -55,6 +61,43 @@ pub(super) fn add_scaled_rows<R: CubeRuntime>(
     output
 }
 
+/// eq:rmsmatch's multiplier `a = clip(√m_C / (√m_D + ε), 1/γ, γ)` and `a²` per token, from
+/// `[tokens, 1]` mean squares.
+pub(super) fn rms_match_multiplier<R: CubeRuntime>(
+    cumulative_mean_square: &CubeTensor<R>,
+    detail_mean_square: &CubeTensor<R>,
+    gamma: f64,
+    epsilon: f64,
+) -> (CubeTensor<R>, CubeTensor<R>) {
+    let like = cumulative_mean_square;
+    let tokens = like.meta.shape()[0];
+    let [multiplier, square] = [(); 2].map(|_| {
+        empty_device_dtype::<R>(
+            like.client.clone(),
+            like.device.clone(),
+            [tokens, 1].into(),
+            like.dtype,
+        )
+    });
+    let client = like.client.clone();
+    let cube_dim = CubeDim::new(&client, tokens);
+    let cube_count = calculate_cube_count_elemwise(&client, tokens, cube_dim);
+    kernels::rms_match_multiplier_kernel::launch::<R>(
+        &client,
+        cube_count,
+        cube_dim,
+        cumulative_mean_square.clone().into_tensor_arg(),
+        detail_mean_square.clone().into_tensor_arg(),
+        multiplier.clone().into_tensor_arg(),
+        square.clone().into_tensor_arg(),
+        (1.0 / gamma) as f32,
+        gamma as f32,
+        epsilon as f32,
+        like.dtype.into(),
+    );
+    (multiplier, square)
+}
+
 /// The kernel, in a module of its own because CubeCL's `Tensor` is not Burn's.
 mod kernels {
     use burn_cubecl::cubecl;
@@ -89,5 +132,36 @@ mod kernels {
             value = into[token * into.stride(0) + k * into.stride(1)] + value;
         }
         output[token * output.stride(0) + k * output.stride(1)] = value;
+    }
+
+    /// One token's multiplier per thread: the tensor operations' steps (square roots, `+ ε`,
+    /// division, `clamp_min` then `clamp_max`, which pass NaN through), then its square.
+    #[allow(clippy::too_many_arguments)]
+    #[cube(launch)]
+    pub(super) fn rms_match_multiplier_kernel<F: Float>(
+        cumulative: &Tensor<F>,
+        detail: &Tensor<F>,
+        multiplier: &mut Tensor<F>,
+        square: &mut Tensor<F>,
+        low: f32,
+        high: f32,
+        epsilon: f32,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        if ABSOLUTE_POS >= multiplier.shape(0) {
+            terminate!();
+        }
+        let token = ABSOLUTE_POS;
+        let ratio = F::sqrt(cumulative[token * cumulative.stride(0)])
+            / (F::sqrt(detail[token * detail.stride(0)]) + F::cast_from(epsilon));
+        let mut clamped = ratio;
+        if ratio < F::cast_from(low) {
+            clamped = F::cast_from(low);
+        }
+        if clamped > F::cast_from(high) {
+            clamped = F::cast_from(high);
+        }
+        multiplier[token * multiplier.stride(0)] = clamped;
+        square[token * square.stride(0)] = clamped * clamped;
     }
 }

@@ -206,6 +206,27 @@ pub trait RoutingBackend: ActivationBackend {
             .expect("a wanted slot has a gradient")
     }
 
+    /// eq:rmsmatch's multiplier from the two mean squares the fused router holds, and its
+    /// square: `a = clip(√m_C / (√m_D + ε), 1/γ, γ)` per token. Constants with no gradient (the
+    /// equation's stop-gradient); on the autodiff backend computed on the inner values. By
+    /// default the tensor operations, about ten launches on a GPU backend; one kernel on the cube
+    /// backends.
+    ///
+    /// # Shapes
+    /// - cumulative_mean_square, detail_mean_square: `[tokens, 1]`
+    /// - output: `(a, a²)`, each `[tokens, 1]`
+    fn rms_match_multiplier(
+        cumulative_mean_square: Tensor<Self, 2>,
+        detail_mean_square: Tensor<Self, 2>,
+        gamma: f64,
+        epsilon: f64,
+    ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
+        let ratio =
+            cumulative_mean_square.detach().sqrt() / (detail_mean_square.detach().sqrt() + epsilon);
+        let multiplier = ratio.clamp(1.0 / gamma, gamma).detach();
+        (multiplier.clone(), multiplier.square())
+    }
+
     /// The scaled dot products `z'_s = c_s ⊙ (u · raw_s) / √(m_s + ε)` of every slot with the
     /// folded query `u` (eq:routingweights without its bias).
     ///

@@ -107,3 +107,63 @@ pub fn added_scaled_rows_match<B: RoutingBackend>() {
         }
     }
 }
+
+/// eq:rmsmatch's multiplier and its square against f64, for ratios inside and on both sides of
+/// the clip, and the degenerate cases the formula defines: `C = 0` gives `1/γ`, `D = 0` gives `γ`
+/// (unless `C = 0` too).
+pub fn rms_match_multipliers_match<B: RoutingBackend>() {
+    let (gamma, epsilon) = (4.0, 1e-6);
+    let mut rng = Rng::new(2028);
+    let tokens = 300;
+    // Mean squares spread over eight decades, so that ratios fall below, inside and above the clip.
+    let spread = |rng: &mut Rng| -> Vec<f64> {
+        rng.normals(tokens, 4.0)
+            .into_iter()
+            .map(|x| 10f64.powf(x.clamp(-8.0, 8.0) / 2.0))
+            .collect()
+    };
+    let mut cumulative = spread(&mut rng);
+    let mut detail = spread(&mut rng);
+    (cumulative[0], detail[1], cumulative[2], detail[2]) = (0.0, 0.0, 0.0, 0.0);
+    let column = |values: &[f64]| -> Tensor<B, 2> {
+        let values: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+        Tensor::from_data(
+            burn::tensor::TensorData::new(values, [tokens, 1]),
+            &Default::default(),
+        )
+    };
+    let (multiplier, square) =
+        B::rms_match_multiplier(column(&cumulative), column(&detail), gamma, epsilon);
+    assert_eq!(multiplier.dims(), [tokens, 1], "multiplier shape");
+    // From the f32 inputs the backend saw.
+    let (cumulative, detail) = (
+        tensor_values(column(&cumulative)),
+        tensor_values(column(&detail)),
+    );
+    let expected: Vec<f64> = cumulative
+        .iter()
+        .zip(&detail)
+        .map(|(c, d)| (c.sqrt() / (d.sqrt() + epsilon)).clamp(1.0 / gamma, gamma))
+        .collect();
+    let inside = expected
+        .iter()
+        .filter(|a| **a > 1.0 / gamma && **a < gamma)
+        .count();
+    let clipped = tokens - inside;
+    assert!(
+        inside > 20 && clipped > 20,
+        "the inputs cover the clip: {inside} inside, {clipped} on it"
+    );
+    assert_eq!(
+        (expected[0], expected[1], expected[2]),
+        (1.0 / gamma, gamma, 1.0 / gamma)
+    );
+    let squares: Vec<f64> = expected.iter().map(|a| a * a).collect();
+    assert_close_at_scale(
+        &tensor_values(multiplier),
+        &expected,
+        TOLERANCE,
+        "rms_match multiplier",
+    );
+    assert_close_at_scale(&tensor_values(square), &squares, TOLERANCE, "its square");
+}
