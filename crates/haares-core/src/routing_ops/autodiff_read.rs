@@ -24,7 +24,8 @@ use super::autodiff_slots::{SLOTS_PER_NODE, SlotsBackward, inner, padding, regis
 use super::{MixtureAndWeights, ReadBackward, RoutingBackend, SlotRows};
 use crate::autodiff_node::{finish, primitive};
 
-/// Parents of a read node: every slot's rows and mean square, the folded query, the bias.
+/// Parents of a read node: every slot's rows and mean square (none where the backend
+/// [folds them](RoutingBackend::folds_mean_squares)), the folded query, the bias.
 const READ_PARENTS: usize = 2 * SLOTS_PER_NODE + 2;
 
 /// What a read node keeps for its backward pass: the sources (held by the bank anyway), the
@@ -72,6 +73,7 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
         let bias_wanted = parents[2 * SLOTS_PER_NODE + 1].is_some();
         let read = ReadBackward {
             bias_wanted,
+            fold_mean_squares: B::folds_mean_squares(),
             same_rows,
             slots: state.slots,
             folded_query: state.folded_query,
@@ -116,7 +118,10 @@ pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
     let mut parents: [_; READ_PARENTS] = core::array::from_fn(|_| filler.clone());
     for (position, slot) in slots.iter().enumerate() {
         parents[position] = primitive(slot.raw.clone());
-        parents[SLOTS_PER_NODE + position] = primitive(slot.mean_square.clone());
+        // A backend that folds mean squares takes their gradients through the rows.
+        if !B::folds_mean_squares() {
+            parents[SLOTS_PER_NODE + position] = primitive(slot.mean_square.clone());
+        }
     }
     parents[2 * SLOTS_PER_NODE] = primitive(folded_query.clone());
     if let Some(bias) = &bias {

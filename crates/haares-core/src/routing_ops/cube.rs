@@ -39,6 +39,13 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
         }
     }
 
+    /// The read kernel holds each slot row as it forms the row's gradient: adding the mean
+    /// square's share there costs no pass, and saves the mean squares' own backward passes and
+    /// the additions of their gradients across reads.
+    fn folds_mean_squares() -> bool {
+        true
+    }
+
     /// One launch where the read's slots fit one (`cube_read.rs`), else the composition.
     fn routing_read_forward(
         slots: &[SlotRows<Self>],

@@ -186,7 +186,7 @@ where
 {
     let count = read.slots.len();
     let d_model = read.folded_query.dims()[0];
-    let read_bias_wanted = read.bias_wanted;
+    let (read_bias_wanted, fold) = (read.bias_wanted, read.fold_mean_squares);
     let grad = cube_tensor(read.mixture_grad.clone());
     // Per slot its rows, scale, mean square and earlier gradient; five more inputs, four outputs.
     if !fits(&grad, count, 4, 9) {
@@ -233,6 +233,7 @@ where
         mask(wanted, |w| *w),
         read.epsilon as f32,
         extra,
+        fold,
         ROW_THREADS,
         dtype.into(),
     );
@@ -246,7 +247,8 @@ where
             .collect(),
         mean_squares: (0..count)
             .map(|slot| {
-                mean_squares_wanted[slot].then(|| slot_column(&mean_square_grads, slot, tokens))
+                let wanted = mean_squares_wanted[slot] && !fold;
+                wanted.then(|| slot_column(&mean_square_grads, slot, tokens))
             })
             .collect(),
         folded_query: query_rows.sum_dim(0).reshape([d_model]),

@@ -122,7 +122,10 @@ fn scale_at<F: Float>(
 /// (the logits' gradient, written for the bias's sum), `w_s = ∂ℓ_s c_s / √(m_s + ε)` and
 /// `∂m_s = −½ ∂ℓ_s z'_s / (m_s + ε)`; then every thread, for its `k`,
 /// `∂raw_s[n, k] = into_s[n, k] + α_s c_s g[k] + w_s u[k]` for the wanted slots (rows
-/// `s·tokens + n` of `raw_grads`) and `Σ_s w_s raw_s[n, k]`, the token's share of `∂u`.
+/// `s·tokens + n` of `raw_grads`) and `Σ_s w_s raw_s[n, k]`, the token's share of `∂u`. With
+/// `fold`, each wanted slot's row also takes its mean square's gradient,
+/// `+ ∂m_s (2/d) c_s² raw_s[n, k]` ([`ReadBackward::fold_mean_squares`](
+/// super::ReadBackward::fold_mean_squares)).
 /// Bit `s` of `scaled`, `accumulated` and `wanted` says whether slot `s` has a scale, a
 /// gradient `into_s` to add to, and a gradient wanted.
 #[cube(launch)]
@@ -146,6 +149,7 @@ pub(super) fn read_backward_kernel<F: Float>(
     wanted: u32,
     epsilon: f32,
     #[comptime] extra: bool,
+    #[comptime] fold: bool,
     #[comptime] threads: usize,
     #[define(F)] _dtype: StorageType,
 ) {
@@ -162,6 +166,8 @@ pub(super) fn read_backward_kernel<F: Float>(
     // Per slot: `α_s c_s`, then `w_s`.
     let mut mixture_factors = SharedMemory::<F>::new(count);
     let mut score_factors = SharedMemory::<F>::new(count);
+    // Per slot: `∂m_s (2/d) c_s²` where mean squares are folded.
+    let mut fold_factors = SharedMemory::<F>::new(count);
     partial_dots::<F>(slots, grad, grad_row, token, &mut partials, lane, threads);
     sync_cube();
     if lane == 0 {
@@ -189,9 +195,15 @@ pub(super) fn read_backward_kernel<F: Float>(
             let logit_grad = weight * (score_factors[slot] - along);
             logits_grad[slot * logits_grad.stride(0) + token * logits_grad.stride(1)] = logit_grad;
             let score = scores[slot * scores.stride(0) + token * scores.stride(1)];
+            let mean_square_grad = (logit_grad * score / shifted) * F::new(-0.5);
             mean_square_grads
                 [slot * mean_square_grads.stride(0) + token * mean_square_grads.stride(1)] =
-                (logit_grad * score / shifted) * F::new(-0.5);
+                mean_square_grad;
+            if fold {
+                // As the composition forms it: `∂m · (2/d)`, then times `c` twice.
+                fold_factors[slot] =
+                    mean_square_grad * (F::new(2.0) / F::cast_from(d_model)) * scale * scale;
+            }
             mixture_factors[slot] = weight * scale;
             // A division, as the composition's coefficient is formed.
             score_factors[slot] = logit_grad * (scale / shifted.sqrt());
@@ -206,17 +218,20 @@ pub(super) fn read_backward_kernel<F: Float>(
         #[unroll]
         for slot in 0..count {
             let source = slots.index(slot);
-            query_sum +=
-                score_factors[slot] * source[token * source.stride(0) + k * source.stride(1)];
+            let row = source[token * source.stride(0) + k * source.stride(1)];
+            query_sum += score_factors[slot] * row;
             if (wanted >> u32::cast_from(slot)) & 1 == 1 {
                 let mut sum = g * mixture_factors[slot];
                 if (accumulated >> u32::cast_from(slot)) & 1 == 1 {
                     let earlier = into.index(slot);
                     sum = earlier[token * earlier.stride(0) + k * earlier.stride(1)] + sum;
                 }
-                let row = slot * tokens + token;
-                raw_grads[row * raw_grads.stride(0) + k * raw_grads.stride(1)] =
-                    sum + score_factors[slot] * u;
+                let mut total = sum + score_factors[slot] * u;
+                if fold {
+                    total += fold_factors[slot] * row;
+                }
+                let at = slot * tokens + token;
+                raw_grads[at * raw_grads.stride(0) + k * raw_grads.stride(1)] = total;
             }
         }
         query_rows[token * query_rows.stride(0) + k * query_rows.stride(1)] = query_sum;

@@ -22,7 +22,10 @@ pub(super) fn read_backward(
     wanted: &[bool],
     mean_squares_wanted: &[bool],
 ) -> ReadGradients<Flex> {
-    let Some(buffers) = SlotBuffers::new(&read.slots) else {
+    // Flex does not fold mean squares (`folds_mean_squares`); a caller that asks gets the
+    // composition's fold.
+    let buffers = (!read.fold_mean_squares).then(|| SlotBuffers::new(&read.slots));
+    let Some(Some(buffers)) = buffers else {
         return compose_backward(read, into, wanted, mean_squares_wanted);
     };
     let (count, tokens, d_model) = (read.slots.len(), buffers.tokens, buffers.d_model);

@@ -21,7 +21,9 @@
 //! implementation is tested against). Flex replaces them with SIMD loops over its buffers
 //! (`flex.rs`) and NdArray with loops over its host arrays (`ndarray.rs`); the cube backends (CUDA,
 //! wgpu) replace the first two with CubeCL kernels that read every source of a chunk in one pass
-//! (`cube.rs`), and a whole read with one kernel each way (`cube_read.rs`).
+//! (`cube.rs`), a whole read with one kernel each way (`cube_read.rs`), and the per-token row
+//! operations around it (a mean square and its gradient, RMS matching's multiplier) with one each
+//! (`cube_rows.rs`).
 //!
 //! On the autodiff backend (`autodiff.rs`) the two operations are single graph nodes whose backward
 //! recomputes what it needs from the sources: they keep no normalised key, no stacked tensor and
@@ -79,7 +81,9 @@ pub struct SlotRows<B: Backend> {
     pub raw: Tensor<B, 2>,
     /// Constant per-token scale `c` (no gradient flows into it); the slot's value is `c ⊙ raw`.
     pub scale: Option<Tensor<B, 2>>,
-    /// `mean((c ⊙ raw)²)` per token, the key norm's mean square.
+    /// `mean((c ⊙ raw)²)` per token, the key norm's mean square. On a backend that
+    /// [folds mean squares](RoutingBackend::folds_mean_squares), the autodiff backend's read takes
+    /// its gradient through `raw` by that formula, whatever graph formed it.
     pub mean_square: Tensor<B, 2>,
 }
 
@@ -96,6 +100,17 @@ pub trait RoutingBackend: ActivationBackend {
     /// otherwise.
     fn auto_routing() -> RoutingPath {
         RoutingPath::Fused
+    }
+
+    /// Whether the autodiff backend's read hands its backward pass
+    /// [`ReadBackward::fold_mean_squares`]: each slot's mean-square gradient added to its rows'
+    /// gradient in the read's own pass, so that the mean squares are no parents of the read
+    /// and receive no gradient (their nodes' backward passes and the additions of their
+    /// gradients across reads are not run). The cube backends' read kernel does it at no cost
+    /// (it holds the row); on the CPU backends it would be a pass over every slot row per read
+    /// instead of one per source, so they keep the mean squares as parents (the default).
+    fn folds_mean_squares() -> bool {
+        false
     }
 
     /// `out[s, n] = Σ_k slots[s][n, k] · rows[n, k]` for every slot `s` and token `n`.

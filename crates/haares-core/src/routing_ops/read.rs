@@ -53,6 +53,12 @@ pub struct ReadBackward<B: Backend> {
     /// Whether `∂L/∂b` is wanted: false for a read without a bias (Block AttnRes), whose
     /// backward pass then skips the sum over tokens that forms it.
     pub bias_wanted: bool,
+    /// Whether each slot's mean-square gradient goes into its rows' gradient,
+    /// `∂raw_s += ∂m_s · (2/d) c_s² raw_s`, instead of being returned: valid where every mean
+    /// square is `mean((c_s ⊙ raw_s)²)` of the slot's own rows, as a source bank's are
+    /// ([`RoutingBackend::folds_mean_squares`](super::RoutingBackend::folds_mean_squares)).
+    /// `ReadGradients::mean_squares` is then all `None`.
+    pub fold_mean_squares: bool,
     /// For each slot, the first slot whose rows are the same tensor, itself where no earlier one
     /// is: HAARES's early-half detail is its cumulative sum's rows with their own scale and mean
     /// square. A backend may form the gradient of such shared rows once, in the first slot's
@@ -104,6 +110,12 @@ pub fn compose_backward<B: RoutingBackend>(
     mean_squares_wanted: &[bool],
 ) -> ReadGradients<B> {
     let slots = &read.slots;
+    let fold = read.fold_mean_squares;
+    // Folding needs the mean-square gradient of every slot whose rows want one.
+    let mean_squares_wanted: Vec<bool> = match fold {
+        true => wanted.to_vec(),
+        false => mean_squares_wanted.to_vec(),
+    };
     let (into, mixture_weights_grad) =
         mixture_backward(slots, read.weights.clone(), read.mixture_grad, into, wanted);
     let weights_grad = match read.weights_grad {
@@ -126,12 +138,46 @@ pub fn compose_backward<B: RoutingBackend>(
         logits_grad,
         into,
         wanted,
-        mean_squares_wanted,
+        &mean_squares_wanted,
     );
+    let (raws, mean_squares) = match fold {
+        true => (
+            fold_mean_squares(slots, scores.raws, scores.mean_squares),
+            vec![None; slots.len()],
+        ),
+        false => (scores.raws, scores.mean_squares),
+    };
     ReadGradients {
-        raws: scores.raws,
-        mean_squares: scores.mean_squares,
+        raws,
+        mean_squares,
         folded_query: scores.folded_query,
         bias,
     }
+}
+
+/// `∂raw_s + ∂m_s · (2/d) c_s² raw_s` for each slot with both gradients: the mean square's
+/// gradient taken through the rows it was computed from.
+fn fold_mean_squares<B: Backend>(
+    slots: &[SlotRows<B>],
+    raws: Vec<Option<Tensor<B, 2>>>,
+    mean_squares: Vec<Option<Tensor<B, 2>>>,
+) -> Vec<Option<Tensor<B, 2>>> {
+    raws.into_iter()
+        .zip(mean_squares)
+        .zip(slots)
+        .map(
+            |((raw_grad, mean_square_grad), slot)| match (raw_grad, mean_square_grad) {
+                (Some(raw_grad), Some(mean_square_grad)) => {
+                    let d_model = slot.raw.dims()[1];
+                    let column = mean_square_grad.mul_scalar(2.0 / d_model as f64);
+                    let column = match &slot.scale {
+                        Some(scale) => column * scale.clone() * scale.clone(),
+                        None => column,
+                    };
+                    Some(raw_grad + slot.raw.clone() * column)
+                }
+                (raw_grad, _) => raw_grad,
+            },
+        )
+        .collect()
 }

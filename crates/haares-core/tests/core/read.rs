@@ -108,6 +108,7 @@ fn flex_reads_agree_with_the_composition() {
                 mixture_grad: random(&mut rng, [tokens, d]),
                 weights_grad: with_weights_grad.then(|| random(&mut rng, [count, tokens])),
                 bias_wanted: with_bias,
+                fold_mean_squares: false,
                 same_rows: same_rows(case),
             };
             // Slot `s` adds into: nothing (s % 3 = 0), a gradient held only by the call, or one

@@ -183,7 +183,8 @@ fn read_forward_of<B: RoutingBackend>(
 /// A read's backward pass on the device (one kernel and two sums where the slots fit one
 /// launch, the composition beyond) against the composition on the CPU: every wanted slot's
 /// gradient (added to an accumulated one for some slots, none for others), every wanted mean
-/// square's, the query's and the bias's, with and without a gradient reaching the weights.
+/// square's, the query's and the bias's, with and without a gradient reaching the weights (with
+/// one, the mean squares' gradients are folded into the rows', `fold_mean_squares`).
 pub fn read_backward_matches_the_composition<B: RoutingBackend>() {
     type Cpu = burn::backend::NdArray<f32>;
     let mut rng = Rng::new(2028);
@@ -235,8 +236,10 @@ fn read_backward_of<B: RoutingBackend>(
         .collect();
     let wanted: Vec<bool> = (0..count).map(|slot| slot != 1).collect();
     let mean_squares_wanted: Vec<bool> = (0..count).map(|slot| slot + 1 != count).collect();
-    // Every other slot count forms `∂b`; `None` where it is not wanted.
+    // Every other slot count forms `∂b`; `None` where it is not wanted. Where the weights reach
+    // the loss, the mean squares' gradients are folded into the rows'.
     let bias_wanted = count % 2 == 1;
+    let fold_mean_squares = weights_reach_the_loss;
     let read = haares_core::routing_ops::ReadBackward {
         slots,
         folded_query,
@@ -246,6 +249,7 @@ fn read_backward_of<B: RoutingBackend>(
         mixture_grad,
         weights_grad: weights_reach_the_loss.then_some(weights_grad),
         bias_wanted,
+        fold_mean_squares,
         same_rows: (0..count).collect(),
     };
     let grads = B::routing_read_backward(read, into, &wanted, &mean_squares_wanted);

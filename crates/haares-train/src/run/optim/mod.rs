@@ -232,8 +232,8 @@ impl<B: Backend> AdamW<B> {
 }
 
 /// The global gradient norm `√(Σ_params Σ g²)`: every parameter's sum of squares in one tensor,
-/// then its sum (on the cube backends one kernel launch per parameter, `cube.rs`; elsewhere a
-/// square and a sum per parameter and one concatenation), read back once.
+/// then its sum (on the cube backends one kernel launch per batch of up to 16 parameters,
+/// `cube.rs`; elsewhere a square and a sum per parameter and one concatenation), read back once.
 fn global_norm<B: Backend>(gradients: &NamedGradients<B>) -> f64 {
     if gradients.is_empty() {
         return 0.0;
