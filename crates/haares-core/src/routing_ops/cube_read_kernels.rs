@@ -124,7 +124,7 @@ fn scale_at<F: Float>(
 /// `∂raw_s[n, k] = into_s[n, k] + α_s c_s g[k] + w_s u[k]` for the wanted slots (rows
 /// `s·tokens + n` of `raw_grads`) and `Σ_s w_s raw_s[n, k]`, the token's share of `∂u`. With
 /// `fold`, each wanted slot's row also takes its mean square's gradient,
-/// `+ ∂m_s (2/d) c_s² raw_s[n, k]` ([`ReadBackward::fold_mean_squares`](
+/// `+ (∂m_s c_s²)(2/d) raw_s[n, k]` ([`ReadBackward::fold_mean_squares`](
 /// super::ReadBackward::fold_mean_squares)).
 /// Bit `s` of `scaled`, `accumulated` and `wanted` says whether slot `s` has a scale, a
 /// gradient `into_s` to add to, and a gradient wanted.
@@ -200,9 +200,9 @@ pub(super) fn read_backward_kernel<F: Float>(
                 [slot * mean_square_grads.stride(0) + token * mean_square_grads.stride(1)] =
                 mean_square_grad;
             if fold {
-                // As the composition forms it: `∂m · (2/d)`, then times `c` twice.
+                // As the composition forms it: `∂m · c · c`, then times `2/d`.
                 fold_factors[slot] =
-                    mean_square_grad * (F::new(2.0) / F::cast_from(d_model)) * scale * scale;
+                    mean_square_grad * scale * scale * (F::new(2.0) / F::cast_from(d_model));
             }
             mixture_factors[slot] = weight * scale;
             // A division, as the composition's coefficient is formed.

@@ -155,9 +155,10 @@ pub fn compose_backward<B: RoutingBackend>(
     }
 }
 
-/// `∂raw_s + ∂m_s · (2/d) c_s² raw_s` for each slot with both gradients: the mean square's
-/// gradient taken through the rows it was computed from.
-fn fold_mean_squares<B: Backend>(
+/// `∂raw_s + (2/d)(∂m_s c_s²) raw_s` for each slot with both gradients: the mean square's
+/// gradient taken through the rows it was computed from, by the mean square's own backward pass
+/// ([`RoutingBackend::row_mean_square_backward`], one launch on the cube backends).
+fn fold_mean_squares<B: RoutingBackend>(
     slots: &[SlotRows<B>],
     raws: Vec<Option<Tensor<B, 2>>>,
     mean_squares: Vec<Option<Tensor<B, 2>>>,
@@ -168,13 +169,15 @@ fn fold_mean_squares<B: Backend>(
         .map(
             |((raw_grad, mean_square_grad), slot)| match (raw_grad, mean_square_grad) {
                 (Some(raw_grad), Some(mean_square_grad)) => {
-                    let d_model = slot.raw.dims()[1];
-                    let column = mean_square_grad.mul_scalar(2.0 / d_model as f64);
-                    let column = match &slot.scale {
-                        Some(scale) => column * scale.clone() * scale.clone(),
-                        None => column,
+                    let grad = match &slot.scale {
+                        Some(scale) => mean_square_grad * scale.clone() * scale.clone(),
+                        None => mean_square_grad,
                     };
-                    Some(raw_grad + slot.raw.clone() * column)
+                    Some(B::row_mean_square_backward(
+                        Some(raw_grad),
+                        grad,
+                        slot.raw.clone(),
+                    ))
                 }
                 (raw_grad, _) => raw_grad,
             },
