@@ -171,7 +171,7 @@ impl<B: Backend> AdamW<B> {
         #[cfg(any(feature = "cuda", feature = "wgpu"))]
         let batched = cube::update_batch(&mut pending);
         #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
-        let batched = None;
+        let batched: Option<Vec<Tensor<B, 1>>> = None;
         let values = match batched {
             Some(values) => values,
             None => pending.iter_mut().map(update_one).collect(),
@@ -248,6 +248,24 @@ fn global_norm<B: Backend>(gradients: &NamedGradients<B>) -> f64 {
     squares.sum().into_scalar().elem::<f64>().sqrt()
 }
 
+/// Implements [`ParamVisitor`] for a visitor by calling its `$method::<D>(name, param)` on every
+/// parameter, whichever of the three kinds (they differ only in how a checkpoint stores them).
+macro_rules! visit_every_param_with {
+    ($visitor:ty, $method:ident) => {
+        impl<AB: AutodiffBackend> ParamVisitor<AB> for $visitor {
+            fn vector(&mut self, name: String, param: &mut Param<Tensor<AB, 1>>) {
+                self.$method(name, param);
+            }
+            fn linear(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
+                self.$method(name, param);
+            }
+            fn matrix(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
+                self.$method(name, param);
+            }
+        }
+    };
+}
+
 /// Every parameter's gradient, flattened, by checkpoint name, in the model's visiting order (the
 /// same on every replica of one model).
 pub type NamedGradients<B> = Vec<(String, Tensor<B, 1>)>;
@@ -300,17 +318,7 @@ impl<AB: AutodiffBackend> GradientCollector<'_, AB> {
     }
 }
 
-impl<AB: AutodiffBackend> ParamVisitor<AB> for GradientCollector<'_, AB> {
-    fn vector(&mut self, name: String, param: &mut Param<Tensor<AB, 1>>) {
-        self.collect(name, param);
-    }
-    fn linear(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
-        self.collect(name, param);
-    }
-    fn matrix(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
-        self.collect(name, param);
-    }
-}
+visit_every_param_with!(GradientCollector<'_, AB>, collect);
 
 /// One parameter's update on its own: on Flex one pass over the four buffers (`flex.rs`),
 /// elsewhere [`update_plain`]'s tensor operations.
@@ -356,17 +364,7 @@ impl<AB: AutodiffBackend> ValueCollector<AB> {
     }
 }
 
-impl<AB: AutodiffBackend> ParamVisitor<AB> for ValueCollector<AB> {
-    fn vector(&mut self, name: String, param: &mut Param<Tensor<AB, 1>>) {
-        self.collect(name, param);
-    }
-    fn linear(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
-        self.collect(name, param);
-    }
-    fn matrix(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
-        self.collect(name, param);
-    }
-}
+visit_every_param_with!(ValueCollector<AB>, collect);
 
 /// Puts the updated values in place, each in its parameter's shape.
 struct Installer<AB: AutodiffBackend> {
@@ -383,14 +381,4 @@ impl<AB: AutodiffBackend> Installer<AB> {
     }
 }
 
-impl<AB: AutodiffBackend> ParamVisitor<AB> for Installer<AB> {
-    fn vector(&mut self, name: String, param: &mut Param<Tensor<AB, 1>>) {
-        self.install(name, param);
-    }
-    fn linear(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
-        self.install(name, param);
-    }
-    fn matrix(&mut self, name: String, param: &mut Param<Tensor<AB, 2>>) {
-        self.install(name, param);
-    }
-}
+visit_every_param_with!(Installer<AB>, install);
