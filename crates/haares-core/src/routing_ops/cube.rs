@@ -186,102 +186,6 @@ fn is_cuda<R: CubeRuntime>() -> bool {
     false
 }
 
-/// The kernels, in a module of their own because CubeCL's `Tensor` is not Burn's.
-pub(super) mod kernels {
-    use burn_cubecl::cubecl;
-    use burn_cubecl::cubecl::prelude::*;
-
-    /// Each thread's share of every slot's dot product with one row of `vector` (the one at
-    /// `vector_offset`) at `token`: `partials[s · threads + lane] = Σ_{k ≡ lane} slots[s][token, k]
-    /// · vector[k]`, the threads striding over the width. The caller syncs the cube and sums.
-    #[cube]
-    pub(in crate::routing_ops) fn partial_dots<F: Float>(
-        slots: &Sequence<Tensor<F>>,
-        vector: &Tensor<F>,
-        vector_offset: usize,
-        token: usize,
-        partials: &mut SharedMemory<F>,
-        lane: usize,
-        #[comptime] threads: usize,
-    ) {
-        let count = comptime![slots.len()];
-        let d_model = vector.shape(1);
-        #[unroll]
-        for slot in 0..count {
-            let source = slots.index(slot);
-            let mut sum = F::new(0.0);
-            let mut k = lane;
-            while k < d_model {
-                sum += source[token * source.stride(0) + k * source.stride(1)]
-                    * vector[vector_offset + k * vector.stride(1)];
-                k += threads;
-            }
-            partials[slot * threads + lane] = sum;
-        }
-    }
-
-    /// `out[s, n] = Σ_k slots[s][n, k] · rows[n, k] / divisor`, where `rows` advances by
-    /// `row_stride` per token (0 for one row shared by all tokens); the divisor is 1 for the dots
-    /// and `d` for a mean square (a division, as the tensor operations take it). One
-    /// cube per token row: its threads stride over `k`, and shared memory reduces their partial sums.
-    #[cube(launch)]
-    pub(super) fn row_dots_kernel<F: Float>(
-        slots: &Sequence<Tensor<F>>,
-        rows: &Tensor<F>,
-        output: &mut Tensor<F>,
-        row_stride: u32,
-        divisor: f32,
-        #[comptime] threads: usize,
-        #[define(F)] _dtype: StorageType,
-    ) {
-        let count = comptime![slots.len()];
-        let token = CUBE_POS;
-        if token >= output.shape(1) {
-            terminate!();
-        }
-        let lane = UNIT_POS_X as usize;
-        let row_offset = token * (row_stride as usize);
-        let mut partials = SharedMemory::<F>::new(count * threads);
-        partial_dots::<F>(slots, rows, row_offset, token, &mut partials, lane, threads);
-        sync_cube();
-        if lane < count {
-            let mut total = F::new(0.0);
-            for thread in 0..threads {
-                total += partials[lane * threads + thread];
-            }
-            output[lane * output.stride(0) + token * output.stride(1)] =
-                total / F::cast_from(divisor);
-        }
-    }
-
-    /// `out[n, k] = Σ_s weights[s, n] · slots[s][n, k]`: one thread per output element, reading each
-    /// source once. The output is written through its strides like every input is read: CUDA
-    /// pads its rows to an aligned pitch.
-    #[cube(launch)]
-    pub(super) fn weighted_sum_kernel<F: Float>(
-        slots: &Sequence<Tensor<F>>,
-        weights: &Tensor<F>,
-        output: &mut Tensor<F>,
-        #[define(F)] _dtype: StorageType,
-    ) {
-        let count = comptime![slots.len()];
-        let d_model = output.shape(1);
-        if ABSOLUTE_POS >= output.shape(0) * d_model {
-            terminate!();
-        }
-        let token = ABSOLUTE_POS / d_model;
-        let k = ABSOLUTE_POS % d_model;
-        let mut sum = F::new(0.0);
-        #[unroll]
-        for slot in 0..count {
-            let source = slots.index(slot);
-            sum += weights[slot * weights.stride(0) + token * weights.stride(1)]
-                * source[token * source.stride(0) + k * source.stride(1)];
-        }
-        output[token * output.stride(0) + k * output.stride(1)] = sum;
-    }
-}
-
 /// The row dots of `slots` with `rows`, each divided by `divisor`.
 fn row_dots<R: CubeRuntime>(
     slots: &[CubeTensor<R>],
@@ -313,7 +217,7 @@ fn row_dots_into<R: CubeRuntime>(
     let cube_dim = CubeDim::new_1d(ROW_THREADS as u32);
     let cube_count = calculate_cube_count_elemwise(&rows.client, tokens * ROW_THREADS, cube_dim);
     let dtype = rows.dtype;
-    kernels::row_dots_kernel::launch::<R>(
+    super::cube_kernels::row_dots_kernel::launch::<R>(
         &rows.client.clone(),
         cube_count,
         cube_dim,
@@ -348,7 +252,7 @@ fn weighted_sum_into<R: CubeRuntime>(
     let cube_dim = CubeDim::new(&weights.client, elements);
     let cube_count = calculate_cube_count_elemwise(&weights.client, elements, cube_dim);
     let dtype = weights.dtype;
-    kernels::weighted_sum_kernel::launch::<R>(
+    super::cube_kernels::weighted_sum_kernel::launch::<R>(
         &weights.client.clone(),
         cube_count,
         cube_dim,

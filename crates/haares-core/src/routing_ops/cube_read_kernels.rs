@@ -4,7 +4,7 @@
 use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 
-pub(super) use super::cube::kernels::partial_dots;
+pub(super) use super::cube_kernels::partial_dots;
 
 /// Slot `slot`'s dot product: the sum of its threads' partials from [`partial_dots`].
 #[cube]

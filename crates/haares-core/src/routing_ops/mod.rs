@@ -43,6 +43,8 @@ mod autodiff_slots;
 #[cfg(feature = "cube")]
 mod cube;
 #[cfg(feature = "cube")]
+mod cube_kernels;
+#[cfg(feature = "cube")]
 mod cube_read;
 #[cfg(feature = "cube")]
 mod cube_read_kernels;
