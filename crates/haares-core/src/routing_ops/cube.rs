@@ -182,6 +182,7 @@ fn is_cuda<R: CubeRuntime>() -> bool {
 }
 
 #[cfg(not(feature = "cuda"))]
+#[allow(clippy::extra_unused_type_parameters)] // the same signature as with the feature
 fn is_cuda<R: CubeRuntime>() -> bool {
     false
 }

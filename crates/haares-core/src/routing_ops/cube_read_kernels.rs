@@ -56,11 +56,7 @@ pub(super) fn read_forward_kernel<F: Float>(
             let dot = slot_total::<F>(&partials, slot, threads);
             let mean_square = mean_squares.index(slot);
             let m = mean_square[token * mean_square.stride(0)];
-            let mut scale = F::new(1.0);
-            if (scaled >> u32::cast_from(slot)) & 1 == 1 {
-                let scales_of_slot = scales.index(slot);
-                scale = scales_of_slot[token * scales_of_slot.stride(0)];
-            }
+            let scale = scale_at::<F>(scales, scaled, token, slot);
             // A division, as the composition's coefficient is formed.
             let score = dot * (scale / (m + F::cast_from(epsilon)).sqrt());
             scores[slot * scores.stride(0) + token * scores.stride(1)] = score;
