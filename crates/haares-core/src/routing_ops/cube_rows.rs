@@ -1,15 +1,16 @@
 //! Per-token row operations of the routing path as one kernel each on the cube backends.
 //!
-//! A slot's gradient `into + (f · columns[s, ·]) ⊗ rows`: the scaled rows of [`RoutingBackend::add_scaled_rows`](super::RoutingBackend::add_scaled_rows) and
-//! the mean square's backward pass ([`RoutingBackend::row_mean_square_backward`](
+//! A slot's gradient `into + (f · columns[s, ·]) ⊗ rows`: the scaled rows of
+//! [`RoutingBackend::add_scaled_rows`](super::RoutingBackend::add_scaled_rows) and the mean
+//! square's backward pass ([`RoutingBackend::row_mean_square_backward`](
 //! super::RoutingBackend::row_mean_square_backward), `f = 2/d`), where the tensor operations
 //! launch a product, a scalar product and an addition. Each element takes the plain operations'
 //! f32 steps in their order (`naive.rs`): the column times `f`, that times the row, plus `into`.
 //!
 //! RMS matching's multiplier (eq:rmsmatch, [`RoutingBackend::rms_match_multiplier`](
 //! super::RoutingBackend::rms_match_multiplier)) from the two mean squares, and its square: two
-//! square roots, an addition, a division, a clamp and a square, about ten launches as tensor
-//! operations.
+//! square roots, an addition, a division, a clamp (two comparisons, two mask fills) and a
+//! square, nine launches as tensor operations (counted on lavapipe, docs/benchmarks.md).
 
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;

@@ -226,7 +226,7 @@ pub trait RoutingBackend: ActivationBackend {
     /// eq:rmsmatch's multiplier from the two mean squares the fused router holds, and its
     /// square: `a = clip(√m_C / (√m_D + ε), 1/γ, γ)` per token. Constants with no gradient (the
     /// equation's stop-gradient); on the autodiff backend computed on the inner values. By
-    /// default the tensor operations, about ten launches on a GPU backend; one kernel on the cube
+    /// default the tensor operations, nine launches on a GPU backend; one kernel on the cube
     /// backends.
     ///
     /// # Shapes
