@@ -207,8 +207,12 @@ where
         empty(&grad, [count * tokens, d_model]),
         empty(&grad, [tokens, d_model]),
     );
-    let (mean_square_grads, logits_grad) =
-        (empty(&grad, [count, tokens]), empty(&grad, [count, tokens]));
+    // A folded read writes no mean-square gradient: its output is a one-element stand-in.
+    let mean_square_shape = if fold { [1, 1] } else { [count, tokens] };
+    let (mean_square_grads, logits_grad) = (
+        empty(&grad, mean_square_shape),
+        empty(&grad, [count, tokens]),
+    );
     let (cube_count, cube_dim) = per_token(&grad, tokens);
     let (client, dtype) = (grad.client.clone(), grad.dtype);
     super::cube_read_kernels::read_backward_kernel::launch::<R>(

@@ -121,7 +121,7 @@ fn scale_at<F: Float>(
 /// `s·tokens + n` of `raw_grads`) and `Σ_s w_s raw_s[n, k]`, the token's share of `∂u`. With
 /// `fold`, each wanted slot's row also takes its mean square's gradient,
 /// `+ (∂m_s c_s²)(2/d) raw_s[n, k]` ([`ReadBackward::fold_mean_squares`](
-/// super::ReadBackward::fold_mean_squares)).
+/// super::ReadBackward::fold_mean_squares)), and `mean_square_grads` is not written.
 /// Bit `s` of `scaled`, `accumulated` and `wanted` says whether slot `s` has a scale, a
 /// gradient `into_s` to add to, and a gradient wanted.
 #[cube(launch)]
@@ -192,10 +192,11 @@ pub(super) fn read_backward_kernel<F: Float>(
             logits_grad[slot * logits_grad.stride(0) + token * logits_grad.stride(1)] = logit_grad;
             let score = scores[slot * scores.stride(0) + token * scores.stride(1)];
             let mean_square_grad = (logit_grad * score / shifted) * F::new(-0.5);
-            mean_square_grads
-                [slot * mean_square_grads.stride(0) + token * mean_square_grads.stride(1)] =
-                mean_square_grad;
-            if fold {
+            if !fold {
+                mean_square_grads
+                    [slot * mean_square_grads.stride(0) + token * mean_square_grads.stride(1)] =
+                    mean_square_grad;
+            } else {
                 // As the composition forms it: `∂m · c · c`, then times `2/d`.
                 fold_factors[slot] =
                     mean_square_grad * scale * scale * (F::new(2.0) / F::cast_from(d_model));

@@ -253,6 +253,15 @@ fn read_backward_of<B: RoutingBackend>(
         same_rows: (0..count).collect(),
     };
     let grads = B::routing_read_backward(read, into, &wanted, &mean_squares_wanted);
+    assert_eq!(
+        grads.bias.is_some(),
+        bias_wanted,
+        "∂b answered against `bias_wanted` (S = {count})"
+    );
+    assert!(
+        !fold_mean_squares || grads.mean_squares.iter().all(Option::is_none),
+        "a folded read returned a mean-square gradient (S = {count})"
+    );
     let mut all: Vec<Vec<f64>> = grads
         .raws
         .into_iter()
@@ -261,10 +270,7 @@ fn read_backward_of<B: RoutingBackend>(
         .collect();
     all.extend(grads.mean_squares.into_iter().flatten().map(tensor_values));
     all.push(tensor_values(grads.folded_query));
-    all.push(match grads.bias {
-        Some(bias) => tensor_values(bias),
-        None => vec![f64::NAN; usize::from(bias_wanted)],
-    });
+    all.extend(grads.bias.map(tensor_values));
     all
 }
 

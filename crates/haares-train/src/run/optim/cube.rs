@@ -121,11 +121,11 @@ fn empty_like<R: CubeRuntime>(like: &CubeTensor<R>, len: usize) -> CubeTensor<R>
     )
 }
 
-/// Parameters per launch of a kernel with `per_item` bindings each and one more (the scalars
-/// and metadata): what the device allows, at most [`MAX_BATCH`].
-fn batch_size<R: CubeRuntime>(like: &CubeTensor<R>, per_item: usize) -> usize {
+/// Parameters per launch of a kernel with `per_item` bindings each, `others` more tensors and
+/// one more binding (the scalars and metadata): what the device allows, at most [`MAX_BATCH`].
+fn batch_size<R: CubeRuntime>(like: &CubeTensor<R>, per_item: usize, others: usize) -> usize {
     let bindings = like.client.properties().hardware.max_bindings as usize;
-    (bindings.saturating_sub(1) / per_item).clamp(1, MAX_BATCH)
+    (bindings.saturating_sub(others + 1) / per_item).clamp(1, MAX_BATCH)
 }
 
 fn sequence<R: CubeRuntime>(
@@ -149,7 +149,8 @@ fn squared_norms_as<B: Backend, R: CubeRuntime, BT: BoolElement>(
     let gradients: Vec<_> = cube.into_iter().map(contiguous::<R, BT>).collect();
     let like = gradients.first()?.clone();
     let norms = empty_like(&like, gradients.len());
-    let batch = batch_size(&like, 1);
+    // The gradients, and the norms' output.
+    let batch = batch_size(&like, 1, 1);
     for (index, chunk) in gradients.chunks(batch).enumerate() {
         sum_of_squares_kernel::launch::<R>(
             &like.client,
@@ -190,7 +191,7 @@ fn update_batch_as<B: Backend, R: CubeRuntime, BT: BoolElement>(
         operands.push([0, 1, 2, 3].map(|at| contiguous::<R, BT>(cube[at])));
     }
     let like = operands.first()?[0].clone();
-    let batch = batch_size(&like, UPDATE_BINDINGS);
+    let batch = batch_size(&like, UPDATE_BINDINGS, 0);
     let rules: Vec<F32Rule> = pending
         .iter()
         .map(|item| F32Rule::new(&item.rule))
@@ -198,13 +199,13 @@ fn update_batch_as<B: Backend, R: CubeRuntime, BT: BoolElement>(
     let mut outputs: Vec<[CubeTensor<R>; 3]> = Vec::with_capacity(pending.len());
     let mut start = 0;
     while start < pending.len() {
-        // A launch shares its constants: a batch ends where a rule differs (beyond whether the
-        // parameter decays), or at the batch size.
-        let end = (start + 1..pending.len())
-            .take(batch - 1)
-            .take_while(|&at| rules[at].batches_with(&rules[start]))
-            .last()
-            .map_or(start + 1, |last| last + 1);
+        // A launch shares its constants and its decay factor: a batch ends where a rule differs
+        // in either (a parameter that does not decay joins any), or at the batch size.
+        let (mut end, mut decay) = (start + 1, rules[start].decay);
+        while end < pending.len() && end - start < batch && rules[end].joins(&rules[start], decay) {
+            decay = decay.or(rules[end].decay);
+            end += 1;
+        }
         outputs.extend(launch_update(&rules[start..end], &operands[start..end]));
         start = end;
     }
@@ -309,8 +310,9 @@ mod tests {
     }
 
     /// More parameters than one launch takes, of lengths below, at and above a cube, decaying
-    /// and not, one with a rule of its own in the middle (a launch ends there): after two steps
-    /// (the second clipped), every parameter and moment has the plain operations' bits.
+    /// and not, one with constants of its own in the middle and one with a decay factor of its
+    /// own after a parameter that does not decay (a launch ends at each): after two steps (the
+    /// second clipped), every parameter and moment has the plain operations' bits.
     #[test]
     fn a_batch_gives_each_parameters_plain_bits() {
         let lengths: Vec<usize> = (0..37)
@@ -319,6 +321,12 @@ mod tests {
         let settings = AdamWSettings::default();
         let other = AdamWSettings {
             beta1: 0.8,
+            ..settings
+        };
+        // Parameter 21 does not decay and starts a launch; 22 decays by the default factor, 23
+        // by another one, which must end that launch.
+        let heavier = AdamWSettings {
+            weight_decay: 0.1,
             ..settings
         };
         let start = |len: usize| Pending {
@@ -336,7 +344,11 @@ mod tests {
             let clip = if step == 2 { 0.37 } else { 1.0 };
             for items in [&mut batched, &mut plain] {
                 for (at, item) in items.iter_mut().enumerate() {
-                    let own = if at == 20 { &other } else { &settings };
+                    let own = match at {
+                        20 => &other,
+                        23 => &heavier,
+                        _ => &settings,
+                    };
                     item.rule = UpdateRule::new(own, step, at % 3 != 0).with_clip(clip);
                     item.grad = tensor(values(item.grad.dims()[0], at + step as usize));
                 }

@@ -152,21 +152,19 @@ impl F32Rule {
         }
     }
 
-    /// Whether one launch can take both rules: the same constants, and the same decay factor
-    /// where both decay (a parameter that does not decay takes factor 1 instead).
+    /// Whether one launch can take this rule beside a batch of `first`'s constants whose
+    /// decaying parameters decay by `decay`: the same constants, and the same decay factor if
+    /// this parameter decays (one that does not takes factor 1 instead).
     #[cfg(any(feature = "cuda", feature = "wgpu"))]
-    pub(crate) fn batches_with(&self, other: &Self) -> bool {
-        let decays_alike = match (self.decay, other.decay) {
-            (Some(one), Some(other)) => one == other,
+    pub(crate) fn joins(&self, first: &Self, decay: Option<f32>) -> bool {
+        let decays_alike = match (self.decay, decay) {
+            (Some(own), Some(batch)) => own == batch,
             _ => true,
         };
-        decays_alike
-            && Self {
-                decay: None,
-                ..*self
-            } == Self {
-                decay: None,
-                ..*other
-            }
+        let constants = |rule: &Self| Self {
+            decay: None,
+            ..*rule
+        };
+        decays_alike && constants(self) == constants(first)
     }
 }
