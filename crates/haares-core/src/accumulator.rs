@@ -64,11 +64,38 @@ pub fn detail_signs(source: DetailSource, blocks: usize, events_per_block: usize
 /// While every sign so far is `+1` (the early half of a half-split block), `D` equals `C`
 /// element for element (the same additions in the same order), so it is not stored twice: the
 /// detail *is* the cumulative tensor until the first `−1`.
+///
+/// Where the backend forms a sum's mean square in the sum's own launch
+/// ([`RoutingBackend::signed_sum_with_mean_square`]), the accumulator keeps it beside the sum, for
+/// the source the sum is read as.
 #[derive(Debug, Clone)]
 pub struct BlockAccumulator<B: Backend, const D: usize> {
-    cumulative: Option<Tensor<B, D>>,
+    cumulative: Option<Sum<B, D>>,
     detail: Detail<B, D>,
     writes: usize,
+}
+
+/// A running sum, and its mean square over the last dimension where the write formed one.
+#[derive(Debug, Clone)]
+struct Sum<B: Backend, const D: usize> {
+    value: Tensor<B, D>,
+    mean_square: Option<Tensor<B, D>>,
+}
+
+impl<B: RoutingBackend, const D: usize> Sum<B, D> {
+    /// A sum of one term, with no mean square.
+    fn of(value: Tensor<B, D>) -> Self {
+        Self {
+            value,
+            mean_square: None,
+        }
+    }
+
+    /// `self + sign · term` (eq:update).
+    fn add(self, term: Tensor<B, D>, sign: f64) -> Self {
+        let (value, mean_square) = B::signed_sum_with_mean_square(self.value, term, sign);
+        Self { value, mean_square }
+    }
 }
 
 /// What the detail `D` is, relative to the cumulative `C`.
@@ -79,7 +106,7 @@ enum Detail<B: Backend, const D: usize> {
     /// Equal to `C`: every write so far was signed `+1`.
     Cumulative,
     /// A tensor of its own.
-    Own(Tensor<B, D>),
+    Own(Sum<B, D>),
 }
 
 impl<B: Backend, const D: usize> Default for BlockAccumulator<B, D> {
@@ -107,16 +134,16 @@ impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
         ) {
             (Detail::Zero, true) if self.writes == 0 => Detail::Cumulative,
             (Detail::Cumulative, true) => Detail::Cumulative,
-            (Detail::Zero, _) => Detail::Own(output.clone().mul_scalar(sign)),
+            (Detail::Zero, _) => Detail::Own(Sum::of(output.clone().mul_scalar(sign))),
             (Detail::Cumulative, false) => {
                 let cumulative = previous.clone().expect("a shared detail follows a write");
-                Detail::Own(B::signed_sum(cumulative, output.clone(), sign))
+                Detail::Own(Sum::of(cumulative.value).add(output.clone(), sign))
             }
-            (Detail::Own(detail), _) => Detail::Own(B::signed_sum(detail, output.clone(), sign)),
+            (Detail::Own(detail), _) => Detail::Own(detail.add(output.clone(), sign)),
         };
         self.cumulative = Some(match previous {
-            Some(cumulative) => B::signed_sum(cumulative, output, 1.0),
-            None => output,
+            Some(cumulative) => cumulative.add(output, 1.0),
+            None => Sum::of(output),
         });
         self.writes += 1;
     }
@@ -124,8 +151,8 @@ impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
     /// eq:update without a detail: `C ← C + u` only (Block AttnRes keeps no `D`).
     pub fn write_cumulative(&mut self, output: Tensor<B, D>) {
         self.cumulative = Some(match self.cumulative.take() {
-            Some(cumulative) => B::signed_sum(cumulative, output, 1.0),
-            None => output,
+            Some(cumulative) => cumulative.add(output, 1.0),
+            None => Sum::of(output),
         });
         self.writes += 1;
     }
@@ -137,15 +164,31 @@ impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
 
     /// The running cumulative `C^{(r−1)}`, or `None` before the first write (value zero).
     pub fn cumulative(&self) -> Option<&Tensor<B, D>> {
-        self.cumulative.as_ref()
+        self.cumulative.as_ref().map(|sum| &sum.value)
+    }
+
+    /// The mean square of [`cumulative`](Self::cumulative) over the last dimension, where its
+    /// last write formed one.
+    pub fn cumulative_mean_square(&self) -> Option<&Tensor<B, D>> {
+        self.cumulative.as_ref()?.mean_square.as_ref()
     }
 
     /// The running raw detail `D^{(r−1)}`, or `None` before the first signed write (value zero).
     pub fn detail(&self) -> Option<&Tensor<B, D>> {
         match &self.detail {
             Detail::Zero => None,
-            Detail::Cumulative => self.cumulative.as_ref(),
-            Detail::Own(detail) => Some(detail),
+            Detail::Cumulative => self.cumulative(),
+            Detail::Own(detail) => Some(&detail.value),
+        }
+    }
+
+    /// The mean square of [`detail`](Self::detail) over the last dimension, where its last write
+    /// formed one.
+    pub fn detail_mean_square(&self) -> Option<&Tensor<B, D>> {
+        match &self.detail {
+            Detail::Zero => None,
+            Detail::Cumulative => self.cumulative_mean_square(),
+            Detail::Own(detail) => detail.mean_square.as_ref(),
         }
     }
 
@@ -162,7 +205,7 @@ impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
         let detail = self.detail().cloned();
         self.writes = 0;
         self.detail = Detail::Zero;
-        Some((self.cumulative.take()?, detail))
+        Some((self.cumulative.take()?.value, detail))
     }
 }
 

@@ -292,8 +292,14 @@ impl<B: RoutingBackend> HaaresModel<B> {
     /// A source for the bank: on the fused path its mean square is computed here, once, and shared
     /// by every read site that sees it.
     fn source(&self, value: Tensor<B, 3>) -> Source<B> {
+        self.source_with(value, None)
+    }
+
+    /// [`source`](Self::source), taking on the fused path the mean square given where there is
+    /// one (the accumulator's, formed with the sum).
+    fn source_with(&self, value: Tensor<B, 3>, mean_square: Option<&Tensor<B, 3>>) -> Source<B> {
         if self.fused() {
-            Source::with_mean_square(value)
+            Source::with_known_mean_square(value, mean_square.cloned())
         } else {
             Source::plain(value)
         }
@@ -307,7 +313,10 @@ impl<B: RoutingBackend> HaaresModel<B> {
         active: &BlockAccumulator<B, 3>,
         with_detail: bool,
     ) -> Option<SourcePair<B>> {
-        let cumulative = self.source(active.cumulative()?.clone());
+        let cumulative = self.source_with(
+            active.cumulative()?.clone(),
+            active.cumulative_mean_square(),
+        );
         let (Some(options), true) = (self.config.method.haares_options(), with_detail) else {
             return Some((cumulative, None));
         };
@@ -321,7 +330,7 @@ impl<B: RoutingBackend> HaaresModel<B> {
         // is shared rather than derived again.
         let detail_source = || match active.detail_is_cumulative() {
             true => cumulative.clone(),
-            false => self.source(raw.clone()),
+            false => self.source_with(raw.clone(), active.detail_mean_square()),
         };
         let detail = if !options.rms_match {
             detail_source()

@@ -17,7 +17,7 @@ use burn::tensor::{ElementConversion, Tensor, backend::Backend};
 use crate::ActivationBackend;
 use crate::config::DetailBias;
 use crate::norm::{RmsNorm, RmsNormConfig};
-use crate::routing_ops::{RoutingBackend, SlotRows};
+use crate::routing_ops::{ReadQuery, RoutingBackend, SlotRows};
 use crate::source_bank::{SlotKind, Source, SourceBank, rows};
 
 /// Configuration of a [`DepthRouter`].
@@ -166,10 +166,13 @@ impl<B: RoutingBackend> DepthRouter<B> {
     /// - output mixture: `[batch, seq, d]`; weights: `[batch, seq, S]`
     pub fn forward_fused(&self, bank: &SourceBank<B>) -> RouterOutput<B> {
         let [batch, seq, d_model] = bank.sources()[0].raw().dims();
-        let folded_query = self.query.val() * self.key_norm.weight.val();
+        let query = ReadQuery {
+            query: self.query.val(),
+            key_weight: self.key_norm.weight.val(),
+        };
         let (mixture, weights) = B::routing_read(
             &slot_rows(bank),
-            folded_query,
+            query,
             self.bias_column(bank),
             self.key_norm.epsilon,
         );

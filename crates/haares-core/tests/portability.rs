@@ -243,6 +243,8 @@ fn cpu_row_primitives_match_f64() {
     rows::added_scaled_rows_match::<burn::backend::Flex>();
     rows::rms_match_multipliers_match::<burn::backend::NdArray<f32>>();
     rows::rms_match_multipliers_match::<burn::backend::Flex>();
+    rows::signed_sums_with_mean_squares_match::<burn::backend::NdArray<f32>>(false);
+    rows::signed_sums_with_mean_squares_match::<burn::backend::Flex>(false);
 }
 
 /// One cube backend's tests: the numerical checks on the whole model and the routing operator's
@@ -301,6 +303,7 @@ macro_rules! cube_backend_tests {
                 super::rows::mean_squares_and_their_gradients_match::<Cube>();
                 super::rows::added_scaled_rows_match::<Cube>();
                 super::rows::rms_match_multipliers_match::<Cube>();
+                super::rows::signed_sums_with_mean_squares_match::<Cube>(true);
             }
 
             #[test]

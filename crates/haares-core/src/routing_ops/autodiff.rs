@@ -28,8 +28,8 @@ use super::autodiff_slots::{
     SLOTS_PER_NODE, SlotsBackward, inner, padding, register, take_accumulated,
 };
 use super::{
-    MixtureAndWeights, RoutingBackend, ScoresForward, SlotRows, from_primitive, mixture_backward,
-    scores_backward, scores_forward,
+    MixtureAndWeights, ReadQuery, RoutingBackend, ScoresForward, SlotRows, from_primitive,
+    mixture_backward, scores_backward, scores_forward,
 };
 
 /// Parents of a scores node: every slot's rows and mean square, then the folded query.
@@ -84,17 +84,35 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
         finish(SignedSumBackward::<D>, parents, sign, output)
     }
 
+    /// The sum as [`signed_sum`](RoutingBackend::signed_sum)'s node, and the inner backend's
+    /// mean square as a node over the sum.
+    fn signed_sum_with_mean_square<const D: usize>(
+        sum: Tensor<Self, D>,
+        term: Tensor<Self, D>,
+        sign: f64,
+    ) -> (Tensor<Self, D>, Option<Tensor<Self, D>>) {
+        let parents = [primitive(term.clone()), primitive(sum.clone())];
+        let (output, mean_square) = B::signed_sum_with_mean_square(sum.inner(), term.inner(), sign);
+        let inner_output = output.clone();
+        let output = finish(SignedSumBackward::<D>, parents, sign, output);
+        let mean_square = mean_square.map(|mean_square| {
+            let parents = [primitive(output.clone())];
+            finish(MeanSquareBackward::<D>, parents, inner_output, mean_square)
+        });
+        (output, mean_square)
+    }
+
     fn routing_read(
         slots: &[SlotRows<Self>],
-        folded_query: Tensor<Self, 1>,
+        query: ReadQuery<Self>,
         bias: Option<Tensor<Self, 2>>,
         epsilon: f64,
     ) -> MixtureAndWeights<Self> {
         if slots.len() <= SLOTS_PER_NODE {
-            return read_node(slots, folded_query, bias, epsilon);
+            return read_node(slots, query, bias, epsilon);
         }
         // The softmax spans every slot, which one node cannot take: the two operations' nodes.
-        let read = super::read::compose(slots, folded_query, bias, epsilon);
+        let read = super::read::compose(slots, &query, bias, epsilon);
         (read.mixture, read.weights)
     }
 
@@ -234,19 +252,26 @@ fn mixture_node<B: RoutingBackend, C: CheckpointStrategy>(
     finish(MixtureBackward, parents, state, output)
 }
 
+/// The backward pass of a mean square over the last dimension,
+/// [`RoutingBackend::row_mean_square_backward`] on the tensor's token rows.
 #[derive(Debug)]
-struct MeanSquareBackward;
+struct MeanSquareBackward<const D: usize>;
 
-impl<B: RoutingBackend> Backward<B, 1> for MeanSquareBackward {
-    /// The rows whose mean square was taken.
-    type State = Tensor<B, 2>;
+impl<B: RoutingBackend, const D: usize> Backward<B, 1> for MeanSquareBackward<D> {
+    /// The tensor whose mean square was taken.
+    type State = Tensor<B, D>;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let grad: Tensor<B, 2> = from_primitive(grads.consume::<B>(&ops.node));
+        let grad: Tensor<B, D> = from_primitive(grads.consume::<B>(&ops.node));
         let into = take_accumulated(grads, &ops, 1, &grad).pop().flatten();
-        let rows = B::row_mean_square_backward(into, grad, ops.state);
+        let shape = ops.state.dims();
+        let d_model = shape[D - 1];
+        let tokens = ops.state.shape().num_elements() / d_model;
+        let rows = |tensor: Tensor<B, D>| tensor.reshape([tokens, d_model]);
+        let value =
+            B::row_mean_square_backward(into.map(rows), grad.reshape([tokens, 1]), rows(ops.state));
         let parents = ops.parents.map(|parent| parent.map(|node| node.id));
-        register(grads, &parents, vec![Some(rows)]);
+        register(grads, &parents, vec![Some(value.reshape(shape))]);
     }
 }
 
@@ -256,7 +281,7 @@ fn mean_square_node<B: RoutingBackend, C: CheckpointStrategy>(
     let parents = [primitive(rows.clone())];
     let inner_rows = rows.inner();
     let output = B::row_mean_square(inner_rows.clone());
-    finish(MeanSquareBackward, parents, inner_rows, output)
+    finish(MeanSquareBackward::<2>, parents, inner_rows, output)
 }
 
 /// The backward pass of [`RoutingBackend::signed_sum`]; its parents are `[term, sum]`.

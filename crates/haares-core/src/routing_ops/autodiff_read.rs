@@ -21,19 +21,23 @@ use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::tensor::Tensor;
 
 use super::autodiff_slots::{SLOTS_PER_NODE, SlotsBackward, inner, padding, register};
-use super::{MixtureAndWeights, ReadBackward, RoutingBackend, SlotRows};
+use super::{MixtureAndWeights, ReadBackward, ReadQuery, RoutingBackend, SlotRows};
 use crate::autodiff_node::{finish, primitive};
 
 /// Parents of a read node: every slot's rows and mean square (none where the backend
-/// [folds them](RoutingBackend::folds_mean_squares)), the folded query, the bias.
-const READ_PARENTS: usize = 2 * SLOTS_PER_NODE + 2;
+/// [folds them](RoutingBackend::folds_mean_squares)), the query, the key weight, the bias.
+const READ_PARENTS: usize = 2 * SLOTS_PER_NODE + 3;
+/// Position of the query among a read node's parents; the key weight and the bias follow it.
+const QUERY: usize = 2 * SLOTS_PER_NODE;
+const KEY_WEIGHT: usize = QUERY + 1;
+const BIAS: usize = QUERY + 2;
 
 /// What a read node keeps for its backward pass: the sources (held by the bank anyway), the
 /// query and `[S, tokens]` scalars.
 #[derive(Debug, Clone)]
 struct ReadState<B: RoutingBackend> {
     slots: Vec<SlotRows<B>>,
-    folded_query: Tensor<B, 1>,
+    query: ReadQuery<B>,
     epsilon: f64,
     scores: Tensor<B, 2>,
     weights: Tensor<B, 2>,
@@ -70,13 +74,13 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
                 (Tensor::zeros([tokens, d_model], &grad.device()), Some(grad))
             }
         };
-        let bias_wanted = parents[2 * SLOTS_PER_NODE + 1].is_some();
+        let bias_wanted = parents[BIAS].is_some();
         let read = ReadBackward {
             bias_wanted,
             fold_mean_squares: B::folds_mean_squares(),
             same_rows,
             slots: state.slots,
-            folded_query: state.folded_query,
+            query: state.query,
             epsilon: state.epsilon,
             scores: state.scores,
             weights: state.weights,
@@ -86,9 +90,13 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
         let gradients = B::routing_read_backward(read, into, &wanted, &mean_squares_wanted);
         register(grads, &parents, gradients.raws);
         register(grads, &parents[SLOTS_PER_NODE..], gradients.mean_squares);
-        let [query, bias] = [2 * SLOTS_PER_NODE, 2 * SLOTS_PER_NODE + 1];
-        register(grads, &parents[query..], vec![Some(gradients.folded_query)]);
-        register(grads, &parents[bias..], vec![gradients.bias]);
+        register(grads, &parents[QUERY..], vec![Some(gradients.query.query)]);
+        register(
+            grads,
+            &parents[KEY_WEIGHT..],
+            vec![Some(gradients.query.key_weight)],
+        );
+        register(grads, &parents[BIAS..], vec![gradients.bias]);
     }
 }
 
@@ -107,13 +115,13 @@ fn same_rows(rows: &[Option<NodeId>]) -> Vec<usize> {
 /// The read of up to [`SLOTS_PER_NODE`] slots as a mixture node and a weights node.
 pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
     slots: &[SlotRows<Autodiff<B, C>>],
-    folded_query: Tensor<Autodiff<B, C>, 1>,
+    query: ReadQuery<Autodiff<B, C>>,
     bias: Option<Tensor<Autodiff<B, C>, 2>>,
     epsilon: f64,
 ) -> MixtureAndWeights<Autodiff<B, C>> {
     // The parents are held as tensors, not just nodes, until the node is registered: a
-    // temporary such as the folded query has no other holder, and Burn's graph cleanup (run at
-    // the end of any thread's backward pass) frees an unregistered root whose tensor is gone.
+    // temporary such as a bias column has no other holder, and Burn's graph cleanup (run at the
+    // end of any thread's backward pass) frees an unregistered root whose tensor is gone.
     let filler = padding(&slots[0].raw);
     let mut parents: [_; READ_PARENTS] = core::array::from_fn(|_| filler.clone());
     for (position, slot) in slots.iter().enumerate() {
@@ -123,22 +131,22 @@ pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
             parents[SLOTS_PER_NODE + position] = primitive(slot.mean_square.clone());
         }
     }
-    parents[2 * SLOTS_PER_NODE] = primitive(folded_query.clone());
+    parents[QUERY] = primitive(query.query.clone());
+    parents[KEY_WEIGHT] = primitive(query.key_weight.clone());
     if let Some(bias) = &bias {
-        parents[2 * SLOTS_PER_NODE + 1] = primitive(bias.clone());
+        parents[BIAS] = primitive(bias.clone());
     }
 
     let inner_slots: Vec<_> = slots.iter().map(inner).collect();
-    let inner_query = folded_query.inner();
-    let forward = B::routing_read_forward(
-        &inner_slots,
-        inner_query.clone(),
-        bias.map(Tensor::inner),
-        epsilon,
-    );
+    let inner_query = ReadQuery {
+        query: query.query.inner(),
+        key_weight: query.key_weight.inner(),
+    };
+    let forward =
+        B::routing_read_forward(&inner_slots, &inner_query, bias.map(Tensor::inner), epsilon);
     let read_state = ReadState {
         slots: inner_slots,
-        folded_query: inner_query,
+        query: inner_query,
         epsilon,
         scores: forward.scores,
         weights: forward.weights.clone(),

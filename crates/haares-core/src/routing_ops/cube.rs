@@ -13,7 +13,9 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::{ReadBackward, ReadForward, ReadGradients, RoutingBackend, SlotRows, from_primitive};
+use super::{
+    ReadBackward, ReadForward, ReadGradients, ReadQuery, RoutingBackend, SlotRows, from_primitive,
+};
 use crate::config::RoutingPath;
 
 /// Threads that share one token row in [`row_dots_kernel`].
@@ -49,16 +51,16 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
     /// One launch where the read's slots fit one (`cube_read.rs`), else the composition.
     fn routing_read_forward(
         slots: &[SlotRows<Self>],
-        folded_query: Tensor<Self, 1>,
+        query: &ReadQuery<Self>,
         bias: Option<Tensor<Self, 2>>,
         epsilon: f64,
     ) -> ReadForward<Self> {
-        super::cube_read::read_forward(slots, folded_query.clone(), bias.clone(), epsilon)
-            .unwrap_or_else(|| super::read::compose(slots, folded_query, bias, epsilon))
+        super::cube_read::read_forward(slots, query, bias.clone(), epsilon)
+            .unwrap_or_else(|| super::read::compose(slots, query, bias, epsilon))
     }
 
-    /// One launch and two sums where the read's slots fit one launch (`cube_read.rs`), else the
-    /// composition.
+    /// One launch, the query's gradients in one more and the bias's sum where it is wanted, where
+    /// the read's slots fit one launch (`cube_read.rs`); else the composition.
     fn routing_read_backward(
         read: ReadBackward<Self>,
         into: Vec<Option<Tensor<Self, 2>>>,
@@ -109,6 +111,26 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
             &cube_tensor(rows),
             2.0 / d_model as f64,
         ))
+    }
+
+    /// One launch (`cube_rows.rs`): the sum and its mean square.
+    fn signed_sum_with_mean_square<const D: usize>(
+        sum: Tensor<Self, D>,
+        term: Tensor<Self, D>,
+        sign: f64,
+    ) -> (Tensor<Self, D>, Option<Tensor<Self, D>>) {
+        let shape = sum.dims();
+        let d_model = shape[D - 1];
+        let tokens = sum.shape().num_elements() / d_model;
+        let rows = |tensor: Tensor<Self, D>| cube_tensor(tensor.reshape([tokens, d_model]));
+        let (output, mean_square) =
+            super::cube_rows::signed_sum_with_mean_square(&rows(sum), &rows(term), sign);
+        let mut mean_square_shape = shape;
+        mean_square_shape[D - 1] = 1;
+        (
+            from_primitive::<Self, 2>(output).reshape(shape),
+            Some(from_primitive::<Self, 2>(mean_square).reshape(mean_square_shape)),
+        )
     }
 
     /// One launch (`cube_rows.rs`).

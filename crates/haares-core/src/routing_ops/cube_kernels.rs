@@ -7,15 +7,20 @@ use burn_cubecl::cubecl::prelude::*;
 
 /// Each thread's share of every slot's dot product with one row of `vector` (the one at
 /// `vector_offset`) at `token`: `partials[s · threads + lane] = Σ_{k ≡ lane} slots[s][token, k]
-/// · vector[k]`, the threads striding over the width. The caller syncs the cube and sums.
+/// · v[k]`, the threads striding over the width. `v` is the row itself, or with `weighted` its
+/// product with the `[1, d]` row `weight` (the folded query `q ⊙ w`, formed as the tensor product
+/// forms it). The caller syncs the cube and sums.
 #[cube]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn partial_dots<F: Float>(
     slots: &Sequence<Tensor<F>>,
     vector: &Tensor<F>,
     vector_offset: usize,
+    weight: &Tensor<F>,
     token: usize,
     partials: &mut SharedMemory<F>,
     lane: usize,
+    #[comptime] weighted: bool,
     #[comptime] threads: usize,
 ) {
     let count = comptime![slots.len()];
@@ -26,8 +31,11 @@ pub(super) fn partial_dots<F: Float>(
         let mut sum = F::new(0.0);
         let mut k = lane;
         while k < d_model {
-            sum += source[token * source.stride(0) + k * source.stride(1)]
-                * vector[vector_offset + k * vector.stride(1)];
+            let mut v = vector[vector_offset + k * vector.stride(1)];
+            if weighted {
+                v *= weight[k * weight.stride(1)];
+            }
+            sum += source[token * source.stride(0) + k * source.stride(1)] * v;
             k += threads;
         }
         partials[slot * threads + lane] = sum;
@@ -56,7 +64,17 @@ pub(super) fn row_dots_kernel<F: Float>(
     let lane = UNIT_POS_X as usize;
     let row_offset = token * (row_stride as usize);
     let mut partials = SharedMemory::<F>::new(count * threads);
-    partial_dots::<F>(slots, rows, row_offset, token, &mut partials, lane, threads);
+    partial_dots::<F>(
+        slots,
+        rows,
+        row_offset,
+        rows,
+        token,
+        &mut partials,
+        lane,
+        false,
+        threads,
+    );
     sync_cube();
     if lane < count {
         let mut total = F::new(0.0);

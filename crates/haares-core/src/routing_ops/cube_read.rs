@@ -8,8 +8,10 @@
 //! Here a cube reduces a token's dot products in shared memory, one thread turns them into
 //! scores and weights, and the cube then mixes the token's row: one launch, and each slot row is
 //! read twice while it is in cache. The backward pass (about 50 launches composed) is one launch
-//! too, plus two sums across tokens for the query's and the bias's gradients: a token's cube
-//! forms both shares of each slot row's gradient in one update. [`compose`](super::read::compose)
+//! too, plus one for the query's and the key weight's gradients (a sum across tokens and two
+//! products composed) and, where a bias is wanted, its sum: a token's cube forms both shares of
+//! each slot row's gradient in one update. Both kernels form the folded query `q ⊙ w` where they
+//! use it, so the router launches no product for it. [`compose`](super::read::compose)
 //! and [`compose_backward`](super::read::compose_backward) stay the reference
 //! (`tests/cube/kernels.rs` checks one against the other).
 
@@ -21,13 +23,20 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::cube::{MAX_SLOTS_PER_LAUNCH, ROW_THREADS, cube_tensor, sequence};
-use super::{ReadBackward, ReadForward, ReadGradients, SlotRows, from_primitive, slot_column};
+use super::{
+    QueryGradients, ReadBackward, ReadForward, ReadGradients, ReadQuery, SlotRows, from_primitive,
+    slot_column,
+};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 /// A `[rows, width]` tensor on the cube backend.
 type Rows<R, F, I, BT> = Tensor<Cube<R, F, I, BT>, 2>;
 /// A read's gradients, or its inputs back for the composition.
 type BackwardOutcome<B> = Result<ReadGradients<B>, UnfusedBackward<B>>;
+
+/// Threads that sum one column of the query's per-token gradients (a multiple of the kernel's
+/// groups of partial sums).
+const QUERY_THREADS: usize = 256;
 
 /// Bindings of a launch besides its tensors: the buffer of metadata and scalars (a uniform on
 /// wgpu, which the storage-buffer limit does not count; counted here to stay on the safe side).
@@ -114,7 +123,7 @@ fn per_token<R: CubeRuntime>(like: &CubeTensor<R>, tokens: usize) -> (CubeCount,
 /// [`MAX_SLOTS_PER_LAUNCH`], or more bindings than the device has); the caller then composes it.
 pub(super) fn read_forward<R, F, I, BT>(
     slots: &[SlotRows<Cube<R, F, I, BT>>],
-    folded_query: Tensor<Cube<R, F, I, BT>, 1>,
+    query: &ReadQuery<Cube<R, F, I, BT>>,
     bias: Option<Rows<R, F, I, BT>>,
     epsilon: f64,
 ) -> Option<ReadForward<Cube<R, F, I, BT>>>
@@ -124,10 +133,11 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let d_model = folded_query.dims()[0];
-    let query = cube_tensor(folded_query.reshape([1, d_model]));
-    // Per slot its rows, scale and mean square; the query, the bias and three outputs.
-    if !fits(&query, slots.len(), 3, 5) {
+    let d_model = query.query.dims()[0];
+    let [query, key_weight] = rows_of(query);
+    // Per slot its rows, scale and mean square; the query, the key weight, the bias and three
+    // outputs.
+    if !fits(&query, slots.len(), 3, 6) {
         return None;
     }
     let [tokens, _] = slots[0].raw.dims();
@@ -149,6 +159,7 @@ where
         sequence(&scales),
         sequence(&mean_squares),
         query.into_tensor_arg(),
+        key_weight.into_tensor_arg(),
         bias.into_tensor_arg(),
         mixture.clone().into_tensor_arg(),
         weights.clone().into_tensor_arg(),
@@ -169,8 +180,8 @@ where
 /// A read's backward pass handed back, with the gradients to add to, for the composition.
 pub(super) type UnfusedBackward<B> = (ReadBackward<B>, Vec<Option<Tensor<B, 2>>>);
 
-/// The backward pass of a read in one launch and two sums over tokens, or its inputs back where
-/// its slots do not fit one launch. Each wanted slot's gradient is its `into` plus both shares
+/// The backward pass of a read in one launch, the query's gradients in one more and the bias's sum
+/// where it is wanted, or its inputs back where its slots do not fit one launch. Each wanted slot's gradient is its `into` plus both shares
 /// (mixture and scores), formed in one update; shared rows (`same_rows`) get each slot's own.
 pub(super) fn read_backward<R, F, I, BT>(
     read: ReadBackward<Cube<R, F, I, BT>>,
@@ -185,11 +196,11 @@ where
     BT: BoolElement,
 {
     let count = read.slots.len();
-    let d_model = read.folded_query.dims()[0];
+    let d_model = read.query.query.dims()[0];
     let (read_bias_wanted, fold) = (read.bias_wanted, read.fold_mean_squares);
     let grad = cube_tensor(read.mixture_grad.clone());
-    // Per slot its rows, scale, mean square and earlier gradient; five more inputs, four outputs.
-    if !fits(&grad, count, 4, 9) {
+    // Per slot its rows, scale, mean square and earlier gradient; six more inputs, four outputs.
+    if !fits(&grad, count, 4, 10) {
         return Err((read, into));
     }
     let [tokens, _] = read.slots[0].raw.dims();
@@ -199,7 +210,7 @@ where
         .into_iter()
         .map(|sum| sum.map_or_else(|| grad.clone(), cube_tensor))
         .collect();
-    let query = cube_tensor(read.folded_query.reshape([1, d_model]));
+    let [query, key_weight] = rows_of(&read.query);
     let weights_grad = read.weights_grad.map(cube_tensor);
     let extra = weights_grad.is_some();
     let weights_grad = weights_grad.unwrap_or_else(|| grad.clone());
@@ -223,7 +234,8 @@ where
         sequence(&scales),
         sequence(&mean_squares),
         sequence(&into),
-        query.into_tensor_arg(),
+        query.clone().into_tensor_arg(),
+        key_weight.clone().into_tensor_arg(),
         cube_tensor(read.weights).into_tensor_arg(),
         cube_tensor(read.scores).into_tensor_arg(),
         grad.into_tensor_arg(),
@@ -244,7 +256,6 @@ where
     let raw_grads: Rows<R, F, I, BT> = from_primitive(raw_grads);
     let mean_square_grads: Rows<R, F, I, BT> = from_primitive(mean_square_grads);
     let logits_grad: Rows<R, F, I, BT> = from_primitive(logits_grad);
-    let query_rows: Rows<R, F, I, BT> = from_primitive(query_rows);
     Ok(ReadGradients {
         raws: (0..count)
             .map(|slot| wanted[slot].then(|| raw_grads.clone().narrow(0, slot * tokens, tokens)))
@@ -255,7 +266,56 @@ where
                 wanted.then(|| slot_column(&mean_square_grads, slot, tokens))
             })
             .collect(),
-        folded_query: query_rows.sum_dim(0).reshape([d_model]),
+        query: query_gradients(&query_rows, &query, &key_weight),
         bias: read_bias_wanted.then(|| logits_grad.sum_dim(1)),
     })
+}
+
+/// The query and the key weight as `[1, d]` rows, as the kernels index them.
+fn rows_of<R, F, I, BT>(query: &ReadQuery<Cube<R, F, I, BT>>) -> [CubeTensor<R>; 2]
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    [&query.query, &query.key_weight].map(|vector| {
+        let d_model = vector.dims()[0];
+        cube_tensor(vector.clone().reshape([1, d_model]))
+    })
+}
+
+/// `(∂q, ∂w)` from the backward kernel's per-token rows of `∂u`, in one launch.
+fn query_gradients<R, F, I, BT>(
+    rows: &CubeTensor<R>,
+    query: &CubeTensor<R>,
+    key_weight: &CubeTensor<R>,
+) -> QueryGradients<Cube<R, F, I, BT>>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let d_model = rows.meta.shape()[1];
+    let [query_grad, key_weight_grad] = [(); 2].map(|_| empty(rows, [1, d_model]));
+    let cube_dim = CubeDim::new_1d(QUERY_THREADS as u32);
+    let cube_count = calculate_cube_count_elemwise(&rows.client, d_model * QUERY_THREADS, cube_dim);
+    super::cube_read_kernels::query_gradients_kernel::launch::<R>(
+        &rows.client,
+        cube_count,
+        cube_dim,
+        rows.clone().into_tensor_arg(),
+        query.clone().into_tensor_arg(),
+        key_weight.clone().into_tensor_arg(),
+        query_grad.clone().into_tensor_arg(),
+        key_weight_grad.clone().into_tensor_arg(),
+        QUERY_THREADS,
+        rows.dtype.into(),
+    );
+    let vector = |row| from_primitive::<Cube<R, F, I, BT>, 2>(row).reshape([d_model]);
+    QueryGradients {
+        query: vector(query_grad),
+        key_weight: vector(key_weight_grad),
+    }
 }

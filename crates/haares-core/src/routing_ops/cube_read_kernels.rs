@@ -16,7 +16,8 @@ fn slot_total<F: Float>(partials: &SharedMemory<F>, slot: usize, #[comptime] thr
     total
 }
 
-/// One cube per token `n`: `dot_s = u · raw_s[n]` reduced in shared memory, then (one
+/// One cube per token `n`: `dot_s = u · raw_s[n]` with `u = q ⊙ w` reduced in shared memory,
+/// then (one
 /// thread) `z'_s = dot_s · c_s / √(m_s + ε)`, `α = softmax_s(z' + b)`, then every thread
 /// `h̃[n, k] = Σ_s α_s c_s raw_s[n, k]` for its `k`. Slot `s` has a scale where bit `s` of
 /// `scaled` is set (`c_s = 1` otherwise); `bias` is read only when `biased`.
@@ -27,6 +28,7 @@ pub(super) fn read_forward_kernel<F: Float>(
     scales: &Sequence<Tensor<F>>,
     mean_squares: &Sequence<Tensor<F>>,
     query: &Tensor<F>,
+    key_weight: &Tensor<F>,
     bias: &Tensor<F>,
     mixture: &mut Tensor<F>,
     weights: &mut Tensor<F>,
@@ -48,7 +50,17 @@ pub(super) fn read_forward_kernel<F: Float>(
     // Per slot: its logit, then e^{logit − max}; and `α_s c_s`, the mixture's factor.
     let mut logits = SharedMemory::<F>::new(count);
     let mut factors = SharedMemory::<F>::new(count);
-    partial_dots::<F>(slots, query, 0, token, &mut partials, lane, threads);
+    partial_dots::<F>(
+        slots,
+        query,
+        0,
+        key_weight,
+        token,
+        &mut partials,
+        lane,
+        true,
+        threads,
+    );
     sync_cube();
     if lane == 0 {
         #[unroll]
@@ -118,7 +130,8 @@ fn scale_at<F: Float>(
 /// (the logits' gradient, written for the bias's sum), `w_s = ∂ℓ_s c_s / √(m_s + ε)` and
 /// `∂m_s = −½ ∂ℓ_s z'_s / (m_s + ε)`; then every thread, for its `k`,
 /// `∂raw_s[n, k] = into_s[n, k] + α_s c_s g[k] + w_s u[k]` for the wanted slots (rows
-/// `s·tokens + n` of `raw_grads`) and `Σ_s w_s raw_s[n, k]`, the token's share of `∂u`. With
+/// `s·tokens + n` of `raw_grads`, with `u = q ⊙ w`) and `Σ_s w_s raw_s[n, k]`, the token's
+/// share of `∂u`. With
 /// `fold`, each wanted slot's row also takes its mean square's gradient,
 /// `+ (∂m_s c_s²)(2/d) raw_s[n, k]` ([`ReadBackward::fold_mean_squares`](
 /// super::ReadBackward::fold_mean_squares)), and `mean_square_grads` is not written.
@@ -132,6 +145,7 @@ pub(super) fn read_backward_kernel<F: Float>(
     mean_squares: &Sequence<Tensor<F>>,
     into: &Sequence<Tensor<F>>,
     query: &Tensor<F>,
+    key_weight: &Tensor<F>,
     weights: &Tensor<F>,
     scores: &Tensor<F>,
     grad: &Tensor<F>,
@@ -164,7 +178,17 @@ pub(super) fn read_backward_kernel<F: Float>(
     let mut score_factors = SharedMemory::<F>::new(count);
     // Per slot: `∂m_s (2/d) c_s²` where mean squares are folded.
     let mut fold_factors = SharedMemory::<F>::new(count);
-    partial_dots::<F>(slots, grad, grad_row, token, &mut partials, lane, threads);
+    partial_dots::<F>(
+        slots,
+        grad,
+        grad_row,
+        grad,
+        token,
+        &mut partials,
+        lane,
+        false,
+        threads,
+    );
     sync_cube();
     if lane == 0 {
         let mut along = F::new(0.0);
@@ -210,7 +234,7 @@ pub(super) fn read_backward_kernel<F: Float>(
     let mut k = lane;
     while k < d_model {
         let g = grad[grad_row + k * grad.stride(1)];
-        let u = query[k * query.stride(1)];
+        let u = query[k * query.stride(1)] * key_weight[k * key_weight.stride(1)];
         let mut query_sum = F::new(0.0);
         #[unroll]
         for slot in 0..count {
@@ -233,5 +257,57 @@ pub(super) fn read_backward_kernel<F: Float>(
         }
         query_rows[token * query_rows.stride(0) + k * query_rows.stride(1)] = query_sum;
         k += threads;
+    }
+}
+
+/// Groups of partial sums in [`query_gradients_kernel`]'s reduction; its thread count is a multiple.
+pub(super) const GROUPS: usize = 16;
+
+/// `∂q = (Σ_n rows[n, k]) w[k]` and `∂w = (Σ_n rows[n, k]) q[k]` (each a `[1, d]` row): the folded query's gradient,
+/// summed over the tokens' rows the backward kernel writes, taken to the query and the key
+/// weight (the tensor operations' sum, then two products). One cube per column `k`: its threads
+/// stride over the tokens, and shared memory sums their partial sums in [`GROUPS`] groups.
+#[cube(launch)]
+pub(super) fn query_gradients_kernel<F: Float>(
+    rows: &Tensor<F>,
+    query: &Tensor<F>,
+    key_weight: &Tensor<F>,
+    query_grad: &mut Tensor<F>,
+    key_weight_grad: &mut Tensor<F>,
+    #[comptime] threads: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let k = CUBE_POS;
+    if k >= rows.shape(1) {
+        terminate!();
+    }
+    let lane = UNIT_POS_X as usize;
+    let mut partials = SharedMemory::<F>::new(threads);
+    let mut sum = F::new(0.0);
+    let mut token = lane;
+    while token < rows.shape(0) {
+        sum += rows[token * rows.stride(0) + k * rows.stride(1)];
+        token += threads;
+    }
+    partials[lane] = sum;
+    sync_cube();
+    // In two rounds: `groups` threads each sum a group of partials, then one thread the groups.
+    let groups = comptime![GROUPS];
+    let per_group = comptime![threads / GROUPS];
+    if lane < groups {
+        let mut group_sum = F::new(0.0);
+        for at in 0..per_group {
+            group_sum += partials[lane * per_group + at];
+        }
+        partials[lane * per_group] = group_sum;
+    }
+    sync_cube();
+    if lane == 0 {
+        let mut total = F::new(0.0);
+        for group in 0..groups {
+            total += partials[group * per_group];
+        }
+        query_grad[k * query_grad.stride(1)] = total * key_weight[k * key_weight.stride(1)];
+        key_weight_grad[k * key_weight_grad.stride(1)] = total * query[k * query.stride(1)];
     }
 }

@@ -7,6 +7,9 @@
 //! launch a product, a scalar product and an addition. Each element takes the plain operations'
 //! f32 steps in their order (`naive.rs`): the column times `f`, that times the row, plus `into`.
 //!
+//! eq:update's signed sum with the mean square of the result, the one its source will be read
+//! with: the sum's launch and the mean square's in one.
+//!
 //! RMS matching's multiplier (eq:rmsmatch, [`RoutingBackend::rms_match_multiplier`](
 //! super::RoutingBackend::rms_match_multiplier)) from the two mean squares, and its square: two
 //! square roots, an addition, a division, a clamp (two comparisons, two mask fills) and a
@@ -17,6 +20,8 @@ use burn_cubecl::cubecl::calculate_cube_count_elemwise;
 use burn_cubecl::cubecl::prelude::CubeDim;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
+
+use super::cube::ROW_THREADS;
 
 /// `into + (factor · columns[slot, n]) · rows[n, k]` (`rows[0, k]` for one shared row), or the
 /// product alone without `into`, as a new `[tokens, d]` tensor.
@@ -99,6 +104,42 @@ pub(super) fn rms_match_multiplier<R: CubeRuntime>(
     (multiplier, square)
 }
 
+/// eq:update's `sum + sign · term` on `[tokens, d]` rows and the result's mean square per token
+/// (`[tokens, 1]`), in one launch: one cube per token, each thread summing the squares of the
+/// elements it writes, in the order of the row-dot kernel (`cube_kernels.rs`) that
+/// [`RoutingBackend::row_mean_square`](super::RoutingBackend::row_mean_square) launches.
+pub(super) fn signed_sum_with_mean_square<R: CubeRuntime>(
+    sum: &CubeTensor<R>,
+    term: &CubeTensor<R>,
+    sign: f64,
+) -> (CubeTensor<R>, CubeTensor<R>) {
+    let [tokens, d_model] = [sum.meta.shape()[0], sum.meta.shape()[1]];
+    let [output, mean_square] = [d_model, 1].map(|width| {
+        empty_device_dtype::<R>(
+            sum.client.clone(),
+            sum.device.clone(),
+            [tokens, width].into(),
+            sum.dtype,
+        )
+    });
+    let client = sum.client.clone();
+    let cube_dim = CubeDim::new_1d(ROW_THREADS as u32);
+    let cube_count = calculate_cube_count_elemwise(&client, tokens * ROW_THREADS, cube_dim);
+    kernels::signed_sum_with_mean_square_kernel::launch::<R>(
+        &client,
+        cube_count,
+        cube_dim,
+        sum.clone().into_tensor_arg(),
+        term.clone().into_tensor_arg(),
+        output.clone().into_tensor_arg(),
+        mean_square.clone().into_tensor_arg(),
+        sign as f32,
+        ROW_THREADS,
+        sum.dtype.into(),
+    );
+    (output, mean_square)
+}
+
 /// The kernel, in a module of its own because CubeCL's `Tensor` is not Burn's.
 mod kernels {
     use burn_cubecl::cubecl;
@@ -133,6 +174,47 @@ mod kernels {
             value = into[token * into.stride(0) + k * into.stride(1)] + value;
         }
         output[token * output.stride(0) + k * output.stride(1)] = value;
+    }
+
+    /// One cube per token `n`: `output[n, k] = sum[n, k] + sign · term[n, k]` for each thread's
+    /// `k` (exactly `sum + term` and `sum − term` for the signs ±1), then
+    /// `mean_square[n] = Σ_k output[n, k]² / d` from the threads' partial sums in shared memory.
+    #[allow(clippy::too_many_arguments)]
+    #[cube(launch)]
+    pub(super) fn signed_sum_with_mean_square_kernel<F: Float>(
+        sum: &Tensor<F>,
+        term: &Tensor<F>,
+        output: &mut Tensor<F>,
+        mean_square: &mut Tensor<F>,
+        sign: f32,
+        #[comptime] threads: usize,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let token = CUBE_POS;
+        if token >= output.shape(0) {
+            terminate!();
+        }
+        let lane = UNIT_POS_X as usize;
+        let d_model = output.shape(1);
+        let mut partials = SharedMemory::<F>::new(threads);
+        let mut squares = F::new(0.0);
+        let mut k = lane;
+        while k < d_model {
+            let value = sum[token * sum.stride(0) + k * sum.stride(1)]
+                + term[token * term.stride(0) + k * term.stride(1)] * F::cast_from(sign);
+            output[token * output.stride(0) + k * output.stride(1)] = value;
+            squares += value * value;
+            k += threads;
+        }
+        partials[lane] = squares;
+        sync_cube();
+        if lane == 0 {
+            let mut total = F::new(0.0);
+            for thread in 0..threads {
+                total += partials[thread];
+            }
+            mean_square[token * mean_square.stride(0)] = total / F::cast_from(output.shape(1));
+        }
     }
 
     /// One token's multiplier per thread: the tensor operations' steps (square roots, `+ ε`,

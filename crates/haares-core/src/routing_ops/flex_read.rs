@@ -22,7 +22,7 @@ use rayon::prelude::*;
 
 use super::SlotRows;
 use super::flex_rows::tokens_per_task;
-use super::read::{ReadForward, compose};
+use super::read::{ReadForward, ReadQuery, compose};
 use crate::simd::{dot_product, exp, flex_tensor, scaled_add};
 
 /// Flex's buffer behind a tensor of `shape`, when it is f32 and contiguous.
@@ -138,14 +138,14 @@ fn slot_major(token_major: &[f32], count: usize) -> Vec<f32> {
 /// [`RoutingBackend::routing_read_forward`](super::RoutingBackend::routing_read_forward) on Flex.
 pub(super) fn read_forward(
     slots: &[SlotRows<Flex>],
-    folded_query: Tensor<Flex, 1>,
+    query: &ReadQuery<Flex>,
     bias: Option<Tensor<Flex, 2>>,
     epsilon: f64,
 ) -> ReadForward<Flex> {
     let host = || {
         let buffers = SlotBuffers::new(slots)?;
         let (count, tokens, d_model) = (slots.len(), buffers.tokens, buffers.d_model);
-        let query = f32_buffer(&folded_query, [d_model])?;
+        let query = f32_buffer(&query.folded(), [d_model])?;
         let bias = match &bias {
             Some(bias) => Some(f32_buffer(bias, [count, 1])?),
             None => None,
@@ -176,7 +176,7 @@ pub(super) fn read_forward(
             scores: flex_tensor(slot_major(&scores, count), [count, tokens]),
         })
     };
-    host().unwrap_or_else(|| compose(slots, folded_query, bias, epsilon))
+    host().unwrap_or_else(|| compose(slots, query, bias, epsilon))
 }
 
 /// One task's outputs, from token `first` on: the mixture's rows, and the weights and scores

@@ -64,7 +64,7 @@ pub(super) fn read_backward(
             .into_iter()
             .map(|grad| grad.map(|grad| flex_tensor(grad, [tokens, 1])))
             .collect(),
-        folded_query: flex_tensor(folded_query, [d_model]),
+        query: read.query.gradients(flex_tensor(folded_query, [d_model])),
         bias: read
             .bias_wanted
             .then(|| flex_tensor(bias.into_iter().map(|sum| sum as f32).collect(), [count, 1])),
@@ -101,7 +101,7 @@ impl Operands {
         };
         intos_fit.then_some(())?;
         Some(Self {
-            query: f32_buffer(&read.folded_query, [shape[1]])?,
+            query: f32_buffer(&read.query.folded(), [shape[1]])?,
             scores: f32_buffer(&read.scores, slot_major)?,
             weights: f32_buffer(&read.weights, slot_major)?,
             mixture_grad: f32_buffer(&read.mixture_grad, shape)?,

@@ -65,7 +65,9 @@ pub mod naive;
 mod ndarray;
 mod read;
 
-pub use read::{MixtureAndWeights, ReadBackward, ReadForward, ReadGradients};
+pub use read::{
+    MixtureAndWeights, QueryGradients, ReadBackward, ReadForward, ReadGradients, ReadQuery,
+};
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
@@ -190,6 +192,24 @@ pub trait RoutingBackend: ActivationBackend {
         naive::signed_sum(sum, term, sign)
     }
 
+    /// [`signed_sum`](Self::signed_sum) and, where the backend forms it in the same pass, the
+    /// sum's mean square over the last dimension (`[…, 1]`): the mean square the new `C` or `D`
+    /// will be read with, as [`row_mean_square`](Self::row_mean_square) would compute it. By
+    /// default `None` (the source then computes its own); one launch on the cube backends, where
+    /// the two would be two. On the autodiff backend the mean square is a node of its own over
+    /// the sum, with [`row_mean_square`](Self::row_mean_square)'s backward pass, which runs only
+    /// where a gradient reaches it (a read that does not fold it).
+    ///
+    /// # Shapes
+    /// - sum, term, output: the same shape; mean square: that shape with a last dimension of 1
+    fn signed_sum_with_mean_square<const D: usize>(
+        sum: Tensor<Self, D>,
+        term: Tensor<Self, D>,
+        sign: f64,
+    ) -> (Tensor<Self, D>, Option<Tensor<Self, D>>) {
+        (Self::signed_sum(sum, term, sign), None)
+    }
+
     /// `mean(rows²)` per token: the mean square a source's key norm divides by
     /// (eq:routingweights), computed once per source. A row dot product of the rows with
     /// themselves, so every backend's `row_dots` serves; on the autodiff backend one node whose
@@ -268,21 +288,22 @@ pub trait RoutingBackend: ActivationBackend {
         Self::weighted_sum(&raws, weights * scales(slots))
     }
 
-    /// A whole read: the scores, the bias `b` of every slot (`[S, 1]`, or none), the softmax
-    /// over slots and the mixture, as one operation (`read.rs`). Returns the mixture and the
+    /// A whole read: the scores with the folded query `q ⊙ w`, the bias `b` of every slot
+    /// (`[S, 1]`, or none), the softmax over slots and the mixture, as one operation (`read.rs`),
+    /// differentiable in `q` and `w` themselves. Returns the mixture and the
     /// weights; by default [`routing_read_forward`](Self::routing_read_forward)'s, and on the
     /// autodiff backend two graph nodes with one backward pass.
     ///
     /// # Shapes
-    /// - folded_query: `[d]`; bias: `[S, 1]`
+    /// - query: `[d]` each; bias: `[S, 1]`
     /// - output: mixture `[tokens, d]`; weights `[S, tokens]`
     fn routing_read(
         slots: &[SlotRows<Self>],
-        folded_query: Tensor<Self, 1>,
+        query: ReadQuery<Self>,
         bias: Option<Tensor<Self, 2>>,
         epsilon: f64,
     ) -> MixtureAndWeights<Self> {
-        let read = Self::routing_read_forward(slots, folded_query, bias, epsilon);
+        let read = Self::routing_read_forward(slots, &query, bias, epsilon);
         (read.mixture, read.weights)
     }
 
@@ -291,11 +312,11 @@ pub trait RoutingBackend: ActivationBackend {
     /// Burn's softmax and [`routing_mixture`](Self::routing_mixture).
     fn routing_read_forward(
         slots: &[SlotRows<Self>],
-        folded_query: Tensor<Self, 1>,
+        query: &ReadQuery<Self>,
         bias: Option<Tensor<Self, 2>>,
         epsilon: f64,
     ) -> ReadForward<Self> {
-        read::compose(slots, folded_query, bias, epsilon)
+        read::compose(slots, query, bias, epsilon)
     }
 
     /// The backward pass of [`routing_read`](Self::routing_read), each slot's gradient added to

@@ -21,6 +21,43 @@ use super::{
 /// A read's mixture `[tokens, d]` and weights `[S, tokens]`.
 pub type MixtureAndWeights<B> = (Tensor<B, 2>, Tensor<B, 2>);
 
+/// What a read scores with: the router's query `q` and its key norm's weight `w`, `[d]` each.
+/// Their product is the folded query `u = q ⊙ w` (the key norm factored out of the dot product,
+/// eq:routingweights). A read takes the two apart so that a backend can form `u` where it uses it
+/// and `∂q`, `∂w` where it sums `∂u`: on the GPU backends a product forward, two backward and a sum
+/// over tokens become part of the read's own launches.
+#[derive(Debug, Clone)]
+pub struct ReadQuery<B: Backend> {
+    /// `q`, `[d]`.
+    pub query: Tensor<B, 1>,
+    /// `w`, `[d]`.
+    pub key_weight: Tensor<B, 1>,
+}
+
+impl<B: Backend> ReadQuery<B> {
+    /// `u = q ⊙ w`.
+    pub fn folded(&self) -> Tensor<B, 1> {
+        self.query.clone() * self.key_weight.clone()
+    }
+
+    /// `(∂q, ∂w) = (∂u ⊙ w, ∂u ⊙ q)` from the folded query's gradient.
+    pub fn gradients(&self, folded_grad: Tensor<B, 1>) -> QueryGradients<B> {
+        QueryGradients {
+            query: folded_grad.clone() * self.key_weight.clone(),
+            key_weight: folded_grad * self.query.clone(),
+        }
+    }
+}
+
+/// The gradients of a [`ReadQuery`]'s two vectors.
+#[derive(Debug, Clone)]
+pub struct QueryGradients<B: Backend> {
+    /// `∂L/∂q`, `[d]`.
+    pub query: Tensor<B, 1>,
+    /// `∂L/∂w`, `[d]`.
+    pub key_weight: Tensor<B, 1>,
+}
+
 /// A read's outputs, and the scores its backward pass reuses.
 #[derive(Debug, Clone)]
 pub struct ReadForward<B: Backend> {
@@ -38,8 +75,8 @@ pub struct ReadForward<B: Backend> {
 pub struct ReadBackward<B: Backend> {
     /// The slots read.
     pub slots: Vec<SlotRows<B>>,
-    /// The folded query `u = q ⊙ w`, `[d]`.
-    pub folded_query: Tensor<B, 1>,
+    /// The query and key weight read with.
+    pub query: ReadQuery<B>,
     /// The key norm's ε.
     pub epsilon: f64,
     /// `z'`, `[S, tokens]`.
@@ -74,8 +111,8 @@ pub struct ReadGradients<B: Backend> {
     pub raws: Vec<Option<Tensor<B, 2>>>,
     /// `∂L/∂m_s`, `[tokens, 1]`, for the slots asked for.
     pub mean_squares: Vec<Option<Tensor<B, 2>>>,
-    /// `∂L/∂u`, `[d]`.
-    pub folded_query: Tensor<B, 1>,
+    /// `∂L/∂q` and `∂L/∂w`.
+    pub query: QueryGradients<B>,
     /// `∂L/∂b`, `[S, 1]`, where [`ReadBackward::bias_wanted`].
     pub bias: Option<Tensor<B, 2>>,
 }
@@ -83,11 +120,11 @@ pub struct ReadGradients<B: Backend> {
 /// The read as the scores, the bias, Burn's softmax over slots and the mixture.
 pub fn compose<B: RoutingBackend>(
     slots: &[SlotRows<B>],
-    folded_query: Tensor<B, 1>,
+    query: &ReadQuery<B>,
     bias: Option<Tensor<B, 2>>,
     epsilon: f64,
 ) -> ReadForward<B> {
-    let scores = B::routing_scores(slots, folded_query, epsilon);
+    let scores = B::routing_scores(slots, query.folded(), epsilon);
     let logits = match bias {
         Some(bias) => scores.clone() + bias,
         None => scores.clone(),
@@ -102,7 +139,8 @@ pub fn compose<B: RoutingBackend>(
 }
 
 /// The backward pass of [`compose`]: the mixture's, the softmax's
-/// (`∂(z' + b) = α ⊙ (∂α − Σ_s α_s ∂α_s)`), then the scores'. Slot gradients are added to `into`.
+/// (`∂(z' + b) = α ⊙ (∂α − Σ_s α_s ∂α_s)`), then the scores', and the query's two vectors' from
+/// the folded query's. Slot gradients are added to `into`.
 pub fn compose_backward<B: RoutingBackend>(
     read: ReadBackward<B>,
     into: Vec<Option<Tensor<B, 2>>>,
@@ -133,7 +171,7 @@ pub fn compose_backward<B: RoutingBackend>(
     let bias = read.bias_wanted.then(|| logits_grad.clone().sum_dim(1));
     let scores = scores_backward(
         slots,
-        read.folded_query,
+        read.query.folded(),
         forward,
         logits_grad,
         into,
@@ -150,7 +188,7 @@ pub fn compose_backward<B: RoutingBackend>(
     ReadGradients {
         raws,
         mean_squares,
-        folded_query: scores.folded_query,
+        query: read.query.gradients(scores.folded_query),
         bias,
     }
 }

@@ -7,7 +7,7 @@
 
 use burn::backend::Flex;
 use burn::tensor::{Tensor, TensorData};
-use haares_core::routing_ops::{ReadBackward, naive};
+use haares_core::routing_ops::{ReadBackward, ReadQuery, naive};
 use haares_core::{RoutingBackend, SlotRows};
 
 use crate::common::{Rng, max_abs_diff, tensor_values};
@@ -91,17 +91,20 @@ fn flex_reads_agree_with_the_composition() {
                 )
             };
             let slots = slots(&mut rng, case);
-            let query = random(&mut rng, [d]);
+            let query = ReadQuery {
+                query: random(&mut rng, [d]),
+                key_weight: random(&mut rng, [d]),
+            };
             let bias = with_bias.then(|| random(&mut rng, [count, 1]));
-            let fused = Flex::routing_read_forward(&slots, query.clone(), bias.clone(), 1e-6);
-            let plain = naive::read_forward(&slots, query.clone(), bias, 1e-6);
+            let fused = Flex::routing_read_forward(&slots, &query, bias.clone(), 1e-6);
+            let plain = naive::read_forward(&slots, &query, bias, 1e-6);
             assert_agree(fused.mixture.clone(), plain.mixture, &what("mixture"));
             assert_agree(fused.weights.clone(), plain.weights, &what("weights"));
             assert_agree(fused.scores.clone(), plain.scores, &what("scores"));
 
             let read = ReadBackward {
                 slots,
-                folded_query: query,
+                query,
                 epsilon: 1e-6,
                 scores: fused.scores,
                 weights: fused.weights,
@@ -168,7 +171,9 @@ fn flex_reads_agree_with_the_composition() {
                     _ => panic!("{}", what("∂m answered against `wanted`")),
                 }
             }
-            assert_agree(fused.folded_query, plain.folded_query, &what("∂u"));
+            assert_agree(fused.query.query, plain.query.query, &what("∂q"));
+            let (fused_key, plain_key) = (fused.query.key_weight, plain.query.key_weight);
+            assert_agree(fused_key, plain_key, &what("∂w"));
             match (fused.bias, plain.bias) {
                 (Some(fused), Some(plain)) => assert_agree(fused, plain, &what("∂b")),
                 (None, None) => assert!(!with_bias, "{}", what("a wanted ∂b missing")),

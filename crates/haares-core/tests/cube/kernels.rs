@@ -15,7 +15,8 @@ use super::common::{Rng, max_abs_diff, random_matrix, random_slot_views, tensor_
 
 const SLOT_COUNTS: [usize; 5] = [1, 3, 16, 17, 40];
 /// (tokens, d): a single number, widths that do not divide the thread count, several strides.
-const SHAPES: [(usize, usize); 3] = [(1, 1), (37, 70), (130, 256)];
+/// The last has more tokens than a column sum of the query's gradients has threads.
+const SHAPES: [(usize, usize); 4] = [(1, 1), (37, 70), (130, 256), (300, 33)];
 
 fn random_on<B: Backend, const D: usize>(
     rng: &mut Rng,
@@ -165,7 +166,7 @@ pub fn read_forward_matches_the_composition<B: RoutingBackend>() {
 }
 
 /// [`RoutingBackend::routing_read_forward`] on `B` of inputs drawn from `seed`: the slots of
-/// [`random_slots`], a query, a bias.
+/// [`random_slots`], a query and key weight, a bias.
 fn read_forward_of<B: RoutingBackend>(
     seed: u64,
     count: usize,
@@ -175,15 +176,15 @@ fn read_forward_of<B: RoutingBackend>(
 ) -> haares_core::routing_ops::ReadForward<B> {
     let mut rng = Rng::new(seed);
     let slots = random_slots::<B>(&mut rng, count, tokens, d);
-    let query = random_on::<B, 1>(&mut rng, [d], 0.5);
+    let query = random_query::<B>(&mut rng, d);
     let bias = random_on::<B, 2>(&mut rng, [count, 1], 1.0);
-    B::routing_read_forward(&slots, query, biased.then_some(bias), 1e-6)
+    B::routing_read_forward(&slots, &query, biased.then_some(bias), 1e-6)
 }
 
-/// A read's backward pass on the device (one kernel and two sums where the slots fit one
-/// launch, the composition beyond) against the composition on the CPU: every wanted slot's
+/// A read's backward pass on the device (one kernel, the query's gradients and the bias's sum
+/// where the slots fit one launch, the composition beyond) against the composition on the CPU: every wanted slot's
 /// gradient (added to an accumulated one for some slots, none for others), every wanted mean
-/// square's, the query's and the bias's, with and without a gradient reaching the weights (with
+/// square's, the query's, the key weight's and the bias's, with and without a gradient reaching the weights (with
 /// one, the mean squares' gradients are folded into the rows', `fold_mean_squares`).
 pub fn read_backward_matches_the_composition<B: RoutingBackend>() {
     type Cpu = burn::backend::NdArray<f32>;
@@ -201,7 +202,8 @@ pub fn read_backward_matches_the_composition<B: RoutingBackend>() {
                     assert!(
                         diff < 1e-5 * scale,
                         "read backward, S = {count}, {tokens} × {d}, ∂α {weights_reach_the_loss}: \
-                         entry {index} (wanted slots, wanted mean squares, query, bias) differs \
+                         entry {index} (wanted slots, wanted mean squares, query, key weight, \
+                         bias) differs \
                          from the composition by {diff:e} (scale {scale:.2})"
                     );
                 }
@@ -212,7 +214,8 @@ pub fn read_backward_matches_the_composition<B: RoutingBackend>() {
 
 /// [`RoutingBackend::routing_read_backward`] on `B` of inputs drawn from `seed`, its gradients
 /// as host vectors: the wanted slots' (every slot but slot 1; even slots add to an accumulated
-/// gradient), the wanted mean squares' (every one but the last), the query's, the bias's.
+/// gradient), the wanted mean squares' (every one but the last), the query's, the key weight's,
+/// the bias's.
 fn read_backward_of<B: RoutingBackend>(
     seed: u64,
     count: usize,
@@ -222,7 +225,7 @@ fn read_backward_of<B: RoutingBackend>(
 ) -> Vec<Vec<f64>> {
     let mut rng = Rng::new(seed);
     let slots = random_slots::<B>(&mut rng, count, tokens, d);
-    let folded_query = random_on::<B, 1>(&mut rng, [d], 0.5);
+    let query = random_query::<B>(&mut rng, d);
     let scores = random_on::<B, 2>(&mut rng, [count, tokens], 2.0);
     let weights =
         burn::tensor::activation::softmax(random_on::<B, 2>(&mut rng, [count, tokens], 2.0), 0);
@@ -242,7 +245,7 @@ fn read_backward_of<B: RoutingBackend>(
     let fold_mean_squares = weights_reach_the_loss;
     let read = haares_core::routing_ops::ReadBackward {
         slots,
-        folded_query,
+        query,
         epsilon: 1e-6,
         scores,
         weights,
@@ -269,9 +272,21 @@ fn read_backward_of<B: RoutingBackend>(
         .map(tensor_values)
         .collect();
     all.extend(grads.mean_squares.into_iter().flatten().map(tensor_values));
-    all.push(tensor_values(grads.folded_query));
+    all.push(tensor_values(grads.query.query));
+    all.push(tensor_values(grads.query.key_weight));
     all.extend(grads.bias.map(tensor_values));
     all
+}
+
+/// A router's query and a key weight around 1 (where a key norm's weight starts).
+fn random_query<B: RoutingBackend>(
+    rng: &mut Rng,
+    d: usize,
+) -> haares_core::routing_ops::ReadQuery<B> {
+    haares_core::routing_ops::ReadQuery {
+        query: random_on::<B, 1>(rng, [d], 0.5),
+        key_weight: random_on::<B, 1>(rng, [d], 0.3).add_scalar(1.0),
+    }
 }
 
 /// `count` slots of `[tokens, d]` rows of different sizes, an RMS scale on every other one, and

@@ -1,7 +1,8 @@
 //! The routing operator's per-slot row kernels on a cube backend (part of `tests/portability.rs`):
 //! a source's mean square and its backward pass, and the scaled rows added to an accumulated
 //! gradient, against f64 host values on strided inputs, with and without an accumulated
-//! gradient, for a row shared by all tokens and one per token.
+//! gradient, for a row shared by all tokens and one per token; and eq:update's signed sum with
+//! the mean square a cube backend forms in the same launch.
 
 use burn::tensor::Tensor;
 use haares_core::RoutingBackend;
@@ -166,4 +167,65 @@ pub fn rms_match_multipliers_match<B: RoutingBackend>() {
         "rms_match multiplier",
     );
     assert_close_at_scale(&tensor_values(square), &squares, TOLERANCE, "its square");
+}
+
+/// eq:update's signed sum with its mean square ([`RoutingBackend::signed_sum_with_mean_square`]),
+/// on `[1, tokens, d]` views of every layout, for the signs ±1 and a general one: the sum against
+/// f64, the mean square where the backend forms one (`forms_mean_square`; `None` where it does
+/// not), and on the autodiff backend the gradients of `Σ out ⊙ r + Σ m ⊙ g` reaching both inputs
+/// through the sum's node and the mean square's: `∂sum = r + (2/d) g ⊙ out`, `∂term = sign · ∂sum`.
+pub fn signed_sums_with_mean_squares_match<B: RoutingBackend>(forms_mean_square: bool) {
+    type Tracked<B> = burn::backend::Autodiff<B>;
+    let mut rng = Rng::new(2029);
+    for (tokens, d) in SHAPES {
+        let views = random_slot_views::<B>(&mut rng, 3, tokens, d);
+        let terms = random_slot_views::<B>(&mut rng, 3, tokens, d);
+        for ((sum, term), sign) in views.into_iter().zip(terms).zip([1.0, -1.0, 0.5]) {
+            let what = format!("signed sum, {tokens} × {d}, sign {sign}");
+            let (sums, terms) = (tensor_values(sum.clone()), tensor_values(term.clone()));
+            let out: Vec<f64> = sums.iter().zip(&terms).map(|(s, t)| s + sign * t).collect();
+            let mean_squares: Vec<f64> = out
+                .chunks(d)
+                .map(|row| row.iter().map(|x| x * x).sum::<f64>() / d as f64)
+                .collect();
+            let r: Tensor<B, 3> = random_matrix(&mut rng, [tokens, d]).unsqueeze();
+            let g: Tensor<B, 3> = random_matrix(&mut rng, [tokens, 1]).unsqueeze();
+            let (r_values, g_values) = (tensor_values(r.clone()), tensor_values(g.clone()));
+
+            let tracked = |x: Tensor<B, 2>| Tensor::<Tracked<B>, 3>::from_inner(x.unsqueeze());
+            let (sum, term) = (tracked(sum).require_grad(), tracked(term).require_grad());
+            let (output, mean_square) =
+                Tracked::<B>::signed_sum_with_mean_square(sum.clone(), term.clone(), sign);
+            assert_eq!(output.dims(), [1, tokens, d], "{what}: shape");
+            assert_close_at_scale(&tensor_values(output.clone()), &out, TOLERANCE, &what);
+            assert_eq!(
+                mean_square.is_some(),
+                forms_mean_square,
+                "{what}: a mean square formed against the backend's kind"
+            );
+            let mut loss = (output * Tensor::from_inner(r)).sum();
+            let mut mean_square_grads = vec![0.0; tokens];
+            if let Some(mean_square) = mean_square {
+                assert_eq!(
+                    mean_square.dims(),
+                    [1, tokens, 1],
+                    "{what}: mean square shape"
+                );
+                let values = tensor_values(mean_square.clone());
+                assert_close_at_scale(&values, &mean_squares, TOLERANCE, &format!("{what}: m"));
+                loss = loss + (mean_square * Tensor::from_inner(g)).sum();
+                mean_square_grads = g_values;
+            }
+            let grads = loss.backward();
+            let expected: Vec<f64> = (0..tokens * d)
+                .map(|i| r_values[i] + 2.0 / d as f64 * mean_square_grads[i / d] * out[i])
+                .collect();
+            let of_term: Vec<f64> = expected.iter().map(|x| sign * x).collect();
+            for (input, expected, name) in [(sum, expected, "∂sum"), (term, of_term, "∂term")] {
+                let grad = input.grad(&grads).expect("a tracked input's gradient");
+                let what = format!("{what}: {name}");
+                assert_close_at_scale(&tensor_values(grad), &expected, TOLERANCE, &what);
+            }
+        }
+    }
 }
