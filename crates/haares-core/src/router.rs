@@ -17,7 +17,7 @@ use burn::tensor::{ElementConversion, Tensor, backend::Backend};
 use crate::ActivationBackend;
 use crate::config::DetailBias;
 use crate::norm::{RmsNorm, RmsNormConfig};
-use crate::routing_ops::{ReadQuery, RoutingBackend, SlotRows};
+use crate::routing_ops::{ReadBias, ReadQuery, RoutingBackend, SlotRows};
 use crate::source_bank::{SlotKind, Source, SourceBank, rows};
 
 /// Configuration of a [`DepthRouter`].
@@ -124,26 +124,23 @@ impl<B: Backend> DepthRouter<B> {
         }
     }
 
-    /// The detail bias of every slot as an `[S, 1]` column (zero on non-detail slots), or `None`
-    /// when the bank has no biased slot.
-    fn bias_column(&self, bank: &SourceBank<B>) -> Option<Tensor<B, 2>> {
-        let mask: Vec<f32> = bank
+    /// The detail bias as a read takes it: `b` and the bank's detail slots, or `None` when the
+    /// bank has no detail slot or the router no bias.
+    fn read_bias(&self, bank: &SourceBank<B>) -> Option<ReadBias<B>> {
+        let slots: Vec<bool> = bank
             .kinds()
             .iter()
-            .map(|kind| f32::from(u8::from(*kind == SlotKind::Detail)))
+            .map(|kind| *kind == SlotKind::Detail)
             .collect();
-        if !mask.contains(&1.0) {
+        if !slots.contains(&true) {
             return None;
         }
-        let device = self.query.device();
-        let slots = mask.len();
-        let mask = Tensor::<B, 1>::from_floats(mask.as_slice(), &device);
-        let bias = match (&self.detail_bias, self.fixed_detail_bias) {
-            (Some(bias), _) => mask * bias.val(),
-            (None, Some(value)) => mask.mul_scalar(value),
+        let value = match (&self.detail_bias, self.fixed_detail_bias) {
+            (Some(bias), _) => bias.val(),
+            (None, Some(value)) => Tensor::from_floats([value as f32], &self.query.device()),
             (None, None) => return None,
         };
-        Some(bias.reshape([slots, 1]))
+        Some(ReadBias { value, slots })
     }
 
     fn add_detail_bias(&self, score: Tensor<B, 3>) -> Tensor<B, 3> {
@@ -173,7 +170,7 @@ impl<B: RoutingBackend> DepthRouter<B> {
         let (mixture, weights) = B::routing_read(
             &slot_rows(bank),
             query,
-            self.bias_column(bank),
+            self.read_bias(bank),
             self.key_norm.epsilon,
         );
         let mixture = mixture.reshape([batch, seq, d_model]);
@@ -199,8 +196,8 @@ impl<B: RoutingBackend> DepthRouter<B> {
     fn logits_fused(&self, slots: &[SlotRows<B>], bank: &SourceBank<B>) -> Tensor<B, 2> {
         let folded_query = self.query.val() * self.key_norm.weight.val();
         let scores = B::routing_scores(slots, folded_query, self.key_norm.epsilon);
-        match self.bias_column(bank) {
-            Some(bias) => scores + bias,
+        match self.read_bias(bank) {
+            Some(bias) => scores + bias.column(),
             None => scores,
         }
     }

@@ -28,8 +28,8 @@ use super::autodiff_slots::{
     SLOTS_PER_NODE, SlotsBackward, inner, padding, register, take_accumulated,
 };
 use super::{
-    MixtureAndWeights, ReadQuery, RoutingBackend, ScoresForward, SlotRows, from_primitive,
-    mixture_backward, scores_backward, scores_forward,
+    MixtureAndWeights, ReadBias, ReadQuery, RoutingBackend, ScoresForward, SlotRows,
+    from_primitive, mixture_backward, scores_backward, scores_forward,
 };
 
 /// Parents of a scores node: every slot's rows and mean square, then the folded query.
@@ -105,14 +105,14 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
     fn routing_read(
         slots: &[SlotRows<Self>],
         query: ReadQuery<Self>,
-        bias: Option<Tensor<Self, 2>>,
+        bias: Option<ReadBias<Self>>,
         epsilon: f64,
     ) -> MixtureAndWeights<Self> {
         if slots.len() <= SLOTS_PER_NODE {
             return read_node(slots, query, bias, epsilon);
         }
         // The softmax spans every slot, which one node cannot take: the two operations' nodes.
-        let read = super::read::compose(slots, &query, bias, epsilon);
+        let read = super::read::compose(slots, &query, bias.as_ref(), epsilon);
         (read.mixture, read.weights)
     }
 

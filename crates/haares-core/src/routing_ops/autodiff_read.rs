@@ -21,7 +21,7 @@ use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::tensor::Tensor;
 
 use super::autodiff_slots::{SLOTS_PER_NODE, SlotsBackward, inner, padding, register};
-use super::{MixtureAndWeights, ReadBackward, ReadQuery, RoutingBackend, SlotRows};
+use super::{MixtureAndWeights, ReadBackward, ReadBias, ReadQuery, RoutingBackend, SlotRows};
 use crate::autodiff_node::{finish, primitive};
 
 /// Parents of a read node: every slot's rows and mean square (none where the backend
@@ -38,6 +38,7 @@ const BIAS: usize = QUERY + 2;
 struct ReadState<B: RoutingBackend> {
     slots: Vec<SlotRows<B>>,
     query: ReadQuery<B>,
+    biased_slots: Vec<bool>,
     epsilon: f64,
     scores: Tensor<B, 2>,
     weights: Tensor<B, 2>,
@@ -81,6 +82,7 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
             same_rows,
             slots: state.slots,
             query: state.query,
+            biased_slots: state.biased_slots,
             epsilon: state.epsilon,
             scores: state.scores,
             weights: state.weights,
@@ -116,11 +118,11 @@ fn same_rows(rows: &[Option<NodeId>]) -> Vec<usize> {
 pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
     slots: &[SlotRows<Autodiff<B, C>>],
     query: ReadQuery<Autodiff<B, C>>,
-    bias: Option<Tensor<Autodiff<B, C>, 2>>,
+    bias: Option<ReadBias<Autodiff<B, C>>>,
     epsilon: f64,
 ) -> MixtureAndWeights<Autodiff<B, C>> {
     // The parents are held as tensors, not just nodes, until the node is registered: a
-    // temporary such as a bias column has no other holder, and Burn's graph cleanup (run at the
+    // temporary such as a fixed bias has no other holder, and Burn's graph cleanup (run at the
     // end of any thread's backward pass) frees an unregistered root whose tensor is gone.
     let filler = padding(&slots[0].raw);
     let mut parents: [_; READ_PARENTS] = core::array::from_fn(|_| filler.clone());
@@ -134,7 +136,7 @@ pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
     parents[QUERY] = primitive(query.query.clone());
     parents[KEY_WEIGHT] = primitive(query.key_weight.clone());
     if let Some(bias) = &bias {
-        parents[BIAS] = primitive(bias.clone());
+        parents[BIAS] = primitive(bias.value.clone());
     }
 
     let inner_slots: Vec<_> = slots.iter().map(inner).collect();
@@ -142,11 +144,15 @@ pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
         query: query.query.inner(),
         key_weight: query.key_weight.inner(),
     };
-    let forward =
-        B::routing_read_forward(&inner_slots, &inner_query, bias.map(Tensor::inner), epsilon);
+    let inner_bias = bias.map(|bias| ReadBias {
+        value: bias.value.inner(),
+        slots: bias.slots,
+    });
+    let forward = B::routing_read_forward(&inner_slots, &inner_query, inner_bias.as_ref(), epsilon);
     let read_state = ReadState {
         slots: inner_slots,
         query: inner_query,
+        biased_slots: inner_bias.map_or_else(|| vec![false; slots.len()], |bias| bias.slots),
         epsilon,
         scores: forward.scores,
         weights: forward.weights.clone(),

@@ -14,7 +14,8 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::{
-    ReadBackward, ReadForward, ReadGradients, ReadQuery, RoutingBackend, SlotRows, from_primitive,
+    ReadBackward, ReadBias, ReadForward, ReadGradients, ReadQuery, RoutingBackend, SlotRows,
+    from_primitive,
 };
 use crate::config::RoutingPath;
 
@@ -52,15 +53,15 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
     fn routing_read_forward(
         slots: &[SlotRows<Self>],
         query: &ReadQuery<Self>,
-        bias: Option<Tensor<Self, 2>>,
+        bias: Option<&ReadBias<Self>>,
         epsilon: f64,
     ) -> ReadForward<Self> {
-        super::cube_read::read_forward(slots, query, bias.clone(), epsilon)
+        super::cube_read::read_forward(slots, query, bias, epsilon)
             .unwrap_or_else(|| super::read::compose(slots, query, bias, epsilon))
     }
 
-    /// One launch, the query's gradients in one more and the bias's sum where it is wanted, where
-    /// the read's slots fit one launch (`cube_read.rs`); else the composition.
+    /// One launch, and the query's, key weight's and bias's gradients in one more, where the
+    /// read's slots fit one launch (`cube_read.rs`); else the composition.
     fn routing_read_backward(
         read: ReadBackward<Self>,
         into: Vec<Option<Tensor<Self, 2>>>,
@@ -311,7 +312,9 @@ fn slots_per_launch<R: CubeRuntime>(like: &CubeTensor<R>) -> usize {
 
 /// A Burn tensor as the kernels' argument. Transposed views are copied, so that neighbouring
 /// threads read neighbouring addresses; row-pitched tensors (CUDA's layout) are read in place.
-pub(super) fn cube_tensor<R, F, I, BT>(tensor: Tensor<CubeBackend<R, F, I, BT>, 2>) -> CubeTensor<R>
+pub(super) fn cube_tensor<R, F, I, BT, const D: usize>(
+    tensor: Tensor<CubeBackend<R, F, I, BT>, D>,
+) -> CubeTensor<R>
 where
     R: CubeRuntime,
     F: FloatElement,

@@ -24,8 +24,8 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::cube::{MAX_SLOTS_PER_LAUNCH, ROW_THREADS, cube_tensor, sequence};
 use super::{
-    QueryGradients, ReadBackward, ReadForward, ReadGradients, ReadQuery, SlotRows, from_primitive,
-    slot_column,
+    QueryGradients, ReadBackward, ReadBias, ReadForward, ReadGradients, ReadQuery, SlotRows,
+    from_primitive, slot_column,
 };
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
@@ -124,7 +124,7 @@ fn per_token<R: CubeRuntime>(like: &CubeTensor<R>, tokens: usize) -> (CubeCount,
 pub(super) fn read_forward<R, F, I, BT>(
     slots: &[SlotRows<Cube<R, F, I, BT>>],
     query: &ReadQuery<Cube<R, F, I, BT>>,
-    bias: Option<Rows<R, F, I, BT>>,
+    bias: Option<&ReadBias<Cube<R, F, I, BT>>>,
     epsilon: f64,
 ) -> Option<ReadForward<Cube<R, F, I, BT>>>
 where
@@ -142,8 +142,8 @@ where
     }
     let [tokens, _] = slots[0].raw.dims();
     let (raws, scales, mean_squares, scaled) = device_slots(slots);
-    let biased = bias.is_some();
-    let bias = bias.map_or_else(|| query.clone(), cube_tensor);
+    let biased_slots = bias.map_or(0, |bias| mask(&bias.slots, |takes| *takes));
+    let bias = bias.map_or_else(|| query.clone(), |bias| cube_tensor(bias.value.clone()));
     let (mixture, weights, scores) = (
         empty(&query, [tokens, d_model]),
         empty(&query, [slots.len(), tokens]),
@@ -165,8 +165,8 @@ where
         weights.clone().into_tensor_arg(),
         scores.clone().into_tensor_arg(),
         scaled,
+        biased_slots,
         epsilon as f32,
-        biased,
         ROW_THREADS,
         dtype.into(),
     );
@@ -180,9 +180,10 @@ where
 /// A read's backward pass handed back, with the gradients to add to, for the composition.
 pub(super) type UnfusedBackward<B> = (ReadBackward<B>, Vec<Option<Tensor<B, 2>>>);
 
-/// The backward pass of a read in one launch, the query's gradients in one more and the bias's sum
-/// where it is wanted, or its inputs back where its slots do not fit one launch. Each wanted slot's gradient is its `into` plus both shares
-/// (mixture and scores), formed in one update; shared rows (`same_rows`) get each slot's own.
+/// The backward pass of a read in one launch and the query's, key weight's and bias's gradients in
+/// one more, or its inputs back where its slots do not fit one launch. Each wanted slot's gradient
+/// is its `into` plus both shares (mixture and scores), formed in one update; shared rows
+/// (`same_rows`) get each slot's own.
 pub(super) fn read_backward<R, F, I, BT>(
     read: ReadBackward<Cube<R, F, I, BT>>,
     into: Vec<Option<Rows<R, F, I, BT>>>,
@@ -197,10 +198,10 @@ where
 {
     let count = read.slots.len();
     let d_model = read.query.query.dims()[0];
-    let (read_bias_wanted, fold) = (read.bias_wanted, read.fold_mean_squares);
+    let (bias_wanted, fold) = (read.bias_wanted, read.fold_mean_squares);
     let grad = cube_tensor(read.mixture_grad.clone());
-    // Per slot its rows, scale, mean square and earlier gradient; six more inputs, four outputs.
-    if !fits(&grad, count, 4, 10) {
+    // Per slot its rows, scale, mean square and earlier gradient; six more inputs, three outputs.
+    if !fits(&grad, count, 4, 9) {
         return Err((read, into));
     }
     let [tokens, _] = read.slots[0].raw.dims();
@@ -214,16 +215,14 @@ where
     let weights_grad = read.weights_grad.map(cube_tensor);
     let extra = weights_grad.is_some();
     let weights_grad = weights_grad.unwrap_or_else(|| grad.clone());
+    // Each token's share of `∂u`, and of `∂b` in one more column where it is wanted.
     let (raw_grads, query_rows) = (
         empty(&grad, [count * tokens, d_model]),
-        empty(&grad, [tokens, d_model]),
+        empty(&grad, [tokens, d_model + usize::from(bias_wanted)]),
     );
     // A folded read writes no mean-square gradient: its output is a one-element stand-in.
     let mean_square_shape = if fold { [1, 1] } else { [count, tokens] };
-    let (mean_square_grads, logits_grad) = (
-        empty(&grad, mean_square_shape),
-        empty(&grad, [count, tokens]),
-    );
+    let mean_square_grads = empty(&grad, mean_square_shape);
     let (cube_count, cube_dim) = per_token(&grad, tokens);
     let (client, dtype) = (grad.client.clone(), grad.dtype);
     super::cube_read_kernels::read_backward_kernel::launch::<R>(
@@ -242,20 +241,21 @@ where
         weights_grad.into_tensor_arg(),
         raw_grads.clone().into_tensor_arg(),
         mean_square_grads.clone().into_tensor_arg(),
-        logits_grad.clone().into_tensor_arg(),
         query_rows.clone().into_tensor_arg(),
         scaled,
         accumulated,
         mask(wanted, |w| *w),
+        mask(&read.biased_slots, |takes| *takes),
         read.epsilon as f32,
         extra,
         fold,
+        bias_wanted,
         ROW_THREADS,
         dtype.into(),
     );
     let raw_grads: Rows<R, F, I, BT> = from_primitive(raw_grads);
     let mean_square_grads: Rows<R, F, I, BT> = from_primitive(mean_square_grads);
-    let logits_grad: Rows<R, F, I, BT> = from_primitive(logits_grad);
+    let (query, bias) = query_gradients(&query_rows, &query, &key_weight);
     Ok(ReadGradients {
         raws: (0..count)
             .map(|slot| wanted[slot].then(|| raw_grads.clone().narrow(0, slot * tokens, tokens)))
@@ -266,8 +266,8 @@ where
                 wanted.then(|| slot_column(&mean_square_grads, slot, tokens))
             })
             .collect(),
-        query: query_gradients(&query_rows, &query, &key_weight),
-        bias: read_bias_wanted.then(|| logits_grad.sum_dim(1)),
+        query,
+        bias,
     })
 }
 
@@ -285,22 +285,27 @@ where
     })
 }
 
-/// `(∂q, ∂w)` from the backward kernel's per-token rows of `∂u`, in one launch.
+/// `(∂q, ∂w)` from the backward kernel's per-token rows of `∂u`, and `∂b` from their last column
+/// where they have one more than the query, in one launch.
 fn query_gradients<R, F, I, BT>(
     rows: &CubeTensor<R>,
     query: &CubeTensor<R>,
     key_weight: &CubeTensor<R>,
-) -> QueryGradients<Cube<R, F, I, BT>>
+) -> (
+    QueryGradients<Cube<R, F, I, BT>>,
+    Option<Tensor<Cube<R, F, I, BT>, 1>>,
+)
 where
     R: CubeRuntime,
     F: FloatElement,
     I: IntElement,
     BT: BoolElement,
 {
-    let d_model = rows.meta.shape()[1];
+    let (columns, d_model) = (rows.meta.shape()[1], query.meta.shape()[1]);
     let [query_grad, key_weight_grad] = [(); 2].map(|_| empty(rows, [1, d_model]));
+    let bias_grad = empty(rows, [1, 1]);
     let cube_dim = CubeDim::new_1d(QUERY_THREADS as u32);
-    let cube_count = calculate_cube_count_elemwise(&rows.client, d_model * QUERY_THREADS, cube_dim);
+    let cube_count = calculate_cube_count_elemwise(&rows.client, columns * QUERY_THREADS, cube_dim);
     super::cube_read_kernels::query_gradients_kernel::launch::<R>(
         &rows.client,
         cube_count,
@@ -310,12 +315,14 @@ where
         key_weight.clone().into_tensor_arg(),
         query_grad.clone().into_tensor_arg(),
         key_weight_grad.clone().into_tensor_arg(),
+        bias_grad.clone().into_tensor_arg(),
         QUERY_THREADS,
         rows.dtype.into(),
     );
-    let vector = |row| from_primitive::<Cube<R, F, I, BT>, 2>(row).reshape([d_model]);
-    QueryGradients {
-        query: vector(query_grad),
-        key_weight: vector(key_weight_grad),
-    }
+    let vector = |row, width| from_primitive::<Cube<R, F, I, BT>, 2>(row).reshape([width]);
+    let query = QueryGradients {
+        query: vector(query_grad, d_model),
+        key_weight: vector(key_weight_grad, d_model),
+    };
+    (query, (columns > d_model).then(|| vector(bias_grad, 1)))
 }

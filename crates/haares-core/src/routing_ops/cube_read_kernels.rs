@@ -20,7 +20,8 @@ fn slot_total<F: Float>(partials: &SharedMemory<F>, slot: usize, #[comptime] thr
 /// then (one
 /// thread) `z'_s = dot_s · c_s / √(m_s + ε)`, `α = softmax_s(z' + b)`, then every thread
 /// `h̃[n, k] = Σ_s α_s c_s raw_s[n, k]` for its `k`. Slot `s` has a scale where bit `s` of
-/// `scaled` is set (`c_s = 1` otherwise); `bias` is read only when `biased`.
+/// `scaled` is set (`c_s = 1` otherwise), and takes the bias `b = bias[0]` where bit `s` of
+/// `biased` is (`bias` is read only then).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn read_forward_kernel<F: Float>(
@@ -34,8 +35,8 @@ pub(super) fn read_forward_kernel<F: Float>(
     weights: &mut Tensor<F>,
     scores: &mut Tensor<F>,
     scaled: u32,
+    biased: u32,
     epsilon: f32,
-    #[comptime] biased: bool,
     #[comptime] threads: usize,
     #[define(F)] _dtype: StorageType,
 ) {
@@ -73,8 +74,8 @@ pub(super) fn read_forward_kernel<F: Float>(
             let score = dot * (scale / (m + F::cast_from(epsilon)).sqrt());
             scores[slot * scores.stride(0) + token * scores.stride(1)] = score;
             let mut logit = score;
-            if biased {
-                logit += bias[slot * bias.stride(0)];
+            if (biased >> u32::cast_from(slot)) & 1 == 1 {
+                logit += bias[0];
             }
             logits[slot] = logit;
             factors[slot] = scale;
@@ -127,8 +128,10 @@ fn scale_at<F: Float>(
 
 /// One cube per token `n`, with `g = ∂L/∂h̃[n]`: `a_s = c_s (g · raw_s[n])` reduced in shared
 /// memory; then (one thread) `∂α_s = a_s (+ ∂L/∂α_s)`, `∂ℓ_s = α_s (∂α_s − Σ_r α_r ∂α_r)`
-/// (the logits' gradient, written for the bias's sum), `w_s = ∂ℓ_s c_s / √(m_s + ε)` and
-/// `∂m_s = −½ ∂ℓ_s z'_s / (m_s + ε)`; then every thread, for its `k`,
+/// (the logits' gradient), `w_s = ∂ℓ_s c_s / √(m_s + ε)` and
+/// `∂m_s = −½ ∂ℓ_s z'_s / (m_s + ε)`, and with `bias_wanted` the token's share of `∂b`,
+/// `Σ_s ∂ℓ_s` over the slots whose bit in `biased` is set, written to column `d` of `query_rows`;
+/// then every thread, for its `k`,
 /// `∂raw_s[n, k] = into_s[n, k] + α_s c_s g[k] + w_s u[k]` for the wanted slots (rows
 /// `s·tokens + n` of `raw_grads`, with `u = q ⊙ w`) and `Σ_s w_s raw_s[n, k]`, the token's
 /// share of `∂u`. With
@@ -152,14 +155,15 @@ pub(super) fn read_backward_kernel<F: Float>(
     weights_grad: &Tensor<F>,
     raw_grads: &mut Tensor<F>,
     mean_square_grads: &mut Tensor<F>,
-    logits_grad: &mut Tensor<F>,
     query_rows: &mut Tensor<F>,
     scaled: u32,
     accumulated: u32,
     wanted: u32,
+    biased: u32,
     epsilon: f32,
     #[comptime] extra: bool,
     #[comptime] fold: bool,
+    #[comptime] bias_wanted: bool,
     #[comptime] threads: usize,
     #[define(F)] _dtype: StorageType,
 ) {
@@ -170,7 +174,7 @@ pub(super) fn read_backward_kernel<F: Float>(
         terminate!();
     }
     let lane = UNIT_POS_X as usize;
-    let d_model = query_rows.shape(1);
+    let d_model = grad.shape(1);
     let grad_row = token * grad.stride(0);
     let mut partials = SharedMemory::<F>::new(count * threads);
     // Per slot: `α_s c_s`, then `w_s`.
@@ -206,6 +210,7 @@ pub(super) fn read_backward_kernel<F: Float>(
             score_factors[slot] = weight_grad;
             along += weights[at] * weight_grad;
         }
+        let mut bias_share = F::new(0.0);
         #[unroll]
         for slot in 0..count {
             let scale = scale_at::<F>(scales, scaled, token, slot);
@@ -213,7 +218,9 @@ pub(super) fn read_backward_kernel<F: Float>(
             let shifted = mean_square[token * mean_square.stride(0)] + F::cast_from(epsilon);
             let weight = weights[slot * weights.stride(0) + token * weights.stride(1)];
             let logit_grad = weight * (score_factors[slot] - along);
-            logits_grad[slot * logits_grad.stride(0) + token * logits_grad.stride(1)] = logit_grad;
+            if (biased >> u32::cast_from(slot)) & 1 == 1 {
+                bias_share += logit_grad;
+            }
             let score = scores[slot * scores.stride(0) + token * scores.stride(1)];
             let mean_square_grad = (logit_grad * score / shifted) * F::new(-0.5);
             if !fold {
@@ -228,6 +235,9 @@ pub(super) fn read_backward_kernel<F: Float>(
             mixture_factors[slot] = weight * scale;
             // A division, as the composition's coefficient is formed.
             score_factors[slot] = logit_grad * (scale / shifted.sqrt());
+        }
+        if bias_wanted {
+            query_rows[token * query_rows.stride(0) + d_model * query_rows.stride(1)] = bias_share;
         }
     }
     sync_cube();
@@ -263,9 +273,10 @@ pub(super) fn read_backward_kernel<F: Float>(
 /// Groups of partial sums in [`query_gradients_kernel`]'s reduction; its thread count is a multiple.
 pub(super) const GROUPS: usize = 16;
 
-/// `∂q = (Σ_n rows[n, k]) w[k]` and `∂w = (Σ_n rows[n, k]) q[k]` (each a `[1, d]` row): the folded query's gradient,
-/// summed over the tokens' rows the backward kernel writes, taken to the query and the key
-/// weight (the tensor operations' sum, then two products). One cube per column `k`: its threads
+/// `∂q = (Σ_n rows[n, k]) w[k]` and `∂w = (Σ_n rows[n, k]) q[k]` (each a `[1, d]` row): the
+/// folded query's gradient, summed over the tokens' rows the backward kernel writes, taken to the
+/// query and the key weight (the tensor operations' sum, then two products); and
+/// `∂b = Σ_n rows[n, d]` where `rows` has a column more than the query. One cube per column `k`: its threads
 /// stride over the tokens, and shared memory sums their partial sums in [`GROUPS`] groups.
 #[cube(launch)]
 pub(super) fn query_gradients_kernel<F: Float>(
@@ -274,6 +285,7 @@ pub(super) fn query_gradients_kernel<F: Float>(
     key_weight: &Tensor<F>,
     query_grad: &mut Tensor<F>,
     key_weight_grad: &mut Tensor<F>,
+    bias_grad: &mut Tensor<F>,
     #[comptime] threads: usize,
     #[define(F)] _dtype: StorageType,
 ) {
@@ -307,7 +319,11 @@ pub(super) fn query_gradients_kernel<F: Float>(
         for group in 0..groups {
             total += partials[group * per_group];
         }
-        query_grad[k * query_grad.stride(1)] = total * key_weight[k * key_weight.stride(1)];
-        key_weight_grad[k * key_weight_grad.stride(1)] = total * query[k * query.stride(1)];
+        if k < query.shape(1) {
+            query_grad[k * query_grad.stride(1)] = total * key_weight[k * key_weight.stride(1)];
+            key_weight_grad[k * key_weight_grad.stride(1)] = total * query[k * query.stride(1)];
+        } else {
+            bias_grad[0] = total;
+        }
     }
 }

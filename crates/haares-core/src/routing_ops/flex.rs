@@ -30,14 +30,16 @@ use rayon::prelude::*;
 
 use super::flex_rows::{Rows, buffers, slices, tokens_per_task};
 use super::flex_sums::{Added, host_add_scaled_rows, host_signed_sum};
-use super::{ReadBackward, ReadForward, ReadGradients, ReadQuery, RoutingBackend, SlotRows, naive};
+use super::{
+    ReadBackward, ReadBias, ReadForward, ReadGradients, ReadQuery, RoutingBackend, SlotRows, naive,
+};
 use crate::simd::{HostFloat, dot_product, flex_tensor, scaled_add};
 
 impl RoutingBackend for Flex {
     fn routing_read_forward(
         slots: &[SlotRows<Self>],
         query: &ReadQuery<Self>,
-        bias: Option<Tensor<Self, 2>>,
+        bias: Option<&ReadBias<Self>>,
         epsilon: f64,
     ) -> ReadForward<Self> {
         super::flex_read::read_forward(slots, query, bias, epsilon)

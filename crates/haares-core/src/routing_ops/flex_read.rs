@@ -22,7 +22,7 @@ use rayon::prelude::*;
 
 use super::SlotRows;
 use super::flex_rows::tokens_per_task;
-use super::read::{ReadForward, ReadQuery, compose};
+use super::read::{ReadBias, ReadForward, ReadQuery, compose};
 use crate::simd::{dot_product, exp, flex_tensor, scaled_add};
 
 /// Flex's buffer behind a tensor of `shape`, when it is f32 and contiguous.
@@ -139,15 +139,15 @@ fn slot_major(token_major: &[f32], count: usize) -> Vec<f32> {
 pub(super) fn read_forward(
     slots: &[SlotRows<Flex>],
     query: &ReadQuery<Flex>,
-    bias: Option<Tensor<Flex, 2>>,
+    bias: Option<&ReadBias<Flex>>,
     epsilon: f64,
 ) -> ReadForward<Flex> {
     let host = || {
         let buffers = SlotBuffers::new(slots)?;
         let (count, tokens, d_model) = (slots.len(), buffers.tokens, buffers.d_model);
         let query = f32_buffer(&query.folded(), [d_model])?;
-        let bias = match &bias {
-            Some(bias) => Some(f32_buffer(bias, [count, 1])?),
+        let bias = match bias {
+            Some(bias) => Some(f32_buffer(&bias.column(), [count, 1])?),
             None => None,
         };
         let (views, query, bias) = (buffers.views(), slice(&query), bias.as_ref().map(slice));

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 use super::flex_read::{SlotBuffers, SlotViews, f32_buffer, slice};
 use super::flex_rows::tokens_per_task;
 use super::flex_sums::{Added, Target};
-use super::read::{ReadBackward, ReadGradients, compose_backward};
+use super::read::{ReadBackward, ReadGradients, bias_gradient, compose_backward};
 use crate::simd::{dot_product, flex_tensor, scaled_add, two_scaled_adds};
 
 /// [`RoutingBackend::routing_read_backward`](super::RoutingBackend::routing_read_backward) on
@@ -65,9 +65,10 @@ pub(super) fn read_backward(
             .map(|grad| grad.map(|grad| flex_tensor(grad, [tokens, 1])))
             .collect(),
         query: read.query.gradients(flex_tensor(folded_query, [d_model])),
-        bias: read
-            .bias_wanted
-            .then(|| flex_tensor(bias.into_iter().map(|sum| sum as f32).collect(), [count, 1])),
+        bias: read.bias_wanted.then(|| {
+            let column = flex_tensor(bias.into_iter().map(|sum| sum as f32).collect(), [count, 1]);
+            bias_gradient(column, &read.biased_slots)
+        }),
     }
 }
 

@@ -66,7 +66,8 @@ mod ndarray;
 mod read;
 
 pub use read::{
-    MixtureAndWeights, QueryGradients, ReadBackward, ReadForward, ReadGradients, ReadQuery,
+    MixtureAndWeights, QueryGradients, ReadBackward, ReadBias, ReadForward, ReadGradients,
+    ReadQuery, bias_gradient,
 };
 
 use burn::tensor::Tensor;
@@ -288,22 +289,22 @@ pub trait RoutingBackend: ActivationBackend {
         Self::weighted_sum(&raws, weights * scales(slots))
     }
 
-    /// A whole read: the scores with the folded query `q ⊙ w`, the bias `b` of every slot
-    /// (`[S, 1]`, or none), the softmax over slots and the mixture, as one operation (`read.rs`),
-    /// differentiable in `q` and `w` themselves. Returns the mixture and the
+    /// A whole read: the scores with the folded query `q ⊙ w`, the bias `b` on the slots that
+    /// take it (or none), the softmax over slots and the mixture, as one operation (`read.rs`),
+    /// differentiable in `q`, `w` and `b` themselves. Returns the mixture and the
     /// weights; by default [`routing_read_forward`](Self::routing_read_forward)'s, and on the
     /// autodiff backend two graph nodes with one backward pass.
     ///
     /// # Shapes
-    /// - query: `[d]` each; bias: `[S, 1]`
+    /// - query: `[d]` each; bias: `[1]`
     /// - output: mixture `[tokens, d]`; weights `[S, tokens]`
     fn routing_read(
         slots: &[SlotRows<Self>],
         query: ReadQuery<Self>,
-        bias: Option<Tensor<Self, 2>>,
+        bias: Option<ReadBias<Self>>,
         epsilon: f64,
     ) -> MixtureAndWeights<Self> {
-        let read = Self::routing_read_forward(slots, &query, bias, epsilon);
+        let read = Self::routing_read_forward(slots, &query, bias.as_ref(), epsilon);
         (read.mixture, read.weights)
     }
 
@@ -313,7 +314,7 @@ pub trait RoutingBackend: ActivationBackend {
     fn routing_read_forward(
         slots: &[SlotRows<Self>],
         query: &ReadQuery<Self>,
-        bias: Option<Tensor<Self, 2>>,
+        bias: Option<&ReadBias<Self>>,
         epsilon: f64,
     ) -> ReadForward<Self> {
         read::compose(slots, query, bias, epsilon)

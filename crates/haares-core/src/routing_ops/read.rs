@@ -49,6 +49,42 @@ impl<B: Backend> ReadQuery<B> {
     }
 }
 
+/// The bias `b` of eq:routingweights a read adds to some of its slots' logits (HAARES's detail
+/// slots): one value, learned or fixed, and the slots that take it. A backend can add it where it
+/// forms the logits and sum its gradient with the query's, where the `[S, 1]` column of the
+/// composition costs a product forward, and a product and two sums backward.
+#[derive(Debug, Clone)]
+pub struct ReadBias<B: Backend> {
+    /// `b`, `[1]`.
+    pub value: Tensor<B, 1>,
+    /// Whether each slot takes `b`.
+    pub slots: Vec<bool>,
+}
+
+impl<B: Backend> ReadBias<B> {
+    /// `b` on the slots that take it and 0 on the others, as an `[S, 1]` column.
+    pub fn column(&self) -> Tensor<B, 2> {
+        let mask = slot_mask::<B>(&self.slots, &self.value.device());
+        (mask * self.value.clone()).reshape([self.slots.len(), 1])
+    }
+}
+
+/// `∂b = Σ_s [s takes b] ∂column_s` from the gradient of [`ReadBias::column`], `[S, 1]`, for the
+/// slots that take `b` (`biased_slots`).
+pub fn bias_gradient<B: Backend>(column_grad: Tensor<B, 2>, biased_slots: &[bool]) -> Tensor<B, 1> {
+    let mask = slot_mask::<B>(biased_slots, &column_grad.device());
+    (column_grad.reshape([biased_slots.len()]) * mask).sum()
+}
+
+/// 1 on the slots that take the bias, 0 on the others, `[S]`.
+fn slot_mask<B: Backend>(slots: &[bool], device: &B::Device) -> Tensor<B, 1> {
+    let mask: Vec<f32> = slots
+        .iter()
+        .map(|&takes| f32::from(u8::from(takes)))
+        .collect();
+    Tensor::from_floats(mask.as_slice(), device)
+}
+
 /// The gradients of a [`ReadQuery`]'s two vectors.
 #[derive(Debug, Clone)]
 pub struct QueryGradients<B: Backend> {
@@ -87,9 +123,11 @@ pub struct ReadBackward<B: Backend> {
     pub mixture_grad: Tensor<B, 2>,
     /// `∂L/∂α`, `[S, tokens]`, where the weights reach the loss.
     pub weights_grad: Option<Tensor<B, 2>>,
-    /// Whether `∂L/∂b` is wanted: false for a read without a bias (Block AttnRes), whose
-    /// backward pass then skips the sum over tokens that forms it.
+    /// Whether `∂L/∂b` is wanted: false for a read without a bias (Block AttnRes) or with a fixed
+    /// one, whose backward pass then skips the sum over tokens that forms it.
     pub bias_wanted: bool,
+    /// Whether each slot takes the bias ([`ReadBias::slots`]; all false without one).
+    pub biased_slots: Vec<bool>,
     /// Whether each slot's mean-square gradient goes into its rows' gradient,
     /// `∂raw_s += ∂m_s · (2/d) c_s² raw_s`, instead of being returned: valid where every mean
     /// square is `mean((c_s ⊙ raw_s)²)` of the slot's own rows, as a source bank's are
@@ -113,20 +151,20 @@ pub struct ReadGradients<B: Backend> {
     pub mean_squares: Vec<Option<Tensor<B, 2>>>,
     /// `∂L/∂q` and `∂L/∂w`.
     pub query: QueryGradients<B>,
-    /// `∂L/∂b`, `[S, 1]`, where [`ReadBackward::bias_wanted`].
-    pub bias: Option<Tensor<B, 2>>,
+    /// `∂L/∂b`, `[1]`, where [`ReadBackward::bias_wanted`].
+    pub bias: Option<Tensor<B, 1>>,
 }
 
 /// The read as the scores, the bias, Burn's softmax over slots and the mixture.
 pub fn compose<B: RoutingBackend>(
     slots: &[SlotRows<B>],
     query: &ReadQuery<B>,
-    bias: Option<Tensor<B, 2>>,
+    bias: Option<&ReadBias<B>>,
     epsilon: f64,
 ) -> ReadForward<B> {
     let scores = B::routing_scores(slots, query.folded(), epsilon);
     let logits = match bias {
-        Some(bias) => scores.clone() + bias,
+        Some(bias) => scores.clone() + bias.column(),
         None => scores.clone(),
     };
     let weights = softmax(logits, 0);
@@ -168,7 +206,9 @@ pub fn compose_backward<B: RoutingBackend>(
         coefficients,
         epsilon: read.epsilon,
     };
-    let bias = read.bias_wanted.then(|| logits_grad.clone().sum_dim(1));
+    let bias = read
+        .bias_wanted
+        .then(|| bias_gradient(logits_grad.clone().sum_dim(1), &read.biased_slots));
     let scores = scores_backward(
         slots,
         read.query.folded(),

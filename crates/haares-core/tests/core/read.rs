@@ -7,7 +7,7 @@
 
 use burn::backend::Flex;
 use burn::tensor::{Tensor, TensorData};
-use haares_core::routing_ops::{ReadBackward, ReadQuery, naive};
+use haares_core::routing_ops::{ReadBackward, ReadBias, ReadQuery, naive};
 use haares_core::{RoutingBackend, SlotRows};
 
 use crate::common::{Rng, max_abs_diff, tensor_values};
@@ -95,9 +95,14 @@ fn flex_reads_agree_with_the_composition() {
                 query: random(&mut rng, [d]),
                 key_weight: random(&mut rng, [d]),
             };
-            let bias = with_bias.then(|| random(&mut rng, [count, 1]));
-            let fused = Flex::routing_read_forward(&slots, &query, bias.clone(), 1e-6);
-            let plain = naive::read_forward(&slots, &query, bias, 1e-6);
+            // Every slot but each third from the second takes the bias (the first always does).
+            let biased_slots: Vec<bool> = (0..count).map(|slot| slot % 3 != 1).collect();
+            let bias = with_bias.then(|| ReadBias {
+                value: random(&mut rng, [1]),
+                slots: biased_slots.clone(),
+            });
+            let fused = Flex::routing_read_forward(&slots, &query, bias.as_ref(), 1e-6);
+            let plain = naive::read_forward(&slots, &query, bias.as_ref(), 1e-6);
             assert_agree(fused.mixture.clone(), plain.mixture, &what("mixture"));
             assert_agree(fused.weights.clone(), plain.weights, &what("weights"));
             assert_agree(fused.scores.clone(), plain.scores, &what("scores"));
@@ -111,6 +116,11 @@ fn flex_reads_agree_with_the_composition() {
                 mixture_grad: random(&mut rng, [tokens, d]),
                 weights_grad: with_weights_grad.then(|| random(&mut rng, [count, tokens])),
                 bias_wanted: with_bias,
+                biased_slots: if with_bias {
+                    biased_slots
+                } else {
+                    vec![false; count]
+                },
                 fold_mean_squares: false,
                 same_rows: same_rows(case),
             };

@@ -177,12 +177,20 @@ fn read_forward_of<B: RoutingBackend>(
     let mut rng = Rng::new(seed);
     let slots = random_slots::<B>(&mut rng, count, tokens, d);
     let query = random_query::<B>(&mut rng, d);
-    let bias = random_on::<B, 2>(&mut rng, [count, 1], 1.0);
-    B::routing_read_forward(&slots, &query, biased.then_some(bias), 1e-6)
+    let bias = haares_core::routing_ops::ReadBias {
+        value: random_on::<B, 1>(&mut rng, [1], 1.0),
+        slots: biased_slots(count),
+    };
+    B::routing_read_forward(&slots, &query, biased.then_some(&bias), 1e-6)
 }
 
-/// A read's backward pass on the device (one kernel, the query's gradients and the bias's sum
-/// where the slots fit one launch, the composition beyond) against the composition on the CPU: every wanted slot's
+/// Which slots take the bias: every slot but each third from the second (the first always does).
+fn biased_slots(count: usize) -> Vec<bool> {
+    (0..count).map(|slot| slot % 3 != 1).collect()
+}
+
+/// A read's backward pass on the device (one kernel and the query's, key weight's and bias's
+/// gradients in one more where the slots fit one launch, the composition beyond) against the composition on the CPU: every wanted slot's
 /// gradient (added to an accumulated one for some slots, none for others), every wanted mean
 /// square's, the query's, the key weight's and the bias's, with and without a gradient reaching the weights (with
 /// one, the mean squares' gradients are folded into the rows', `fold_mean_squares`).
@@ -252,6 +260,7 @@ fn read_backward_of<B: RoutingBackend>(
         mixture_grad,
         weights_grad: weights_reach_the_loss.then_some(weights_grad),
         bias_wanted,
+        biased_slots: biased_slots(count),
         fold_mean_squares,
         same_rows: (0..count).collect(),
     };
