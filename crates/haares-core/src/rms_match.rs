@@ -46,8 +46,8 @@ pub fn rms_match_multiplier<B: Backend, const D: usize>(
 /// `a = sg[clip(√mean(C²) / (√mean(D²) + ε), 1/γ, γ)]` needs no further pass over `C` or `D`, the
 /// matched detail's own mean square is `a² · mean(D²)`, and `D̂ = a·D` is handed over as `D`
 /// with the per-token scale `a` ([`Source::rescaled`]), so it is never formed: the fused router
-/// applies `a` to its per-token scalars. The multiplier is the backend's
-/// [`RoutingBackend::rms_match_multiplier`] (one kernel on the GPU backends).
+/// applies `a` to its per-token scalars. The multiplier and the matched mean square are the
+/// backend's [`RoutingBackend::rms_match_multiplier`] (one kernel on the GPU backends).
 ///
 /// # Shapes
 /// - detail value: `[batch, seq, d]`; cumulative mean square: `[batch, seq, 1]`
@@ -60,12 +60,14 @@ pub fn rms_match_source<B: RoutingBackend>(
 ) -> Source<B> {
     let shape = cumulative_mean_square.dims();
     let detail_mean_square = detail.mean_square();
-    let (multiplier, square) = B::rms_match_multiplier(
+    let (multiplier, matched_mean_square) = B::rms_match_multiplier(
         rows(cumulative_mean_square),
-        rows(detail_mean_square.clone()),
+        rows(detail_mean_square),
         gamma,
         epsilon,
     );
-    let matched_mean_square = detail_mean_square * square.reshape(shape);
-    detail.rescaled(multiplier.reshape(shape), matched_mean_square)
+    detail.rescaled(
+        multiplier.reshape(shape),
+        matched_mean_square.reshape(shape),
+    )
 }

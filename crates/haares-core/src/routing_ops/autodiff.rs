@@ -58,20 +58,28 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
         mean_square_node(rows)
     }
 
-    /// The inner backend's multiplier, untracked: no graph for a constant.
+    /// The inner backend's values: the multiplier untracked (no graph for a constant), the
+    /// matched mean square a node whose backward pass gives `m_D` the gradient times `a²`.
     fn rms_match_multiplier(
         cumulative_mean_square: Tensor<Self, 2>,
         detail_mean_square: Tensor<Self, 2>,
         gamma: f64,
         epsilon: f64,
     ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
-        let (multiplier, square) = B::rms_match_multiplier(
+        let parents = [primitive(detail_mean_square.clone())];
+        let (multiplier, matched) = B::rms_match_multiplier(
             cumulative_mean_square.inner(),
             detail_mean_square.inner(),
             gamma,
             epsilon,
         );
-        (Tensor::from_inner(multiplier), Tensor::from_inner(square))
+        let matched = finish(
+            MatchedMeanSquareBackward,
+            parents,
+            multiplier.clone(),
+            matched,
+        );
+        (Tensor::from_inner(multiplier), matched)
     }
 
     fn signed_sum<const D: usize>(
@@ -282,6 +290,25 @@ fn mean_square_node<B: RoutingBackend, C: CheckpointStrategy>(
     let inner_rows = rows.inner();
     let output = B::row_mean_square(inner_rows.clone());
     finish(MeanSquareBackward::<2>, parents, inner_rows, output)
+}
+
+/// The backward pass of the matched mean square `m_D · a²` of
+/// [`RoutingBackend::rms_match_multiplier`]: `∂m_D = g · a²`, as the product's backward pass
+/// forms it (`a²` rounded first). It runs only where a gradient reaches it (a read that does not
+/// fold mean squares).
+#[derive(Debug)]
+struct MatchedMeanSquareBackward;
+
+impl<B: RoutingBackend> Backward<B, 1> for MatchedMeanSquareBackward {
+    /// The multiplier `a`.
+    type State = Tensor<B, 2>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad: Tensor<B, 2> = from_primitive(grads.consume::<B>(&ops.node));
+        let square = ops.state.clone() * ops.state;
+        let parents = ops.parents.map(|parent| parent.map(|node| node.id));
+        register(grads, &parents, vec![Some(grad * square)]);
+    }
 }
 
 /// The backward pass of [`RoutingBackend::signed_sum`]; its parents are `[term, sum]`.

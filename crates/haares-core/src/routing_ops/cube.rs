@@ -141,13 +141,13 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
         gamma: f64,
         epsilon: f64,
     ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
-        let (multiplier, square) = super::cube_rows::rms_match_multiplier(
+        let (multiplier, matched) = super::cube_rows::rms_match_multiplier(
             &cube_tensor(cumulative_mean_square),
             &cube_tensor(detail_mean_square),
             gamma,
             epsilon,
         );
-        (from_primitive(multiplier), from_primitive(square))
+        (from_primitive(multiplier), from_primitive(matched))
     }
 
     /// One launch per wanted slot (`cube_rows.rs`), the addition included.

@@ -11,9 +11,10 @@
 //! with: the sum's launch and the mean square's in one.
 //!
 //! RMS matching's multiplier (eq:rmsmatch, [`RoutingBackend::rms_match_multiplier`](
-//! super::RoutingBackend::rms_match_multiplier)) from the two mean squares, and its square: two
-//! square roots, an addition, a division, a clamp (two comparisons, two mask fills) and a
-//! square, nine launches as tensor operations (counted on lavapipe, docs/benchmarks.md).
+//! super::RoutingBackend::rms_match_multiplier)) from the two mean squares, and the matched
+//! detail's mean square `m_D · a²`: two square roots, an addition, a division, a clamp (two
+//! comparisons, two mask fills), a square and a product, ten launches as tensor operations
+//! (nine counted on lavapipe without the product, docs/benchmarks.md).
 
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
@@ -67,8 +68,8 @@ pub(super) fn add_scaled_rows<R: CubeRuntime>(
     output
 }
 
-/// eq:rmsmatch's multiplier `a = clip(√m_C / (√m_D + ε), 1/γ, γ)` and `a²` per token, from
-/// `[tokens, 1]` mean squares.
+/// eq:rmsmatch's multiplier `a = clip(√m_C / (√m_D + ε), 1/γ, γ)` and the matched mean square
+/// `m_D · a²` per token, from `[tokens, 1]` mean squares.
 pub(super) fn rms_match_multiplier<R: CubeRuntime>(
     cumulative_mean_square: &CubeTensor<R>,
     detail_mean_square: &CubeTensor<R>,
@@ -77,7 +78,7 @@ pub(super) fn rms_match_multiplier<R: CubeRuntime>(
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let like = cumulative_mean_square;
     let tokens = like.meta.shape()[0];
-    let [multiplier, square] = [(); 2].map(|_| {
+    let [multiplier, matched] = [(); 2].map(|_| {
         empty_device_dtype::<R>(
             like.client.clone(),
             like.device.clone(),
@@ -95,13 +96,13 @@ pub(super) fn rms_match_multiplier<R: CubeRuntime>(
         cumulative_mean_square.clone().into_tensor_arg(),
         detail_mean_square.clone().into_tensor_arg(),
         multiplier.clone().into_tensor_arg(),
-        square.clone().into_tensor_arg(),
+        matched.clone().into_tensor_arg(),
         (1.0 / gamma) as f32,
         gamma as f32,
         epsilon as f32,
         like.dtype.into(),
     );
-    (multiplier, square)
+    (multiplier, matched)
 }
 
 /// eq:update's `sum + sign · term` on `[tokens, d]` rows and the result's mean square per token
@@ -218,14 +219,15 @@ mod kernels {
     }
 
     /// One token's multiplier per thread: the tensor operations' steps (square roots, `+ ε`,
-    /// division, `clamp_min` then `clamp_max`, which pass NaN through), then its square.
+    /// division, `clamp_min` then `clamp_max`, which pass NaN through), then `m_D` times its
+    /// square.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
     pub(super) fn rms_match_multiplier_kernel<F: Float>(
         cumulative: &Tensor<F>,
         detail: &Tensor<F>,
         multiplier: &mut Tensor<F>,
-        square: &mut Tensor<F>,
+        matched: &mut Tensor<F>,
         low: f32,
         high: f32,
         epsilon: f32,
@@ -235,8 +237,9 @@ mod kernels {
             terminate!();
         }
         let token = ABSOLUTE_POS;
+        let detail = detail[token * detail.stride(0)];
         let ratio = F::sqrt(cumulative[token * cumulative.stride(0)])
-            / (F::sqrt(detail[token * detail.stride(0)]) + F::cast_from(epsilon));
+            / (F::sqrt(detail) + F::cast_from(epsilon));
         let mut clamped = ratio;
         if ratio < F::cast_from(low) {
             clamped = F::cast_from(low);
@@ -245,6 +248,6 @@ mod kernels {
             clamped = F::cast_from(high);
         }
         multiplier[token * multiplier.stride(0)] = clamped;
-        square[token * square.stride(0)] = clamped * clamped;
+        matched[token * matched.stride(0)] = detail * (clamped * clamped);
     }
 }

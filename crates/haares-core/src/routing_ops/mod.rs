@@ -244,25 +244,27 @@ pub trait RoutingBackend: ActivationBackend {
             .expect("a wanted slot has a gradient")
     }
 
-    /// eq:rmsmatch's multiplier from the two mean squares the fused router holds, and its
-    /// square: `a = clip(√m_C / (√m_D + ε), 1/γ, γ)` per token. Constants with no gradient (the
-    /// equation's stop-gradient); on the autodiff backend computed on the inner values. By
-    /// default the tensor operations, nine launches on a GPU backend; one kernel on the cube
-    /// backends.
+    /// eq:rmsmatch's multiplier from the two mean squares the fused router holds,
+    /// `a = clip(√m_C / (√m_D + ε), 1/γ, γ)` per token, a constant with no gradient (the
+    /// equation's stop-gradient), and the matched detail's mean square `m_D · a²`, whose gradient
+    /// reaches `m_D` (times `a²`). By default the tensor operations, ten launches on a GPU backend;
+    /// one kernel on the cube backends, and on the autodiff backend the inner backend's values
+    /// with a node for the matched mean square alone.
     ///
     /// # Shapes
     /// - cumulative_mean_square, detail_mean_square: `[tokens, 1]`
-    /// - output: `(a, a²)`, each `[tokens, 1]`
+    /// - output: `(a, m_D · a²)`, each `[tokens, 1]`
     fn rms_match_multiplier(
         cumulative_mean_square: Tensor<Self, 2>,
         detail_mean_square: Tensor<Self, 2>,
         gamma: f64,
         epsilon: f64,
     ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
-        let ratio =
-            cumulative_mean_square.detach().sqrt() / (detail_mean_square.detach().sqrt() + epsilon);
+        let ratio = cumulative_mean_square.detach().sqrt()
+            / (detail_mean_square.clone().detach().sqrt() + epsilon);
         let multiplier = ratio.clamp(1.0 / gamma, gamma).detach();
-        (multiplier.clone(), multiplier.square())
+        let matched = detail_mean_square * multiplier.clone().square();
+        (multiplier, matched)
     }
 
     /// The scaled dot products `z'_s = c_s ⊙ (u · raw_s) / √(m_s + ε)` of every slot with the

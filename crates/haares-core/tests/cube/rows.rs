@@ -109,10 +109,12 @@ pub fn added_scaled_rows_match<B: RoutingBackend>() {
     }
 }
 
-/// eq:rmsmatch's multiplier and its square against f64, for ratios inside and on both sides of
-/// the clip, and the degenerate cases the formula defines: `C = 0` gives `1/γ`, `D = 0` gives `γ`
-/// (unless `C = 0` too).
+/// eq:rmsmatch's multiplier and the matched mean square `m_D · a²` against f64, for ratios
+/// inside and on both sides of the clip, and the degenerate cases the formula defines: `C = 0`
+/// gives `1/γ`, `D = 0` gives `γ` (unless `C = 0` too). On the autodiff backend the gradient of
+/// `Σ g ⊙ m_D a²` reaches `m_D` as `g a²`, and none reaches `m_C` (the stop-gradient).
 pub fn rms_match_multipliers_match<B: RoutingBackend>() {
+    type Tracked<B> = burn::backend::Autodiff<B>;
     let (gamma, epsilon) = (4.0, 1e-6);
     let mut rng = Rng::new(2028);
     let tokens = 300;
@@ -126,15 +128,23 @@ pub fn rms_match_multipliers_match<B: RoutingBackend>() {
     let mut cumulative = spread(&mut rng);
     let mut detail = spread(&mut rng);
     (cumulative[0], detail[1], cumulative[2], detail[2]) = (0.0, 0.0, 0.0, 0.0);
-    let column = |values: &[f64]| -> Tensor<B, 2> {
+    let column = |values: &[f64]| -> Tensor<Tracked<B>, 2> {
         let values: Vec<f32> = values.iter().map(|&v| v as f32).collect();
         Tensor::from_data(
             burn::tensor::TensorData::new(values, [tokens, 1]),
             &Default::default(),
         )
     };
-    let (multiplier, square) =
-        B::rms_match_multiplier(column(&cumulative), column(&detail), gamma, epsilon);
+    let (cumulative_in, detail_in) = (
+        column(&cumulative).require_grad(),
+        column(&detail).require_grad(),
+    );
+    let (multiplier, matched) = Tracked::<B>::rms_match_multiplier(
+        cumulative_in.clone(),
+        detail_in.clone(),
+        gamma,
+        epsilon,
+    );
     assert_eq!(multiplier.dims(), [tokens, 1], "multiplier shape");
     // From the f32 inputs the backend saw.
     let (cumulative, detail) = (
@@ -160,13 +170,34 @@ pub fn rms_match_multipliers_match<B: RoutingBackend>() {
         (1.0 / gamma, gamma, 1.0 / gamma)
     );
     let squares: Vec<f64> = expected.iter().map(|a| a * a).collect();
+    let matched_expected: Vec<f64> = detail.iter().zip(&squares).map(|(m, a2)| m * a2).collect();
     assert_close_at_scale(
-        &tensor_values(multiplier),
+        &tensor_values(multiplier.clone()),
         &expected,
         TOLERANCE,
         "rms_match multiplier",
     );
-    assert_close_at_scale(&tensor_values(square), &squares, TOLERANCE, "its square");
+    assert_close_at_scale(
+        &tensor_values(matched.clone()),
+        &matched_expected,
+        TOLERANCE,
+        "the matched mean square",
+    );
+    let g: Tensor<B, 2> = random_matrix(&mut rng, [tokens, 1]);
+    let g_values = tensor_values(g.clone());
+    let loss = (matched * Tensor::from_inner(g)).sum() + multiplier.sum();
+    let grads = loss.backward();
+    let of_detail = detail_in.grad(&grads).expect("m_D takes a gradient");
+    let expected: Vec<f64> = g_values
+        .iter()
+        .zip(&squares)
+        .map(|(g, a2)| g * a2)
+        .collect();
+    assert_close_at_scale(&tensor_values(of_detail), &expected, TOLERANCE, "∂m_D");
+    assert!(
+        cumulative_in.grad(&grads).is_none(),
+        "m_C took a gradient through the stop-gradient"
+    );
 }
 
 /// eq:update's signed sum with its mean square ([`RoutingBackend::signed_sum_with_mean_square`]),
