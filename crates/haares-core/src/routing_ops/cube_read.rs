@@ -8,10 +8,11 @@
 //! Here a cube reduces a token's dot products in shared memory, one thread turns them into
 //! scores and weights, and the cube then mixes the token's row: one launch, and each slot row is
 //! read twice while it is in cache. The backward pass (about 50 launches composed) is one launch
-//! too, plus one for the query's and the key weight's gradients (a sum across tokens and two
-//! products composed) and, where a bias is wanted, its sum: a token's cube forms both shares of
-//! each slot row's gradient in one update. Both kernels form the folded query `q ⊙ w` where they
-//! use it, so the router launches no product for it. [`compose`](super::read::compose)
+//! too, plus one that sums the tokens' shares of the query's, the key weight's and the bias's
+//! gradients (a sum across tokens and two products for the query, a product and two sums for
+//! the bias, composed): a token's cube forms both shares of each slot row's gradient in one
+//! update. Both kernels form the folded query `q ⊙ w` and add the bias where they use them, so
+//! the router launches nothing for either. [`compose`](super::read::compose)
 //! and [`compose_backward`](super::read::compose_backward) stay the reference
 //! (`tests/cube/kernels.rs` checks one against the other).
 

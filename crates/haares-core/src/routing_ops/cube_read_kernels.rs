@@ -17,9 +17,8 @@ fn slot_total<F: Float>(partials: &SharedMemory<F>, slot: usize, #[comptime] thr
 }
 
 /// One cube per token `n`: `dot_s = u · raw_s[n]` with `u = q ⊙ w` reduced in shared memory,
-/// then (one
-/// thread) `z'_s = dot_s · c_s / √(m_s + ε)`, `α = softmax_s(z' + b)`, then every thread
-/// `h̃[n, k] = Σ_s α_s c_s raw_s[n, k]` for its `k`. Slot `s` has a scale where bit `s` of
+/// then (one thread) `z'_s = dot_s · c_s / √(m_s + ε)`, `α = softmax_s(z' + b)`, then every
+/// thread `h̃[n, k] = Σ_s α_s c_s raw_s[n, k]` for its `k`. Slot `s` has a scale where bit `s` of
 /// `scaled` is set (`c_s = 1` otherwise), and takes the bias `b = bias[0]` where bit `s` of
 /// `biased` is (`bias` is read only then).
 #[cube(launch)]
@@ -128,14 +127,12 @@ fn scale_at<F: Float>(
 
 /// One cube per token `n`, with `g = ∂L/∂h̃[n]`: `a_s = c_s (g · raw_s[n])` reduced in shared
 /// memory; then (one thread) `∂α_s = a_s (+ ∂L/∂α_s)`, `∂ℓ_s = α_s (∂α_s − Σ_r α_r ∂α_r)`
-/// (the logits' gradient), `w_s = ∂ℓ_s c_s / √(m_s + ε)` and
-/// `∂m_s = −½ ∂ℓ_s z'_s / (m_s + ε)`, and with `bias_wanted` the token's share of `∂b`,
-/// `Σ_s ∂ℓ_s` over the slots whose bit in `biased` is set, written to column `d` of `query_rows`;
-/// then every thread, for its `k`,
+/// (the logits' gradient), `w_s = ∂ℓ_s c_s / √(m_s + ε)` and `∂m_s = −½ ∂ℓ_s z'_s / (m_s + ε)`,
+/// and with `bias_wanted` the token's share of `∂b`, `Σ_s ∂ℓ_s` over the slots whose bit in
+/// `biased` is set, written to column `d` of `query_rows`; then every thread, for its `k`,
 /// `∂raw_s[n, k] = into_s[n, k] + α_s c_s g[k] + w_s u[k]` for the wanted slots (rows
 /// `s·tokens + n` of `raw_grads`, with `u = q ⊙ w`) and `Σ_s w_s raw_s[n, k]`, the token's
-/// share of `∂u`. With
-/// `fold`, each wanted slot's row also takes its mean square's gradient,
+/// share of `∂u`. With `fold`, each wanted slot's row also takes its mean square's gradient,
 /// `+ (∂m_s c_s²)(2/d) raw_s[n, k]` ([`ReadBackward::fold_mean_squares`](
 /// super::ReadBackward::fold_mean_squares)), and `mean_square_grads` is not written.
 /// Bit `s` of `scaled`, `accumulated` and `wanted` says whether slot `s` has a scale, a
