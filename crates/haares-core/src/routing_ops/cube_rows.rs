@@ -13,8 +13,8 @@
 //! RMS matching's multiplier (eq:rmsmatch, [`RoutingBackend::rms_match_multiplier`](
 //! super::RoutingBackend::rms_match_multiplier)) from the two mean squares, and the matched
 //! detail's mean square `m_D · a²`: two square roots, an addition, a division, a clamp (two
-//! comparisons, two mask fills), a square and a product, ten launches as tensor operations
-//! (nine counted on lavapipe without the product, docs/benchmarks.md).
+//! comparisons, two mask fills) and a square, nine launches as tensor operations counted on
+//! lavapipe (docs/benchmarks.md), and a product.
 
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
