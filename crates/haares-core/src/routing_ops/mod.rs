@@ -253,9 +253,9 @@ pub trait RoutingBackend: ActivationBackend {
     /// eq:rmsmatch's multiplier from the two mean squares the fused router holds,
     /// `a = clip(√m_C / (√m_D + ε), 1/γ, γ)` per token, a constant with no gradient (the
     /// equation's stop-gradient), and the matched detail's mean square `m_D · a²`, whose gradient
-    /// reaches `m_D` (times `a²`). By default the tensor operations (on lavapipe nine launches for `a`, and a product);
-    /// one kernel on the cube backends, and on the autodiff backend the inner backend's values
-    /// with a node for the matched mean square alone.
+    /// reaches `m_D` (times `a²`). By default the tensor operations (on lavapipe nine launches
+    /// for `a`, and a product); one kernel on the cube backends, and on the autodiff backend the
+    /// inner backend's values with a node for the matched mean square alone.
     ///
     /// # Shapes
     /// - cumulative_mean_square, detail_mean_square: `[tokens, 1]`
