@@ -154,9 +154,31 @@ impl<B: ActivationBackend> Layer<B> {
         input: Tensor<B, 3>,
         rope: &RotaryTable<B>,
     ) -> Tensor<B, 3> {
+        self.transform(sublayer, self.norm(sublayer).forward(input), rope)
+    }
+
+    /// The PreNorm of a sublayer's input: `Norm` of eq:sublayer.
+    pub fn norm(&self, sublayer: Sublayer) -> &RmsNorm<B> {
         match sublayer {
-            Sublayer::Attention => self.attn.forward(self.attn_norm.forward(input), rope),
-            Sublayer::Mlp => self.mlp.forward(self.mlp_norm.forward(input)),
+            Sublayer::Attention => &self.attn_norm,
+            Sublayer::Mlp => &self.mlp_norm,
+        }
+    }
+
+    /// `f` of eq:sublayer on an input already normalised by [`norm`](Self::norm) (the routed
+    /// methods' reads normalise their mixture in the read, [`DepthRouter::forward_fused_normed`]).
+    ///
+    /// # Shapes
+    /// - normed, output: `[batch, seq, d]`
+    pub fn transform(
+        &self,
+        sublayer: Sublayer,
+        normed: Tensor<B, 3>,
+        rope: &RotaryTable<B>,
+    ) -> Tensor<B, 3> {
+        match sublayer {
+            Sublayer::Attention => self.attn.forward(normed, rope),
+            Sublayer::Mlp => self.mlp.forward(normed),
         }
     }
 }

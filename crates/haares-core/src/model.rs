@@ -185,12 +185,12 @@ impl<B: RoutingBackend> HaaresModel<B> {
 
     fn run(&self, tokens: Tensor<B, 2, Int>, trace: Option<&mut RoutingTrace<B>>) -> Tensor<B, 3> {
         let embedding = self.embed.forward(tokens);
-        let hidden = if self.config.method.is_routed() {
+        let normed = if self.config.method.is_routed() {
             self.routed_hidden(embedding, trace)
         } else {
-            self.additive_hidden(embedding)
+            self.final_norm.forward(self.additive_hidden(embedding))
         };
-        self.tied_head(self.final_norm.forward(hidden))
+        self.tied_head(normed)
     }
 
     /// Standard, ReZero and LayerScale: `h ← h + scale · f(Norm(h))` over all 2L events.
@@ -205,7 +205,8 @@ impl<B: RoutingBackend> HaaresModel<B> {
 
     /// Block AttnRes and HAARES (Algorithm alg:haares for every block, then eq:final): each event
     /// reads the bank of eq:sourceset, its output is written to the active accumulators
-    /// (eq:update), and completed pairs are cached at block boundaries.
+    /// (eq:update), and completed pairs are cached at block boundaries. Returns the final
+    /// readout through the final norm (each read takes the norm that follows it).
     fn routed_hidden(
         &self,
         embedding: Tensor<B, 3>,
@@ -223,7 +224,7 @@ impl<B: RoutingBackend> HaaresModel<B> {
             let router = layer
                 .router(sublayer)
                 .expect("routed methods build a router per read site");
-            let read = self.read(router, &bank);
+            let read = self.read(router, &bank, layer.norm(sublayer));
             if let Some(trace) = trace.as_deref_mut() {
                 trace.sites.push(SiteTrace {
                     site: ReadSite::Event { event },
@@ -231,7 +232,7 @@ impl<B: RoutingBackend> HaaresModel<B> {
                     weights: read.weights,
                 });
             }
-            let output = layer.sublayer(sublayer, read.mixture, &self.rope);
+            let output = layer.transform(sublayer, read.mixture, &self.rope);
             match self.signs.get(block) {
                 Some(signs) => active.write(output, signs[r - 1]),
                 None => active.write_cumulative(output),
@@ -249,7 +250,8 @@ impl<B: RoutingBackend> HaaresModel<B> {
         self.final_readout(embedding, completed, trace)
     }
 
-    /// eq:final: a separate router over `{e, C_1 … C_N}` only — never a detail slot.
+    /// eq:final: a separate router over `{e, C_1 … C_N}` only — never a detail slot — and the
+    /// final norm.
     fn final_readout(
         &self,
         embedding: Source<B>,
@@ -264,7 +266,7 @@ impl<B: RoutingBackend> HaaresModel<B> {
             .final_router
             .as_ref()
             .expect("routed methods build a final router");
-        let read = self.read(final_router, &bank);
+        let read = self.read(final_router, &bank, &self.final_norm);
         if let Some(trace) = trace {
             trace.sites.push(SiteTrace {
                 site: ReadSite::Final,
@@ -280,12 +282,22 @@ impl<B: RoutingBackend> HaaresModel<B> {
         self.config.routing.resolve::<B>() == RoutingPath::Fused
     }
 
-    /// One router read on the configured path.
-    fn read(&self, router: &DepthRouter<B>, bank: &SourceBank<B>) -> RouterOutput<B> {
+    /// One router read on the configured path, its mixture put through `norm`, the RMSNorm that
+    /// reads it next: in the read itself on the fused path
+    /// ([`DepthRouter::forward_fused_normed`]), after it on the reference path.
+    fn read(
+        &self,
+        router: &DepthRouter<B>,
+        bank: &SourceBank<B>,
+        norm: &RmsNorm<B>,
+    ) -> RouterOutput<B> {
         if self.fused() {
-            router.forward_fused(bank)
-        } else {
-            router.forward(bank)
+            return router.forward_fused_normed(bank, norm);
+        }
+        let read = router.forward(bank);
+        RouterOutput {
+            mixture: norm.forward(read.mixture),
+            weights: read.weights,
         }
     }
 

@@ -17,7 +17,7 @@ use burn::tensor::{ElementConversion, Tensor, backend::Backend};
 use crate::ActivationBackend;
 use crate::config::DetailBias;
 use crate::norm::{RmsNorm, RmsNormConfig};
-use crate::routing_ops::{ReadBias, ReadQuery, RoutingBackend, SlotRows};
+use crate::routing_ops::{ReadBias, ReadNorm, ReadQuery, RoutingBackend, SlotRows};
 use crate::source_bank::{SlotKind, Source, SourceBank, rows};
 
 /// Configuration of a [`DepthRouter`].
@@ -162,6 +162,27 @@ impl<B: RoutingBackend> DepthRouter<B> {
     /// - every slot of `bank`: `[batch, seq, d]`
     /// - output mixture: `[batch, seq, d]`; weights: `[batch, seq, S]`
     pub fn forward_fused(&self, bank: &SourceBank<B>) -> RouterOutput<B> {
+        self.read_fused(bank, None)
+    }
+
+    /// [`forward_fused`](Self::forward_fused) with the mixture put through `norm`, the RMSNorm
+    /// that reads it next (eq:sublayer's PreNorm, or the final norm), in the same operation
+    /// ([`ReadNorm`]): the output's `mixture` is `norm(h̃)`, the same as `norm.forward` of
+    /// [`forward_fused`](Self::forward_fused)'s, with the norm's launches inside the read's on
+    /// the cube backends.
+    ///
+    /// # Shapes
+    /// - every slot of `bank`: `[batch, seq, d]`
+    /// - output mixture: `[batch, seq, d]`; weights: `[batch, seq, S]`
+    pub fn forward_fused_normed(&self, bank: &SourceBank<B>, norm: &RmsNorm<B>) -> RouterOutput<B> {
+        let norm = ReadNorm {
+            gain: norm.weight.val(),
+            epsilon: norm.epsilon,
+        };
+        self.read_fused(bank, Some(norm))
+    }
+
+    fn read_fused(&self, bank: &SourceBank<B>, norm: Option<ReadNorm<B>>) -> RouterOutput<B> {
         let [batch, seq, d_model] = bank.sources()[0].raw().dims();
         let query = ReadQuery {
             query: self.query.val(),
@@ -172,6 +193,7 @@ impl<B: RoutingBackend> DepthRouter<B> {
             query,
             self.read_bias(bank),
             self.key_norm.epsilon,
+            norm,
         );
         let mixture = mixture.reshape([batch, seq, d_model]);
         // One slot needs no transpose, and must not get one: Burn 0.21's cube backend returns a

@@ -194,7 +194,7 @@ where
 }
 
 /// The kernels, in a module of their own because CubeCL's `Tensor` is not Burn's.
-pub(super) mod kernels {
+pub(crate) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
@@ -259,7 +259,7 @@ pub(super) mod kernels {
     /// the cube calls it. One thread adds the 64 partials: a tree would need a runtime loop
     /// bound, and it is not what a row's time goes into.
     #[cube]
-    pub(in crate::activation_ops) fn reduce<F: Float>(
+    pub(crate) fn reduce<F: Float>(
         partials: &mut SharedMemory<F>,
         lane: usize,
         #[comptime] threads: usize,

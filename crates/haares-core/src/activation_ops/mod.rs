@@ -34,7 +34,7 @@
 
 mod autodiff;
 #[cfg(feature = "cube")]
-mod cube;
+pub(crate) mod cube;
 #[cfg(feature = "cube")]
 mod cube_attention;
 #[cfg(feature = "cube")]

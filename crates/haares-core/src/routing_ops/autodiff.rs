@@ -28,7 +28,7 @@ use super::autodiff_slots::{
     SLOTS_PER_NODE, SlotsBackward, inner, padding, register, take_accumulated,
 };
 use super::{
-    MixtureAndWeights, ReadBias, ReadQuery, RoutingBackend, ScoresForward, SlotRows,
+    MixtureAndWeights, ReadBias, ReadNorm, ReadQuery, RoutingBackend, ScoresForward, SlotRows,
     from_primitive, mixture_backward, scores_backward, scores_forward,
 };
 
@@ -115,13 +115,14 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
         query: ReadQuery<Self>,
         bias: Option<ReadBias<Self>>,
         epsilon: f64,
+        norm: Option<ReadNorm<Self>>,
     ) -> MixtureAndWeights<Self> {
         if slots.len() <= SLOTS_PER_NODE {
-            return read_node(slots, query, bias, epsilon);
+            return read_node(slots, query, bias, epsilon, norm);
         }
         // The softmax spans every slot, which one node cannot take: the two operations' nodes.
-        let read = super::read::compose(slots, &query, bias.as_ref(), epsilon);
-        (read.mixture, read.weights)
+        let read = super::read::compose(slots, &query, bias.as_ref(), epsilon, norm.as_ref());
+        (read.normed.unwrap_or(read.mixture), read.weights)
     }
 
     fn routing_mixture(slots: &[SlotRows<Self>], weights: Tensor<Self, 2>) -> Tensor<Self, 2> {

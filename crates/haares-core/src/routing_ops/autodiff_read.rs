@@ -21,19 +21,26 @@ use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::tensor::Tensor;
 
 use super::autodiff_slots::{SLOTS_PER_NODE, SlotsBackward, inner, padding, register};
-use super::{MixtureAndWeights, ReadBackward, ReadBias, ReadQuery, RoutingBackend, SlotRows};
+use super::{
+    MixtureAndWeights, NormBackward, ReadBackward, ReadBias, ReadNorm, ReadQuery, RoutingBackend,
+    SlotRows,
+};
 use crate::autodiff_node::{finish, primitive};
 
 /// Parents of a read node: every slot's rows and mean square (none where the backend
-/// [folds them](RoutingBackend::folds_mean_squares)), the query, the key weight, the bias.
-const READ_PARENTS: usize = 2 * SLOTS_PER_NODE + 3;
-/// Position of the query among a read node's parents; the key weight and the bias follow it.
+/// [folds them](RoutingBackend::folds_mean_squares)), the query, the key weight, the bias, the
+/// norm's gain.
+const READ_PARENTS: usize = 2 * SLOTS_PER_NODE + 4;
+/// Position of the query among a read node's parents; the key weight, the bias and the gain
+/// follow it.
 const QUERY: usize = 2 * SLOTS_PER_NODE;
 const KEY_WEIGHT: usize = QUERY + 1;
 const BIAS: usize = QUERY + 2;
+const GAIN: usize = QUERY + 3;
 
 /// What a read node keeps for its backward pass: the sources (held by the bank anyway), the
-/// query and `[S, tokens]` scalars.
+/// query, `[S, tokens]` scalars, and with a norm the mixture it normalised (which a separate
+/// norm node would keep instead).
 #[derive(Debug, Clone)]
 struct ReadState<B: RoutingBackend> {
     slots: Vec<SlotRows<B>>,
@@ -42,6 +49,7 @@ struct ReadState<B: RoutingBackend> {
     epsilon: f64,
     scores: Tensor<B, 2>,
     weights: Tensor<B, 2>,
+    norm: Option<NormBackward<B>>,
 }
 
 /// Which output of the read a node is. Each node's backward pass forms the gradients that flow
@@ -68,11 +76,13 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
         let (grad, into, parents) = (start.grad, start.into, start.parents);
         let state = ops.state;
         let same_rows = same_rows(&parents[..count]);
-        let (mixture_grad, weights_grad) = match self {
-            Self::Mixture => (grad, None),
+        // The weights are formed before the norm: their gradient does not pass through it.
+        let (mixture_grad, weights_grad, norm) = match self {
+            Self::Mixture => (grad, None, state.norm),
             Self::Weights => {
                 let [tokens, d_model] = state.slots[0].raw.dims();
-                (Tensor::zeros([tokens, d_model], &grad.device()), Some(grad))
+                let zeros = Tensor::zeros([tokens, d_model], &grad.device());
+                (zeros, Some(grad), None)
             }
         };
         let bias_wanted = parents[BIAS].is_some();
@@ -88,6 +98,7 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
             weights: state.weights,
             mixture_grad,
             weights_grad,
+            norm,
         };
         let gradients = B::routing_read_backward(read, into, &wanted, &mean_squares_wanted);
         register(grads, &parents, gradients.raws);
@@ -99,6 +110,7 @@ impl<B: RoutingBackend> Backward<B, READ_PARENTS> for ReadNodeBackward {
             vec![Some(gradients.query.key_weight)],
         );
         register(grads, &parents[BIAS..], vec![gradients.bias]);
+        register(grads, &parents[GAIN..], vec![gradients.gain]);
     }
 }
 
@@ -114,12 +126,14 @@ fn same_rows(rows: &[Option<NodeId>]) -> Vec<usize> {
         .collect()
 }
 
-/// The read of up to [`SLOTS_PER_NODE`] slots as a mixture node and a weights node.
+/// The read of up to [`SLOTS_PER_NODE`] slots as an output node (the mixture, or its norm) and a
+/// weights node.
 pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
     slots: &[SlotRows<Autodiff<B, C>>],
     query: ReadQuery<Autodiff<B, C>>,
     bias: Option<ReadBias<Autodiff<B, C>>>,
     epsilon: f64,
+    norm: Option<ReadNorm<Autodiff<B, C>>>,
 ) -> MixtureAndWeights<Autodiff<B, C>> {
     // The parents are held as tensors, not just nodes, until the node is registered: a
     // temporary such as a fixed bias has no other holder, and Burn's graph cleanup (run at the
@@ -138,6 +152,9 @@ pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
     if let Some(bias) = &bias {
         parents[BIAS] = primitive(bias.value.clone());
     }
+    if let Some(norm) = &norm {
+        parents[GAIN] = primitive(norm.gain.clone());
+    }
 
     let inner_slots: Vec<_> = slots.iter().map(inner).collect();
     let inner_query = ReadQuery {
@@ -148,7 +165,17 @@ pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
         value: bias.value.inner(),
         slots: bias.slots,
     });
-    let forward = B::routing_read_forward(&inner_slots, &inner_query, inner_bias.as_ref(), epsilon);
+    let inner_norm = norm.map(|norm| ReadNorm {
+        gain: norm.gain.inner(),
+        epsilon: norm.epsilon,
+    });
+    let forward = B::routing_read_forward(
+        &inner_slots,
+        &inner_query,
+        inner_bias.as_ref(),
+        epsilon,
+        inner_norm.as_ref(),
+    );
     let read_state = ReadState {
         slots: inner_slots,
         query: inner_query,
@@ -156,12 +183,17 @@ pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
         epsilon,
         scores: forward.scores,
         weights: forward.weights.clone(),
+        norm: inner_norm.map(|norm| NormBackward {
+            norm,
+            mixture: forward.mixture.clone(),
+        }),
     };
+    let output = forward.normed.unwrap_or(forward.mixture);
     let mixture = finish(
         ReadNodeBackward::Mixture,
         parents.clone(),
         read_state.clone(),
-        forward.mixture,
+        output,
     );
     let weights = finish(
         ReadNodeBackward::Weights,

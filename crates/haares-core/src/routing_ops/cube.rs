@@ -14,8 +14,8 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::{
-    ReadBackward, ReadBias, ReadForward, ReadGradients, ReadQuery, RoutingBackend, SlotRows,
-    from_primitive,
+    ReadBackward, ReadBias, ReadForward, ReadGradients, ReadNorm, ReadQuery, RoutingBackend,
+    SlotRows, from_primitive,
 };
 use crate::config::RoutingPath;
 
@@ -55,9 +55,10 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
         query: &ReadQuery<Self>,
         bias: Option<&ReadBias<Self>>,
         epsilon: f64,
+        norm: Option<&ReadNorm<Self>>,
     ) -> ReadForward<Self> {
-        super::cube_read::read_forward(slots, query, bias, epsilon)
-            .unwrap_or_else(|| super::read::compose(slots, query, bias, epsilon))
+        super::cube_read::read_forward(slots, query, bias, epsilon, norm)
+            .unwrap_or_else(|| super::read::compose(slots, query, bias, epsilon, norm))
     }
 
     /// One launch, and the query's, key weight's and bias's gradients in one more, where the

@@ -25,8 +25,8 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::cube::{MAX_SLOTS_PER_LAUNCH, ROW_THREADS, cube_tensor, sequence};
 use super::{
-    QueryGradients, ReadBackward, ReadBias, ReadForward, ReadGradients, ReadQuery, SlotRows,
-    from_primitive, slot_column,
+    QueryGradients, ReadBackward, ReadBias, ReadForward, ReadGradients, ReadNorm, ReadQuery,
+    SlotRows, from_primitive, slot_column,
 };
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
@@ -127,6 +127,7 @@ pub(super) fn read_forward<R, F, I, BT>(
     query: &ReadQuery<Cube<R, F, I, BT>>,
     bias: Option<&ReadBias<Cube<R, F, I, BT>>>,
     epsilon: f64,
+    norm: Option<&ReadNorm<Cube<R, F, I, BT>>>,
 ) -> Option<ReadForward<Cube<R, F, I, BT>>>
 where
     R: CubeRuntime,
@@ -136,9 +137,9 @@ where
 {
     let d_model = query.query.dims()[0];
     let [query, key_weight] = rows_of(query);
-    // Per slot its rows, scale and mean square; the query, the key weight, the bias and three
-    // outputs.
-    if !fits(&query, slots.len(), 3, 6) {
+    // Per slot its rows, scale and mean square; the query, the key weight, the bias, the gain
+    // and four outputs.
+    if !fits(&query, slots.len(), 3, 8) {
         return None;
     }
     let [tokens, _] = slots[0].raw.dims();
@@ -149,6 +150,16 @@ where
         empty(&query, [tokens, d_model]),
         empty(&query, [slots.len(), tokens]),
         empty(&query, [slots.len(), tokens]),
+    );
+    // Without a norm, the query stands in for the gain and a one-element tensor for its output.
+    let gain = norm.map_or_else(|| query.clone(), |norm| row_of(&norm.gain));
+    let normed = empty(
+        &query,
+        if norm.is_some() {
+            [tokens, d_model]
+        } else {
+            [1, 1]
+        },
     );
     let (cube_count, cube_dim) = per_token(&query, tokens);
     let (client, dtype) = (query.client.clone(), query.dtype);
@@ -162,16 +173,21 @@ where
         query.into_tensor_arg(),
         key_weight.into_tensor_arg(),
         bias.into_tensor_arg(),
+        gain.into_tensor_arg(),
         mixture.clone().into_tensor_arg(),
         weights.clone().into_tensor_arg(),
         scores.clone().into_tensor_arg(),
+        normed.clone().into_tensor_arg(),
         scaled,
         biased_slots,
         epsilon as f32,
+        norm.map_or(0.0, |norm| norm.epsilon as f32),
+        norm.is_some(),
         ROW_THREADS,
         dtype.into(),
     );
     Some(ReadForward {
+        normed: norm.map(|_| from_primitive(normed)),
         mixture: from_primitive(mixture),
         weights: from_primitive(weights),
         scores: from_primitive(scores),
@@ -201,8 +217,9 @@ where
     let d_model = read.query.query.dims()[0];
     let (bias_wanted, fold) = (read.bias_wanted, read.fold_mean_squares);
     let grad = cube_tensor(read.mixture_grad.clone());
-    // Per slot its rows, scale, mean square and earlier gradient; six more inputs, three outputs.
-    if !fits(&grad, count, 4, 9) {
+    // Per slot its rows, scale, mean square and earlier gradient; eight more inputs, four
+    // outputs.
+    if !fits(&grad, count, 4, 12) {
         return Err((read, into));
     }
     let [tokens, _] = read.slots[0].raw.dims();
@@ -216,11 +233,25 @@ where
     let weights_grad = read.weights_grad.map(cube_tensor);
     let extra = weights_grad.is_some();
     let weights_grad = weights_grad.unwrap_or_else(|| grad.clone());
-    // Each token's share of `∂u`, and of `∂b` in one more column where it is wanted.
+    // Each token's share of `∂u`, of `∂b` in one more column where it is wanted, and of the
+    // norm's `∂g` in `d` more where the read has a norm.
+    let with_norm = read.norm.is_some();
+    let columns = d_model + usize::from(bias_wanted) + if with_norm { d_model } else { 0 };
     let (raw_grads, query_rows) = (
         empty(&grad, [count * tokens, d_model]),
-        empty(&grad, [tokens, d_model + usize::from(bias_wanted)]),
+        empty(&grad, [tokens, columns]),
     );
+    // Without a norm, the query stands in for the gain and the gradient for the mixture, and a
+    // one-element tensor for `∂h̃`.
+    let (gain, mixture, norm_epsilon) = match &read.norm {
+        Some(norm) => (
+            row_of(&norm.norm.gain),
+            cube_tensor(norm.mixture.clone()),
+            norm.norm.epsilon as f32,
+        ),
+        None => (query.clone(), grad.clone(), 0.0),
+    };
+    let mixture_grad = empty(&grad, if with_norm { [tokens, d_model] } else { [1, 1] });
     // A folded read writes no mean-square gradient: its output is a one-element stand-in.
     let mean_square_shape = if fold { [1, 1] } else { [count, tokens] };
     let mean_square_grads = empty(&grad, mean_square_shape);
@@ -240,23 +271,28 @@ where
         cube_tensor(read.scores).into_tensor_arg(),
         grad.into_tensor_arg(),
         weights_grad.into_tensor_arg(),
+        gain.into_tensor_arg(),
+        mixture.into_tensor_arg(),
         raw_grads.clone().into_tensor_arg(),
         mean_square_grads.clone().into_tensor_arg(),
         query_rows.clone().into_tensor_arg(),
+        mixture_grad.into_tensor_arg(),
         scaled,
         accumulated,
         mask(wanted, |w| *w),
         mask(&read.biased_slots, |takes| *takes),
         read.epsilon as f32,
+        norm_epsilon,
         extra,
         fold,
         bias_wanted,
+        with_norm,
         ROW_THREADS,
         dtype.into(),
     );
     let raw_grads: Rows<R, F, I, BT> = from_primitive(raw_grads);
     let mean_square_grads: Rows<R, F, I, BT> = from_primitive(mean_square_grads);
-    let (query, bias) = query_gradients(&query_rows, &query, &key_weight);
+    let (query, bias, gain) = query_gradients(&query_rows, &query, &key_weight, bias_wanted);
     Ok(ReadGradients {
         raws: (0..count)
             .map(|slot| wanted[slot].then(|| raw_grads.clone().narrow(0, slot * tokens, tokens)))
@@ -269,6 +305,7 @@ where
             .collect(),
         query,
         bias,
+        gain,
     })
 }
 
@@ -280,20 +317,32 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    [&query.query, &query.key_weight].map(|vector| {
-        let d_model = vector.dims()[0];
-        cube_tensor(vector.clone().reshape([1, d_model]))
-    })
+    [&query.query, &query.key_weight].map(row_of)
 }
 
-/// `(∂q, ∂w)` from the backward kernel's per-token rows of `∂u`, and `∂b` from their last column
-/// where they have one more than the query, in one launch.
+/// A `[d]` vector as a `[1, d]` row, as the kernels index it.
+fn row_of<R, F, I, BT>(vector: &Tensor<Cube<R, F, I, BT>, 1>) -> CubeTensor<R>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let d_model = vector.dims()[0];
+    cube_tensor(vector.clone().reshape([1, d_model]))
+}
+
+/// `(∂q, ∂w)` from the backward kernel's per-token rows of `∂u`, `∂b` from the column after them
+/// where the bias is wanted, and the norm's `∂g` from the `d` columns after those where the rows
+/// have them, in one launch.
 fn query_gradients<R, F, I, BT>(
     rows: &CubeTensor<R>,
     query: &CubeTensor<R>,
     key_weight: &CubeTensor<R>,
+    bias_wanted: bool,
 ) -> (
     QueryGradients<Cube<R, F, I, BT>>,
+    Option<Tensor<Cube<R, F, I, BT>, 1>>,
     Option<Tensor<Cube<R, F, I, BT>, 1>>,
 )
 where
@@ -305,6 +354,9 @@ where
     let (columns, d_model) = (rows.meta.shape()[1], query.meta.shape()[1]);
     let [query_grad, key_weight_grad] = [(); 2].map(|_| empty(rows, [1, d_model]));
     let bias_grad = empty(rows, [1, 1]);
+    let bias_columns = usize::from(bias_wanted);
+    let with_norm = columns > d_model + bias_columns;
+    let gain_grad = empty(rows, if with_norm { [1, d_model] } else { [1, 1] });
     let cube_dim = CubeDim::new_1d(QUERY_THREADS as u32);
     let cube_count = calculate_cube_count_elemwise(&rows.client, columns * QUERY_THREADS, cube_dim);
     super::cube_read_kernels::query_gradients_kernel::launch::<R>(
@@ -317,6 +369,8 @@ where
         query_grad.clone().into_tensor_arg(),
         key_weight_grad.clone().into_tensor_arg(),
         bias_grad.clone().into_tensor_arg(),
+        gain_grad.clone().into_tensor_arg(),
+        bias_columns as u32,
         QUERY_THREADS,
         rows.dtype.into(),
     );
@@ -325,5 +379,9 @@ where
         query: vector(query_grad, d_model),
         key_weight: vector(key_weight_grad, d_model),
     };
-    (query, (columns > d_model).then(|| vector(bias_grad, 1)))
+    (
+        query,
+        bias_wanted.then(|| vector(bias_grad, 1)),
+        with_norm.then(|| vector(gain_grad, d_model)),
+    )
 }

@@ -5,6 +5,7 @@ use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 
 pub(super) use super::cube_kernels::partial_dots;
+use crate::activation_ops::cube::kernels::reduce;
 
 /// Slot `slot`'s dot product: the sum of its threads' partials from [`partial_dots`].
 #[cube]
@@ -20,7 +21,8 @@ fn slot_total<F: Float>(partials: &SharedMemory<F>, slot: usize, #[comptime] thr
 /// then (one thread) `z'_s = dot_s · c_s / √(m_s + ε)`, `α = softmax_s(z' + b)`, then every
 /// thread `h̃[n, k] = Σ_s α_s c_s raw_s[n, k]` for its `k`. Slot `s` has a scale where bit `s` of
 /// `scaled` is set (`c_s = 1` otherwise), and takes the bias `b = bias[0]` where bit `s` of
-/// `biased` is (`bias` is read only then).
+/// `biased` is (`bias` is read only then). `with_norm` then normalises the token's row,
+/// `normed[n, k] = h̃[n, k] / √(mean_k h̃[n]² + ε_norm) · g[k]`, as the RMSNorm kernel does.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn read_forward_kernel<F: Float>(
@@ -30,12 +32,16 @@ pub(super) fn read_forward_kernel<F: Float>(
     query: &Tensor<F>,
     key_weight: &Tensor<F>,
     bias: &Tensor<F>,
+    gain: &Tensor<F>,
     mixture: &mut Tensor<F>,
     weights: &mut Tensor<F>,
     scores: &mut Tensor<F>,
+    normed: &mut Tensor<F>,
     scaled: u32,
     biased: u32,
     epsilon: f32,
+    norm_epsilon: f32,
+    #[comptime] with_norm: bool,
     #[comptime] threads: usize,
     #[define(F)] _dtype: StorageType,
 ) {
@@ -96,6 +102,7 @@ pub(super) fn read_forward_kernel<F: Float>(
         }
     }
     sync_cube();
+    let mut squares = F::new(0.0);
     let mut k = lane;
     while k < d_model {
         let mut sum = F::new(0.0);
@@ -105,7 +112,23 @@ pub(super) fn read_forward_kernel<F: Float>(
             sum += factors[slot] * source[token * source.stride(0) + k * source.stride(1)];
         }
         mixture[token * mixture.stride(0) + k * mixture.stride(1)] = sum;
+        if with_norm {
+            squares += sum * sum;
+        }
         k += threads;
+    }
+    if with_norm {
+        // Each thread reads back the entries it wrote.
+        partials[lane] = squares;
+        reduce::<F>(&mut partials, lane, threads, false);
+        let rms = (partials[0] / F::cast_from(d_model) + F::cast_from(norm_epsilon)).sqrt();
+        k = lane;
+        while k < d_model {
+            let h = mixture[token * mixture.stride(0) + k * mixture.stride(1)];
+            normed[token * normed.stride(0) + k * normed.stride(1)] =
+                h / rms * gain[k * gain.stride(1)];
+            k += threads;
+        }
     }
 }
 
@@ -136,7 +159,8 @@ fn scale_at<F: Float>(
 /// `+ (∂m_s c_s²)(2/d) raw_s[n, k]` ([`ReadBackward::fold_mean_squares`](
 /// super::ReadBackward::fold_mean_squares)), and `mean_square_grads` is not written.
 /// Bit `s` of `scaled`, `accumulated` and `wanted` says whether slot `s` has a scale, a
-/// gradient `into_s` to add to, and a gradient wanted.
+/// gradient `into_s` to add to, and a gradient wanted. With `with_norm`, `grad` is the gradient
+/// of the normalised mixture and `g` above is `∂h̃`, formed first by [`norm_backward_row`].
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn read_backward_kernel<F: Float>(
@@ -150,17 +174,22 @@ pub(super) fn read_backward_kernel<F: Float>(
     scores: &Tensor<F>,
     grad: &Tensor<F>,
     weights_grad: &Tensor<F>,
+    gain: &Tensor<F>,
+    mixture: &Tensor<F>,
     raw_grads: &mut Tensor<F>,
     mean_square_grads: &mut Tensor<F>,
     query_rows: &mut Tensor<F>,
+    mixture_grad: &mut Tensor<F>,
     scaled: u32,
     accumulated: u32,
     wanted: u32,
     biased: u32,
     epsilon: f32,
+    norm_epsilon: f32,
     #[comptime] extra: bool,
     #[comptime] fold: bool,
     #[comptime] bias_wanted: bool,
+    #[comptime] with_norm: bool,
     #[comptime] threads: usize,
     #[define(F)] _dtype: StorageType,
 ) {
@@ -179,17 +208,45 @@ pub(super) fn read_backward_kernel<F: Float>(
     let mut score_factors = SharedMemory::<F>::new(count);
     // Per slot: `∂m_s (2/d) c_s²` where mean squares are folded.
     let mut fold_factors = SharedMemory::<F>::new(count);
-    partial_dots::<F>(
-        slots,
-        grad,
-        grad_row,
-        grad,
-        token,
-        &mut partials,
-        lane,
-        false,
-        threads,
-    );
+    if with_norm {
+        let gain_column = d_model + comptime![usize::from(bias_wanted)];
+        norm_backward_row::<F>(
+            mixture,
+            gain,
+            grad,
+            mixture_grad,
+            query_rows,
+            token,
+            gain_column,
+            norm_epsilon,
+            &mut partials,
+            lane,
+            threads,
+        );
+        partial_dots::<F>(
+            slots,
+            mixture_grad,
+            token * mixture_grad.stride(0),
+            grad,
+            token,
+            &mut partials,
+            lane,
+            false,
+            threads,
+        );
+    } else {
+        partial_dots::<F>(
+            slots,
+            grad,
+            grad_row,
+            grad,
+            token,
+            &mut partials,
+            lane,
+            false,
+            threads,
+        );
+    }
     sync_cube();
     if lane == 0 {
         let mut along = F::new(0.0);
@@ -240,7 +297,11 @@ pub(super) fn read_backward_kernel<F: Float>(
     sync_cube();
     let mut k = lane;
     while k < d_model {
-        let g = grad[grad_row + k * grad.stride(1)];
+        let g = if with_norm {
+            mixture_grad[token * mixture_grad.stride(0) + k * mixture_grad.stride(1)]
+        } else {
+            grad[grad_row + k * grad.stride(1)]
+        };
         let u = query[k * query.stride(1)] * key_weight[k * key_weight.stride(1)];
         let mut query_sum = F::new(0.0);
         #[unroll]
@@ -267,15 +328,73 @@ pub(super) fn read_backward_kernel<F: Float>(
     }
 }
 
+/// The RMSNorm's backward pass for token `n`'s row, as the RMSNorm's backward kernel forms it:
+/// with `rms = √(mean_k h̃[n]² + ε)` and `x̂ = h̃[n] / rms`, `∂h̃[n] = (∂y⊙g − x̂ mean(∂y⊙g⊙x̂)) /
+/// rms` into `mixture_grad`, and the row's share of `∂g`, `∂y⊙x̂`, into `query_rows` from column
+/// `gain_column`. Each thread writes the entries of its `k`, which the read's backward pass then
+/// reads back in the same thread.
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn norm_backward_row<F: Float>(
+    mixture: &Tensor<F>,
+    gain: &Tensor<F>,
+    grad: &Tensor<F>,
+    mixture_grad: &mut Tensor<F>,
+    query_rows: &mut Tensor<F>,
+    token: usize,
+    gain_column: usize,
+    norm_epsilon: f32,
+    partials: &mut SharedMemory<F>,
+    lane: usize,
+    #[comptime] threads: usize,
+) {
+    let d_model = grad.shape(1);
+    let (h_row, grad_row) = (token * mixture.stride(0), token * grad.stride(0));
+    let mut squares = F::new(0.0);
+    let mut k = lane;
+    while k < d_model {
+        let h = mixture[h_row + k * mixture.stride(1)];
+        squares += h * h;
+        k += threads;
+    }
+    partials[lane] = squares;
+    reduce::<F>(partials, lane, threads, false);
+    let rms = (partials[0] / F::cast_from(d_model) + F::cast_from(norm_epsilon)).sqrt();
+    sync_cube();
+    let mut dot = F::new(0.0);
+    k = lane;
+    while k < d_model {
+        let normed = mixture[h_row + k * mixture.stride(1)] / rms;
+        dot += grad[grad_row + k * grad.stride(1)] * gain[k * gain.stride(1)] * normed;
+        k += threads;
+    }
+    partials[lane] = dot;
+    reduce::<F>(partials, lane, threads, false);
+    let along_row = partials[0] / F::cast_from(d_model);
+    sync_cube();
+    k = lane;
+    while k < d_model {
+        let normed = mixture[h_row + k * mixture.stride(1)] / rms;
+        let dy = grad[grad_row + k * grad.stride(1)];
+        mixture_grad[token * mixture_grad.stride(0) + k * mixture_grad.stride(1)] =
+            (dy * gain[k * gain.stride(1)] - normed * along_row) / rms;
+        query_rows[token * query_rows.stride(0) + (gain_column + k) * query_rows.stride(1)] =
+            dy * normed;
+        k += threads;
+    }
+}
+
 /// Groups of partial sums in [`query_gradients_kernel`]'s reduction; its thread count is a multiple.
 pub(super) const GROUPS: usize = 16;
 
 /// `∂q = (Σ_n rows[n, k]) w[k]` and `∂w = (Σ_n rows[n, k]) q[k]` (each a `[1, d]` row): the
 /// folded query's gradient, summed over the tokens' rows the backward kernel writes, taken to the
-/// query and the key weight (the tensor operations' sum, then two products); and
-/// `∂b = Σ_n rows[n, d]` where `rows` has a column more than the query. One cube per column `k`: its threads
-/// stride over the tokens, and shared memory sums their partial sums in [`GROUPS`] groups.
+/// query and the key weight (the tensor operations' sum, then two products); `∂b = Σ_n rows[n,
+/// d]` where `bias_columns` is 1; and the norm's `∂g[j] = Σ_n rows[n, d + bias_columns + j]` in
+/// the columns after. One cube per column `k`: its threads stride over the tokens, and shared
+/// memory sums their partial sums in [`GROUPS`] groups.
 #[cube(launch)]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn query_gradients_kernel<F: Float>(
     rows: &Tensor<F>,
     query: &Tensor<F>,
@@ -283,6 +402,8 @@ pub(super) fn query_gradients_kernel<F: Float>(
     query_grad: &mut Tensor<F>,
     key_weight_grad: &mut Tensor<F>,
     bias_grad: &mut Tensor<F>,
+    gain_grad: &mut Tensor<F>,
+    bias_columns: u32,
     #[comptime] threads: usize,
     #[define(F)] _dtype: StorageType,
 ) {
@@ -316,11 +437,15 @@ pub(super) fn query_gradients_kernel<F: Float>(
         for group in 0..groups {
             total += partials[group * per_group];
         }
-        if k < query.shape(1) {
+        let d_model = query.shape(1);
+        let gain_column = d_model + bias_columns as usize;
+        if k < d_model {
             query_grad[k * query_grad.stride(1)] = total * key_weight[k * key_weight.stride(1)];
             key_weight_grad[k * key_weight_grad.stride(1)] = total * query[k * query.stride(1)];
-        } else {
+        } else if k < gain_column {
             bias_grad[0] = total;
+        } else {
+            gain_grad[(k - gain_column) * gain_grad.stride(1)] = total;
         }
     }
 }

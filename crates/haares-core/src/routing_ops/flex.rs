@@ -31,8 +31,10 @@ use rayon::prelude::*;
 use super::flex_rows::{Rows, buffers, slices, tokens_per_task};
 use super::flex_sums::{Added, host_add_scaled_rows, host_signed_sum};
 use super::{
-    ReadBackward, ReadBias, ReadForward, ReadGradients, ReadQuery, RoutingBackend, SlotRows, naive,
+    ReadBackward, ReadBias, ReadForward, ReadGradients, ReadNorm, ReadQuery, RoutingBackend,
+    SlotRows, naive,
 };
+use crate::activation_ops::ActivationBackend;
 use crate::simd::{HostFloat, dot_product, flex_tensor, scaled_add};
 
 impl RoutingBackend for Flex {
@@ -41,8 +43,15 @@ impl RoutingBackend for Flex {
         query: &ReadQuery<Self>,
         bias: Option<&ReadBias<Self>>,
         epsilon: f64,
+        norm: Option<&ReadNorm<Self>>,
     ) -> ReadForward<Self> {
-        super::flex_read::read_forward(slots, query, bias, epsilon)
+        // The norm is Flex's own fused pass after the read's loops.
+        let read = super::flex_read::read_forward(slots, query, bias, epsilon);
+        ReadForward {
+            normed: norm
+                .map(|norm| Self::rms_norm(read.mixture.clone(), norm.gain.clone(), norm.epsilon)),
+            ..read
+        }
     }
 
     fn routing_read_backward(
@@ -51,7 +60,10 @@ impl RoutingBackend for Flex {
         wanted: &[bool],
         mean_squares_wanted: &[bool],
     ) -> ReadGradients<Self> {
-        super::flex_read_grad::read_backward(read, into, wanted, mean_squares_wanted)
+        let (read, gain) = read.without_norm();
+        let gradients =
+            super::flex_read_grad::read_backward(read, into, wanted, mean_squares_wanted);
+        ReadGradients { gain, ..gradients }
     }
 
     fn row_dots(slots: &[Tensor<Self, 2>], rows: Tensor<Self, 2>) -> Tensor<Self, 2> {

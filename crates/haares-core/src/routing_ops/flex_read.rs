@@ -172,11 +172,12 @@ pub(super) fn read_forward(
             });
         Some(ReadForward {
             mixture: flex_tensor(mixture, [tokens, d_model]),
+            normed: None,
             weights: flex_tensor(slot_major(&weights, count), [count, tokens]),
             scores: flex_tensor(slot_major(&scores, count), [count, tokens]),
         })
     };
-    host().unwrap_or_else(|| compose(slots, query, bias, epsilon))
+    host().unwrap_or_else(|| compose(slots, query, bias, epsilon, None))
 }
 
 /// One task's outputs, from token `first` on: the mixture's rows, and the weights and scores

@@ -69,6 +69,7 @@ pub(super) fn read_backward(
             let column = flex_tensor(bias.into_iter().map(|sum| sum as f32).collect(), [count, 1]);
             bias_gradient(column, &read.biased_slots)
         }),
+        gain: None,
     }
 }
 

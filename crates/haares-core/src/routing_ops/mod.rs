@@ -67,8 +67,8 @@ mod ndarray;
 mod read;
 
 pub use read::{
-    MixtureAndWeights, QueryGradients, ReadBackward, ReadBias, ReadForward, ReadGradients,
-    ReadQuery, bias_gradient,
+    MixtureAndWeights, NormBackward, QueryGradients, ReadBackward, ReadBias, ReadForward,
+    ReadGradients, ReadNorm, ReadQuery, bias_gradient,
 };
 
 use burn::tensor::Tensor;
@@ -298,22 +298,24 @@ pub trait RoutingBackend: ActivationBackend {
     }
 
     /// A whole read: the scores with the folded query `q ⊙ w`, the bias `b` on the slots that
-    /// take it (or none), the softmax over slots and the mixture, as one operation (`read.rs`),
-    /// differentiable in `q`, `w` and `b` themselves. Returns the mixture and the
-    /// weights; by default [`routing_read_forward`](Self::routing_read_forward)'s, and on the
-    /// autodiff backend two graph nodes with one backward pass.
+    /// take it (or none), the softmax over slots and the mixture, and the RMSNorm the mixture
+    /// goes through next where there is one, as one operation (`read.rs`), differentiable in `q`,
+    /// `w`, `b` and the norm's gain themselves. Returns the output (`RMSNorm(h̃)` with a norm,
+    /// `h̃` without) and the weights; by default [`routing_read_forward`](Self::routing_read_forward)'s,
+    /// and on the autodiff backend two graph nodes with one backward pass.
     ///
     /// # Shapes
-    /// - query: `[d]` each; bias: `[1]`
-    /// - output: mixture `[tokens, d]`; weights `[S, tokens]`
+    /// - query: `[d]` each; bias: `[1]`; gain: `[d]`
+    /// - output: `[tokens, d]`; weights `[S, tokens]`
     fn routing_read(
         slots: &[SlotRows<Self>],
         query: ReadQuery<Self>,
         bias: Option<ReadBias<Self>>,
         epsilon: f64,
+        norm: Option<ReadNorm<Self>>,
     ) -> MixtureAndWeights<Self> {
-        let read = Self::routing_read_forward(slots, &query, bias.as_ref(), epsilon);
-        (read.mixture, read.weights)
+        let read = Self::routing_read_forward(slots, &query, bias.as_ref(), epsilon, norm.as_ref());
+        (read.normed.unwrap_or(read.mixture), read.weights)
     }
 
     /// The forward pass of [`routing_read`](Self::routing_read), with the scores its backward
@@ -324,8 +326,9 @@ pub trait RoutingBackend: ActivationBackend {
         query: &ReadQuery<Self>,
         bias: Option<&ReadBias<Self>>,
         epsilon: f64,
+        norm: Option<&ReadNorm<Self>>,
     ) -> ReadForward<Self> {
-        read::compose(slots, query, bias, epsilon)
+        read::compose(slots, query, bias, epsilon, norm)
     }
 
     /// The backward pass of [`routing_read`](Self::routing_read), each slot's gradient added to

@@ -85,6 +85,29 @@ fn slot_mask<B: Backend>(slots: &[bool], device: &B::Device) -> Tensor<B, 1> {
     Tensor::from_floats(mask.as_slice(), device)
 }
 
+/// The RMSNorm a read's mixture goes through before its sublayer reads it (eq:sublayer's PreNorm,
+/// or the final norm after eq:final): `y = h̃ / √(mean(h̃²) + ε) ⊙ g`. A read that takes it returns
+/// `y` and keeps `h̃` for its backward pass, so that a backend can normalise the mixture where it
+/// forms it and start its backward pass from `∂y`: on the GPU backends the norm's launch forward,
+/// and its two backward (`∂h̃` and the rows' sum for `∂g`), become part of the read's own.
+#[derive(Debug, Clone)]
+pub struct ReadNorm<B: Backend> {
+    /// `g`, `[d]`.
+    pub gain: Tensor<B, 1>,
+    /// The norm's ε.
+    pub epsilon: f64,
+}
+
+/// What a normalised read's backward pass needs of its norm: the norm and the mixture it
+/// normalised.
+#[derive(Debug, Clone)]
+pub struct NormBackward<B: Backend> {
+    /// The norm applied.
+    pub norm: ReadNorm<B>,
+    /// `h̃`, `[tokens, d]`.
+    pub mixture: Tensor<B, 2>,
+}
+
 /// The gradients of a [`ReadQuery`]'s two vectors.
 #[derive(Debug, Clone)]
 pub struct QueryGradients<B: Backend> {
@@ -99,6 +122,8 @@ pub struct QueryGradients<B: Backend> {
 pub struct ReadForward<B: Backend> {
     /// The mixture `h̃ = Σ_s α_s c_s ⊙ raw_s`, `[tokens, d]`.
     pub mixture: Tensor<B, 2>,
+    /// `y = RMSNorm(h̃)`, `[tokens, d]`, for a read with a [`ReadNorm`].
+    pub normed: Option<Tensor<B, 2>>,
     /// The weights `α = softmax_s(z' + b)`, slot-major `[S, tokens]`.
     pub weights: Tensor<B, 2>,
     /// The scores `z'` before the bias, `[S, tokens]`.
@@ -119,8 +144,11 @@ pub struct ReadBackward<B: Backend> {
     pub scores: Tensor<B, 2>,
     /// `α`, `[S, tokens]`.
     pub weights: Tensor<B, 2>,
-    /// `∂L/∂h̃`, `[tokens, d]`.
+    /// The gradient of the read's output, `[tokens, d]`: `∂L/∂y` for a read with a norm,
+    /// `∂L/∂h̃` otherwise.
     pub mixture_grad: Tensor<B, 2>,
+    /// The norm between the mixture and the output, where the read has one.
+    pub norm: Option<NormBackward<B>>,
     /// `∂L/∂α`, `[S, tokens]`, where the weights reach the loss.
     pub weights_grad: Option<Tensor<B, 2>>,
     /// Whether `∂L/∂b` is wanted: false for a read without a bias (Block AttnRes) or with a fixed
@@ -153,14 +181,39 @@ pub struct ReadGradients<B: Backend> {
     pub query: QueryGradients<B>,
     /// `∂L/∂b`, `[1]`, where [`ReadBackward::bias_wanted`].
     pub bias: Option<Tensor<B, 1>>,
+    /// `∂L/∂g`, `[d]`, for a read with a norm.
+    pub gain: Option<Tensor<B, 1>>,
 }
 
-/// The read as the scores, the bias, Burn's softmax over slots and the mixture.
+impl<B: RoutingBackend> ReadBackward<B> {
+    /// The same backward pass without its norm: `∂h̃` from `∂y` by the norm's own backward pass
+    /// ([`ActivationBackend::rms_norm_backward`](crate::activation_ops::ActivationBackend::rms_norm_backward)),
+    /// and `∂g`. For the backends whose read does not take the norm into its kernel.
+    pub fn without_norm(self) -> (Self, Option<Tensor<B, 1>>) {
+        match self.norm {
+            None => (self, None),
+            Some(NormBackward { norm, mixture }) => {
+                let (mixture_grad, gain) =
+                    B::rms_norm_backward(mixture, norm.gain, self.mixture_grad, norm.epsilon);
+                let read = Self {
+                    mixture_grad,
+                    norm: None,
+                    ..self
+                };
+                (read, Some(gain))
+            }
+        }
+    }
+}
+
+/// The read as the scores, the bias, Burn's softmax over slots and the mixture, then the norm
+/// where it has one ([`ActivationBackend::rms_norm`](crate::activation_ops::ActivationBackend::rms_norm)).
 pub fn compose<B: RoutingBackend>(
     slots: &[SlotRows<B>],
     query: &ReadQuery<B>,
     bias: Option<&ReadBias<B>>,
     epsilon: f64,
+    norm: Option<&ReadNorm<B>>,
 ) -> ReadForward<B> {
     let scores = B::routing_scores(slots, query.folded(), epsilon);
     let logits = match bias {
@@ -170,13 +223,14 @@ pub fn compose<B: RoutingBackend>(
     let weights = softmax(logits, 0);
     let mixture = B::routing_mixture(slots, weights.clone());
     ReadForward {
+        normed: norm.map(|norm| B::rms_norm(mixture.clone(), norm.gain.clone(), norm.epsilon)),
         mixture,
         weights,
         scores,
     }
 }
 
-/// The backward pass of [`compose`]: the mixture's, the softmax's
+/// The backward pass of [`compose`]: the norm's where the read has one, the mixture's, the softmax's
 /// (`∂(z' + b) = α ⊙ (∂α − Σ_s α_s ∂α_s)`), then the scores', and the query's two vectors' from
 /// the folded query's. Slot gradients are added to `into`.
 pub fn compose_backward<B: RoutingBackend>(
@@ -185,6 +239,7 @@ pub fn compose_backward<B: RoutingBackend>(
     wanted: &[bool],
     mean_squares_wanted: &[bool],
 ) -> ReadGradients<B> {
+    let (read, gain) = read.without_norm();
     let slots = &read.slots;
     let fold = read.fold_mean_squares;
     // Folding needs the mean-square gradient of every slot whose rows want one.
@@ -230,6 +285,7 @@ pub fn compose_backward<B: RoutingBackend>(
         mean_squares,
         query: read.query.gradients(scores.folded_query),
         bias,
+        gain,
     }
 }
 

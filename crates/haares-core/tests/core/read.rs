@@ -101,8 +101,8 @@ fn flex_reads_agree_with_the_composition() {
                 value: random(&mut rng, [1]),
                 slots: biased_slots.clone(),
             });
-            let fused = Flex::routing_read_forward(&slots, &query, bias.as_ref(), 1e-6);
-            let plain = naive::read_forward(&slots, &query, bias.as_ref(), 1e-6);
+            let fused = Flex::routing_read_forward(&slots, &query, bias.as_ref(), 1e-6, None);
+            let plain = naive::read_forward(&slots, &query, bias.as_ref(), 1e-6, None);
             assert_agree(fused.mixture.clone(), plain.mixture, &what("mixture"));
             assert_agree(fused.weights.clone(), plain.weights, &what("weights"));
             assert_agree(fused.scores.clone(), plain.scores, &what("scores"));
@@ -123,6 +123,7 @@ fn flex_reads_agree_with_the_composition() {
                 },
                 fold_mean_squares: false,
                 same_rows: same_rows(case),
+                norm: None,
             };
             // Slot `s` adds into: nothing (s % 3 = 0), a gradient held only by the call, or one
             // also held here; every fourth slot wants no gradient.

@@ -133,31 +133,45 @@ pub fn weighted_sums_match<B: RoutingBackend>() {
     }
 }
 
+/// Each combination of a bias and a norm on a read.
+const BIAS_AND_NORM: [(bool, bool); 4] =
+    [(false, false), (true, false), (false, true), (true, true)];
+
 /// A read's forward pass on the device (one kernel where the slots fit one launch, the
 /// composition beyond) against the composition on the CPU (NdArray's host loops, f32): the
-/// mixture, the weights and the scores, with and without a bias, slots with and without an RMS
-/// scale, one slot to more than a launch takes.
+/// mixture, the weights, the scores and the normalised mixture, with and without a bias and a
+/// norm, slots with and without an RMS scale, one slot to more than a launch takes.
 pub fn read_forward_matches_the_composition<B: RoutingBackend>() {
     type Cpu = burn::backend::NdArray<f32>;
     let mut rng = Rng::new(2027);
     for count in [1, 3, 16, 17] {
         for (tokens, d) in SHAPES {
-            for biased in [false, true] {
+            for (biased, normed) in BIAS_AND_NORM {
                 let seed = rng.next_u64();
-                let device = read_forward_of::<B>(seed, count, tokens, d, biased);
-                let host = read_forward_of::<Cpu>(seed, count, tokens, d, biased);
+                let device = read_forward_of::<B>(seed, count, tokens, d, biased, normed);
+                let host = read_forward_of::<Cpu>(seed, count, tokens, d, biased, normed);
+                assert_eq!(
+                    (device.normed.is_some(), host.normed.is_some()),
+                    (normed, normed),
+                    "read forward, S = {count}: a normalised mixture answered against the norm"
+                );
                 for (name, actual, expected) in [
-                    ("mixture", device.mixture, host.mixture),
-                    ("weights", device.weights, host.weights),
-                    ("scores", device.scores, host.scores),
+                    ("mixture", Some(device.mixture), Some(host.mixture)),
+                    ("weights", Some(device.weights), Some(host.weights)),
+                    ("scores", Some(device.scores), Some(host.scores)),
+                    ("normed mixture", device.normed, host.normed),
                 ] {
+                    let (Some(actual), Some(expected)) = (actual, expected) else {
+                        continue;
+                    };
                     let expected = tensor_values(expected);
                     let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
                     let diff = max_abs_diff(&tensor_values(actual), &expected);
                     assert!(
                         diff < 1e-5 * scale,
-                        "read forward, S = {count}, {tokens} × {d}, bias {biased}: {name} \
-                         differs from the composition by {diff:e} (scale {scale:.2})"
+                        "read forward, S = {count}, {tokens} × {d}, bias {biased}, norm \
+                         {normed}: {name} differs from the composition by {diff:e} (scale \
+                         {scale:.2})"
                     );
                 }
             }
@@ -166,13 +180,14 @@ pub fn read_forward_matches_the_composition<B: RoutingBackend>() {
 }
 
 /// [`RoutingBackend::routing_read_forward`] on `B` of inputs drawn from `seed`: the slots of
-/// [`random_slots`], a query and key weight, a bias.
+/// [`random_slots`], a query and key weight, a bias, a norm.
 fn read_forward_of<B: RoutingBackend>(
     seed: u64,
     count: usize,
     tokens: usize,
     d: usize,
     biased: bool,
+    normed: bool,
 ) -> haares_core::routing_ops::ReadForward<B> {
     let mut rng = Rng::new(seed);
     let slots = random_slots::<B>(&mut rng, count, tokens, d);
@@ -181,7 +196,25 @@ fn read_forward_of<B: RoutingBackend>(
         value: random_on::<B, 1>(&mut rng, [1], 1.0),
         slots: biased_slots(count),
     };
-    B::routing_read_forward(&slots, &query, biased.then_some(&bias), 1e-6)
+    let norm = random_norm::<B>(&mut rng, d);
+    B::routing_read_forward(
+        &slots,
+        &query,
+        biased.then_some(&bias),
+        1e-6,
+        normed.then_some(&norm),
+    )
+}
+
+/// An RMSNorm's gain around 1 and the paper's ε.
+fn random_norm<B: RoutingBackend>(
+    rng: &mut Rng,
+    d: usize,
+) -> haares_core::routing_ops::ReadNorm<B> {
+    haares_core::routing_ops::ReadNorm {
+        gain: random_on::<B, 1>(rng, [d], 0.3).add_scalar(1.0),
+        epsilon: 1e-6,
+    }
 }
 
 /// Which slots take the bias: every slot but each third from the second (the first always does).
@@ -189,30 +222,32 @@ fn biased_slots(count: usize) -> Vec<bool> {
     (0..count).map(|slot| slot % 3 != 1).collect()
 }
 
-/// A read's backward pass on the device (one kernel and the query's, key weight's and bias's
-/// gradients in one more where the slots fit one launch, the composition beyond) against the composition on the CPU: every wanted slot's
-/// gradient (added to an accumulated one for some slots, none for others), every wanted mean
-/// square's, the query's, the key weight's and the bias's, with and without a gradient reaching the weights (with
-/// one, the mean squares' gradients are folded into the rows', `fold_mean_squares`).
+/// A read's backward pass on the device (one kernel and the query's, key weight's, bias's and
+/// gain's gradients in one more where the slots fit one launch, the composition beyond) against
+/// the composition on the CPU: every wanted slot's gradient (added to an accumulated one for some
+/// slots, none for others), every wanted mean square's, the query's, the key weight's, the
+/// bias's and the norm's gain's, with and without a gradient reaching the weights (with one, the
+/// mean squares' gradients are folded into the rows', `fold_mean_squares`) and a norm.
 pub fn read_backward_matches_the_composition<B: RoutingBackend>() {
     type Cpu = burn::backend::NdArray<f32>;
     let mut rng = Rng::new(2028);
     for count in [1, 3, 16, 17] {
         for (tokens, d) in SHAPES {
-            for weights_reach_the_loss in [false, true] {
+            for (weights_reach_the_loss, normed) in BIAS_AND_NORM {
                 let seed = rng.next_u64();
-                let device = read_backward_of::<B>(seed, count, tokens, d, weights_reach_the_loss);
-                let host = read_backward_of::<Cpu>(seed, count, tokens, d, weights_reach_the_loss);
+                let case = (count, tokens, d, weights_reach_the_loss, normed);
+                let device = read_backward_of::<B>(seed, case);
+                let host = read_backward_of::<Cpu>(seed, case);
                 assert_eq!(device.len(), host.len());
                 for (index, (actual, expected)) in device.iter().zip(&host).enumerate() {
                     let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
                     let diff = max_abs_diff(actual, expected);
                     assert!(
                         diff < 1e-5 * scale,
-                        "read backward, S = {count}, {tokens} × {d}, ∂α {weights_reach_the_loss}: \
-                         entry {index} (wanted slots, wanted mean squares, query, key weight, \
-                         bias) differs \
-                         from the composition by {diff:e} (scale {scale:.2})"
+                        "read backward, S = {count}, {tokens} × {d}, ∂α {weights_reach_the_loss}, \
+                         norm {normed}: entry {index} (wanted slots, wanted mean squares, query, \
+                         key weight, bias, gain) differs from the composition by {diff:e} \
+                         (scale {scale:.2})"
                     );
                 }
             }
@@ -223,13 +258,10 @@ pub fn read_backward_matches_the_composition<B: RoutingBackend>() {
 /// [`RoutingBackend::routing_read_backward`] on `B` of inputs drawn from `seed`, its gradients
 /// as host vectors: the wanted slots' (every slot but slot 1; even slots add to an accumulated
 /// gradient), the wanted mean squares' (every one but the last), the query's, the key weight's,
-/// the bias's.
+/// the bias's, and with a norm the gain's.
 fn read_backward_of<B: RoutingBackend>(
     seed: u64,
-    count: usize,
-    tokens: usize,
-    d: usize,
-    weights_reach_the_loss: bool,
+    (count, tokens, d, weights_reach_the_loss, normed): (usize, usize, usize, bool, bool),
 ) -> Vec<Vec<f64>> {
     let mut rng = Rng::new(seed);
     let slots = random_slots::<B>(&mut rng, count, tokens, d);
@@ -263,12 +295,21 @@ fn read_backward_of<B: RoutingBackend>(
         biased_slots: biased_slots(count),
         fold_mean_squares,
         same_rows: (0..count).collect(),
+        norm: normed.then(|| haares_core::routing_ops::NormBackward {
+            norm: random_norm::<B>(&mut rng, d),
+            mixture: random_on::<B, 2>(&mut rng, [tokens, d], 1.5),
+        }),
     };
     let grads = B::routing_read_backward(read, into, &wanted, &mean_squares_wanted);
     assert_eq!(
         grads.bias.is_some(),
         bias_wanted,
         "∂b answered against `bias_wanted` (S = {count})"
+    );
+    assert_eq!(
+        grads.gain.is_some(),
+        normed,
+        "∂g answered against the norm (S = {count})"
     );
     assert!(
         !fold_mean_squares || grads.mean_squares.iter().all(Option::is_none),
@@ -284,6 +325,7 @@ fn read_backward_of<B: RoutingBackend>(
     all.push(tensor_values(grads.query.query));
     all.push(tensor_values(grads.query.key_weight));
     all.extend(grads.bias.map(tensor_values));
+    all.extend(grads.gain.map(tensor_values));
     all
 }
 
@@ -326,7 +368,8 @@ fn random_slots<B: RoutingBackend>(
 /// autodiff backend `Ad` against the reference read on the CPU (NdArray, f32), in its mixture, its
 /// weights and every gradient (each slot, the query, the key-norm weight, the detail bias), for
 /// one slot, a HAARES bank and the largest bank (97 slots: several kernel launches and autodiff
-/// nodes). The reference runs on the CPU because on CUDA its matrix products (a row shared by all
+/// nodes); the two banks also with the mixture normalised in the read (against the reference
+/// read, then the norm), with the norm gain's gradient. The reference runs on the CPU because on CUDA its matrix products (a row shared by all
 /// tokens, and their gradients) most likely round their inputs to TF32: on an H200 the two reads'
 /// query gradients differed by 1.3e-4 of their scale, the rest agreeing to 1e-4. The kernels run
 /// no matrix product, so they must agree with a CPU's f32 sums.
@@ -335,14 +378,14 @@ pub fn operator_matches_the_reference_read<
 >() {
     type Cpu = burn::backend::Autodiff<burn::backend::NdArray<f32>>;
     let mut rng = Rng::new(2026);
-    for pairs in [0, 4, 48] {
+    for (pairs, normed) in [(0, false), (4, false), (4, true), (48, false), (48, true)] {
         let seed = rng.next_u64();
-        let reference = read_everything::<Cpu>(seed, pairs, false);
-        let fused = read_everything::<Ad>(seed, pairs, true);
+        let reference = read_everything::<Cpu>(seed, pairs, false, normed);
+        let fused = read_everything::<Ad>(seed, pairs, true, normed);
         if pairs == 0 {
             // One slot: weight 1 everywhere, and the mixture is the slot itself, on both paths of
             // the device.
-            let on_device = read_everything::<Ad>(seed, pairs, false);
+            let on_device = read_everything::<Ad>(seed, pairs, false, normed);
             for (path, read) in [("reference", &on_device), ("fused", &fused)] {
                 let slot = &read[read.len() - 1];
                 let mixture_error = max_abs_diff(&read[0], slot);
@@ -360,8 +403,8 @@ pub fn operator_matches_the_reference_read<
             let diff = max_abs_diff(expected, actual);
             assert!(
                 diff < 1e-4 * scale,
-                "S = {}: entry {index} (mixture, weights, slots…, query, key norm, bias, slot 0) \
-                 differs by {diff:e} (scale {scale:.2})",
+                "S = {}, norm {normed}: entry {index} (mixture, weights, slots…, query, key \
+                 norm, bias, gain, slot 0) differs by {diff:e} (scale {scale:.2})",
                 2 * pairs + 1
             );
         }
@@ -371,11 +414,13 @@ pub fn operator_matches_the_reference_read<
 /// One read of `2 · pairs + 1` slots on backend `B` from the inputs `seed` draws (the same on
 /// every backend), and a loss that weighs its mixture and weights at random: the mixture, the
 /// weights, every slot's gradient, the query's, the key norm's, the detail bias's (with pairs),
-/// then slot 0's values.
+/// the norm gain's (`normed`: the mixture is the read's output through an RMSNorm), then slot 0's
+/// values.
 fn read_everything<B: RoutingBackend + burn::tensor::backend::AutodiffBackend>(
     seed: u64,
     pairs: usize,
     fused: bool,
+    normed: bool,
 ) -> Vec<Vec<f64>> {
     let mut rng = Rng::new(seed);
     let (batch, seq, d) = (2, 5, 24);
@@ -395,11 +440,16 @@ fn read_everything<B: RoutingBackend + burn::tensor::backend::AutodiffBackend>(
     for pair in values[1..].chunks(2) {
         bank.push_pair(pair[0].clone(), Some(pair[1].clone()));
     }
-    let read = if fused {
-        router.forward_fused(&bank)
-    } else {
-        router.forward(&bank)
+    let mut norm = haares_core::norm::RmsNormConfig::new(d).init::<B>(&Default::default());
+    norm.weight = Param::from_tensor((random_on::<B, 1>(&mut rng, [d], 0.3) + 1.0).require_grad());
+    let mut read = match (fused, normed) {
+        (true, true) => router.forward_fused_normed(&bank, &norm),
+        (true, false) => router.forward_fused(&bank),
+        (false, _) => router.forward(&bank),
     };
+    if normed && !fused {
+        read.mixture = norm.forward(read.mixture);
+    }
     let mixture_weights = random_on::<B, 3>(&mut rng, read.mixture.dims(), 1.0);
     let weight_weights = random_on::<B, 3>(&mut rng, read.weights.dims(), 1.0);
     let grads = ((read.mixture.clone() * mixture_weights).sum()
@@ -418,6 +468,9 @@ fn read_everything<B: RoutingBackend + burn::tensor::backend::AutodiffBackend>(
     if pairs > 0 {
         let bias = router.detail_bias.as_ref().unwrap().val();
         all.push(tensor_values(bias.grad(&grads).unwrap()));
+    }
+    if normed {
+        all.push(tensor_values(norm.weight.val().grad(&grads).unwrap()));
     }
     all.push(tensor_values(values[0].clone()));
     all
