@@ -31,7 +31,8 @@
 //! (which the bank holds anyway) and `[S, tokens]` scalars.
 //!
 //! A router reads through [`RoutingBackend::routing_read`], the scores, the bias, the softmax and
-//! the mixture as one operation (`read.rs`). By default it is the composition of the two
+//! the mixture (and the RMSNorm that reads the mixture next, [`ReadNorm`]) as one operation
+//! (`read.rs`). By default it is the composition of the two
 //! operations above; on the autodiff backend it is one node with one backward pass
 //! (`autodiff_read.rs`), and on Flex its loops go token by token (`flex_read.rs`), so that each
 //! slot row is read once forward and once backward, where the two operations read it twice and
