@@ -219,9 +219,10 @@ where
     let d_model = read.query.query.dims()[0];
     let (bias_wanted, fold) = (read.bias_wanted, read.fold_mean_squares);
     let grad = cube_tensor(read.mixture_grad.clone());
-    // Per slot its rows, scale, mean square and earlier gradient; eight more inputs, four
-    // outputs.
-    if !fits(&grad, count, 4, 12) {
+    // Per slot its rows, scale, mean square and earlier gradient; seven more inputs, three
+    // outputs. (A norm's mixture is formed again from the slots, and its gradient held in slot
+    // 0's gradient rows, so that a read of five slots still fits lavapipe's 31 bindings.)
+    if !fits(&grad, count, 4, 10) {
         return Err((read, into));
     }
     let [tokens, _] = read.slots[0].raw.dims();
@@ -243,17 +244,11 @@ where
         empty(&grad, [count * tokens, d_model]),
         empty(&grad, [tokens, columns]),
     );
-    // Without a norm, the query stands in for the gain and the gradient for the mixture, and a
-    // one-element tensor for `∂h̃`.
-    let (gain, mixture, norm_epsilon) = match &read.norm {
-        Some(norm) => (
-            row_of(&norm.norm.gain),
-            cube_tensor(norm.mixture.clone()),
-            norm.norm.epsilon as f32,
-        ),
-        None => (query.clone(), grad.clone(), 0.0),
+    // Without a norm, the query stands in for the gain.
+    let (gain, norm_epsilon) = match &read.norm {
+        Some(norm) => (row_of(&norm.norm.gain), norm.norm.epsilon as f32),
+        None => (query.clone(), 0.0),
     };
-    let mixture_grad = empty(&grad, if with_norm { [tokens, d_model] } else { [1, 1] });
     // A folded read writes no mean-square gradient: its output is a one-element stand-in.
     let mean_square_shape = if fold { [1, 1] } else { [count, tokens] };
     let mean_square_grads = empty(&grad, mean_square_shape);
@@ -274,11 +269,9 @@ where
         grad.into_tensor_arg(),
         weights_grad.into_tensor_arg(),
         gain.into_tensor_arg(),
-        mixture.into_tensor_arg(),
         raw_grads.clone().into_tensor_arg(),
         mean_square_grads.clone().into_tensor_arg(),
         query_rows.clone().into_tensor_arg(),
-        mixture_grad.into_tensor_arg(),
         scaled,
         accumulated,
         mask(wanted, |w| *w),

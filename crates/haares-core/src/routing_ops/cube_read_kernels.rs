@@ -160,7 +160,9 @@ fn scale_at<F: Float>(
 /// super::ReadBackward::fold_mean_squares)), and `mean_square_grads` is not written.
 /// Bit `s` of `scaled`, `accumulated` and `wanted` says whether slot `s` has a scale, a
 /// gradient `into_s` to add to, and a gradient wanted. With `with_norm`, `grad` is the gradient
-/// of the normalised mixture and `g` above is `∂h̃`, formed first by [`norm_backward_row`].
+/// of the normalised mixture and `g` above is `∂h̃`, formed first by [`norm_backward_row`] in
+/// slot 0's rows of `raw_grads` (each thread reading back what it wrote before it writes the
+/// slot's gradient there).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn read_backward_kernel<F: Float>(
@@ -175,11 +177,9 @@ pub(super) fn read_backward_kernel<F: Float>(
     grad: &Tensor<F>,
     weights_grad: &Tensor<F>,
     gain: &Tensor<F>,
-    mixture: &Tensor<F>,
     raw_grads: &mut Tensor<F>,
     mean_square_grads: &mut Tensor<F>,
     query_rows: &mut Tensor<F>,
-    mixture_grad: &mut Tensor<F>,
     scaled: u32,
     accumulated: u32,
     wanted: u32,
@@ -208,13 +208,24 @@ pub(super) fn read_backward_kernel<F: Float>(
     let mut score_factors = SharedMemory::<F>::new(count);
     // Per slot: `∂m_s (2/d) c_s²` where mean squares are folded.
     let mut fold_factors = SharedMemory::<F>::new(count);
+    // Slot 0's gradient row of this token, which holds `∂h̃` with a norm.
+    let scratch_row = token * raw_grads.stride(0);
     if with_norm {
+        if lane == 0 {
+            #[unroll]
+            for slot in 0..count {
+                let weight = weights[slot * weights.stride(0) + token * weights.stride(1)];
+                mixture_factors[slot] = weight * scale_at::<F>(scales, scaled, token, slot);
+            }
+        }
+        sync_cube();
         let gain_column = d_model + comptime![usize::from(bias_wanted)];
         norm_backward_row::<F>(
-            mixture,
+            slots,
+            &mixture_factors,
             gain,
             grad,
-            mixture_grad,
+            raw_grads,
             query_rows,
             token,
             gain_column,
@@ -225,8 +236,8 @@ pub(super) fn read_backward_kernel<F: Float>(
         );
         partial_dots::<F>(
             slots,
-            mixture_grad,
-            token * mixture_grad.stride(0),
+            raw_grads,
+            scratch_row,
             grad,
             token,
             &mut partials,
@@ -298,7 +309,7 @@ pub(super) fn read_backward_kernel<F: Float>(
     let mut k = lane;
     while k < d_model {
         let g = if with_norm {
-            mixture_grad[token * mixture_grad.stride(0) + k * mixture_grad.stride(1)]
+            raw_grads[scratch_row + k * raw_grads.stride(1)]
         } else {
             grad[grad_row + k * grad.stride(1)]
         };
@@ -329,17 +340,19 @@ pub(super) fn read_backward_kernel<F: Float>(
 }
 
 /// The RMSNorm's backward pass for token `n`'s row, as the RMSNorm's backward kernel forms it:
-/// with `rms = √(mean_k h̃[n]² + ε)` and `x̂ = h̃[n] / rms`, `∂h̃[n] = (∂y⊙g − x̂ mean(∂y⊙g⊙x̂)) /
-/// rms` into `mixture_grad`, and the row's share of `∂g`, `∂y⊙x̂`, into `query_rows` from column
-/// `gain_column`. Each thread writes the entries of its `k`, which the read's backward pass then
-/// reads back in the same thread.
+/// the mixture `h̃[n, k] = Σ_s factors_s raw_s[n, k]` formed again as the forward kernel formed it
+/// (`factors_s = α_s c_s`), then with `rms = √(mean_k h̃[n]² + ε)` and `x̂ = h̃[n] / rms`,
+/// `∂h̃[n] = (∂y⊙g − x̂ mean(∂y⊙g⊙x̂)) / rms` into row `n` of `out` (`h̃[n]` first, then
+/// overwritten), and the row's share of `∂g`, `∂y⊙x̂`, into `query_rows` from column
+/// `gain_column`. Each thread writes and reads back the entries of its own `k`.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn norm_backward_row<F: Float>(
-    mixture: &Tensor<F>,
+    slots: &Sequence<Tensor<F>>,
+    factors: &SharedMemory<F>,
     gain: &Tensor<F>,
     grad: &Tensor<F>,
-    mixture_grad: &mut Tensor<F>,
+    out: &mut Tensor<F>,
     query_rows: &mut Tensor<F>,
     token: usize,
     gain_column: usize,
@@ -348,12 +361,19 @@ fn norm_backward_row<F: Float>(
     lane: usize,
     #[comptime] threads: usize,
 ) {
+    let count = comptime![slots.len()];
     let d_model = grad.shape(1);
-    let (h_row, grad_row) = (token * mixture.stride(0), token * grad.stride(0));
+    let (h_row, grad_row) = (token * out.stride(0), token * grad.stride(0));
     let mut squares = F::new(0.0);
     let mut k = lane;
     while k < d_model {
-        let h = mixture[h_row + k * mixture.stride(1)];
+        let mut h = F::new(0.0);
+        #[unroll]
+        for slot in 0..count {
+            let source = slots.index(slot);
+            h += factors[slot] * source[token * source.stride(0) + k * source.stride(1)];
+        }
+        out[h_row + k * out.stride(1)] = h;
         squares += h * h;
         k += threads;
     }
@@ -364,7 +384,7 @@ fn norm_backward_row<F: Float>(
     let mut dot = F::new(0.0);
     k = lane;
     while k < d_model {
-        let normed = mixture[h_row + k * mixture.stride(1)] / rms;
+        let normed = out[h_row + k * out.stride(1)] / rms;
         dot += grad[grad_row + k * grad.stride(1)] * gain[k * gain.stride(1)] * normed;
         k += threads;
     }
@@ -374,10 +394,10 @@ fn norm_backward_row<F: Float>(
     sync_cube();
     k = lane;
     while k < d_model {
-        let normed = mixture[h_row + k * mixture.stride(1)] / rms;
+        let at = h_row + k * out.stride(1);
+        let normed = out[at] / rms;
         let dy = grad[grad_row + k * grad.stride(1)];
-        mixture_grad[token * mixture_grad.stride(0) + k * mixture_grad.stride(1)] =
-            (dy * gain[k * gain.stride(1)] - normed * along_row) / rms;
+        out[at] = (dy * gain[k * gain.stride(1)] - normed * along_row) / rms;
         query_rows[token * query_rows.stride(0) + (gain_column + k) * query_rows.stride(1)] =
             dy * normed;
         k += threads;

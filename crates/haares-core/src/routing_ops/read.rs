@@ -104,7 +104,9 @@ pub struct ReadNorm<B: Backend> {
 pub struct NormBackward<B: Backend> {
     /// The norm applied.
     pub norm: ReadNorm<B>,
-    /// `h̃`, `[tokens, d]`.
+    /// `h̃`, `[tokens, d]`: the read's own mixture of its slots by its weights, which a backend
+    /// may form again from them instead of reading it (the cube backends do, to stay within a
+    /// launch's bindings).
     pub mixture: Tensor<B, 2>,
 }
 

@@ -235,6 +235,11 @@ pub fn read_backward_matches_the_composition<B: RoutingBackend>() {
         for (tokens, d) in SHAPES {
             for (weights_reach_the_loss, normed) in BIAS_AND_NORM {
                 let seed = rng.next_u64();
+                // A norm over one channel is `sign(h̃)·g`: its gradient is of the size of ε and
+                // would compare the two backends' rounding of `h̃`, not their read.
+                if normed && d == 1 {
+                    continue;
+                }
                 let case = (count, tokens, d, weights_reach_the_loss, normed);
                 let device = read_backward_of::<B>(seed, case);
                 let host = read_backward_of::<Cpu>(seed, case);
@@ -283,6 +288,11 @@ fn read_backward_of<B: RoutingBackend>(
     // the loss, the mean squares' gradients are folded into the rows'.
     let bias_wanted = count % 2 == 1;
     let fold_mean_squares = weights_reach_the_loss;
+    // The read's own mixture: a backend may form it again from the slots and weights.
+    let norm = normed.then(|| haares_core::routing_ops::NormBackward {
+        norm: random_norm::<B>(&mut rng, d),
+        mixture: B::routing_mixture(&slots, weights.clone()),
+    });
     let read = haares_core::routing_ops::ReadBackward {
         slots,
         query,
@@ -295,10 +305,7 @@ fn read_backward_of<B: RoutingBackend>(
         biased_slots: biased_slots(count),
         fold_mean_squares,
         same_rows: (0..count).collect(),
-        norm: normed.then(|| haares_core::routing_ops::NormBackward {
-            norm: random_norm::<B>(&mut rng, d),
-            mixture: random_on::<B, 2>(&mut rng, [tokens, d], 1.5),
-        }),
+        norm,
     };
     let grads = B::routing_read_backward(read, into, &wanted, &mean_squares_wanted);
     assert_eq!(
