@@ -105,12 +105,7 @@ pub(super) fn read_forward_kernel<F: Float>(
     let mut squares = F::new(0.0);
     let mut k = lane;
     while k < d_model {
-        let mut sum = F::new(0.0);
-        #[unroll]
-        for slot in 0..count {
-            let source = slots.index(slot);
-            sum += factors[slot] * source[token * source.stride(0) + k * source.stride(1)];
-        }
+        let sum = mixed::<F>(slots, &factors, token, k);
         mixture[token * mixture.stride(0) + k * mixture.stride(1)] = sum;
         if with_norm {
             squares += sum * sum;
@@ -130,6 +125,25 @@ pub(super) fn read_forward_kernel<F: Float>(
             k += threads;
         }
     }
+}
+
+/// A token's mixture at `k`, `Σ_s factors_s raw_s[token, k]` (`factors_s = α_s c_s`), summed in
+/// the slots' order: the forward kernel's value, which the backward kernel forms again.
+#[cube]
+fn mixed<F: Float>(
+    slots: &Sequence<Tensor<F>>,
+    factors: &SharedMemory<F>,
+    token: usize,
+    k: usize,
+) -> F {
+    let count = comptime![slots.len()];
+    let mut sum = F::new(0.0);
+    #[unroll]
+    for slot in 0..count {
+        let source = slots.index(slot);
+        sum += factors[slot] * source[token * source.stride(0) + k * source.stride(1)];
+    }
+    sum
 }
 
 /// Slot `slot`'s scale at `token`: 1 where its bit in `scaled` is clear.
@@ -361,18 +375,12 @@ fn norm_backward_row<F: Float>(
     lane: usize,
     #[comptime] threads: usize,
 ) {
-    let count = comptime![slots.len()];
     let d_model = grad.shape(1);
     let (h_row, grad_row) = (token * out.stride(0), token * grad.stride(0));
     let mut squares = F::new(0.0);
     let mut k = lane;
     while k < d_model {
-        let mut h = F::new(0.0);
-        #[unroll]
-        for slot in 0..count {
-            let source = slots.index(slot);
-            h += factors[slot] * source[token * source.stride(0) + k * source.stride(1)];
-        }
+        let h = mixed::<F>(slots, factors, token, k);
         out[h_row + k * out.stride(1)] = h;
         squares += h * h;
         k += threads;
