@@ -1,8 +1,9 @@
 //! A whole read (`read.rs`) on Burn's autodiff backend. Burn's custom nodes have one output, and a
 //! read has two, the mixture (or its norm, for a read with a [`ReadNorm`]) and the weights: two
-//! nodes over the same parents and the same forward pass. Each one's backward pass ([`RoutingBackend::routing_read_backward`]) forms the gradients
-//! that flow through its own output, through the softmax inside the read, and Burn adds them where
-//! both outputs reach the loss. A training loss uses the mixture alone, so a step runs the
+//! nodes over the same parents and the same forward pass. Each one's backward pass
+//! ([`RoutingBackend::routing_read_backward`]) forms the gradients that flow through its own
+//! output, through the softmax inside the read, and Burn adds them where both outputs reach the
+//! loss. A training loss uses the mixture alone, so a step runs the
 //! mixture's backward pass only.
 //!
 //! (A first design made the weights a node whose parent was the read node, handing `∂α` to it

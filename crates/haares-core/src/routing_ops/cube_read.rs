@@ -14,9 +14,9 @@
 //! update. Both kernels form the folded query `q ⊙ w` and add the bias where they use them, so
 //! the router launches nothing for either. A read with a norm ([`ReadNorm`]) normalises the
 //! token's mixed row in the forward kernel and forms `∂h̃` from `∂y` at the start of the backward
-//! kernel; the query's launch sums the gain's gradient too, so the norm launches nothing either. [`compose`](super::read::compose)
-//! and [`compose_backward`](super::read::compose_backward) stay the reference
-//! (`tests/cube/kernels.rs` checks one against the other).
+//! kernel; the query's launch sums the gain's gradient too, so the norm launches nothing either.
+//! [`compose`](super::read::compose) and [`compose_backward`](super::read::compose_backward) stay
+//! the reference (`tests/cube/kernels.rs` checks one against the other).
 
 use burn::tensor::Tensor;
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;

@@ -232,9 +232,9 @@ pub fn compose<B: RoutingBackend>(
     }
 }
 
-/// The backward pass of [`compose`]: the norm's where the read has one, the mixture's, the softmax's
-/// (`∂(z' + b) = α ⊙ (∂α − Σ_s α_s ∂α_s)`), then the scores', and the query's two vectors' from
-/// the folded query's. Slot gradients are added to `into`.
+/// The backward pass of [`compose`]: the norm's where the read has one, the mixture's, the
+/// softmax's (`∂(z' + b) = α ⊙ (∂α − Σ_s α_s ∂α_s)`), then the scores', and the query's two
+/// vectors' from the folded query's. Slot gradients are added to `into`.
 pub fn compose_backward<B: RoutingBackend>(
     read: ReadBackward<B>,
     into: Vec<Option<Tensor<B, 2>>>,
