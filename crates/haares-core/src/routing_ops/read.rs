@@ -18,7 +18,8 @@ use super::{
     scores_backward,
 };
 
-/// A read's mixture `[tokens, d]` and weights `[S, tokens]`.
+/// A read's output `[tokens, d]` (its mixture, or the mixture's norm for a read with a
+/// [`ReadNorm`]) and weights `[S, tokens]`.
 pub type MixtureAndWeights<B> = (Tensor<B, 2>, Tensor<B, 2>);
 
 /// What a read scores with: the router's query `q` and its key norm's weight `w`, `[d]` each.
