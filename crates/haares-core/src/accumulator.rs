@@ -65,14 +65,17 @@ pub fn detail_signs(source: DetailSource, blocks: usize, events_per_block: usize
 /// element for element (the same additions in the same order), so it is not stored twice: the
 /// detail *is* the cumulative tensor until the first `−1`.
 ///
-/// Where the backend forms a sum's mean square in the sum's own launch
-/// ([`RoutingBackend::signed_sum_with_mean_square`]), the accumulator keeps it beside the sum, for
-/// the source the sum is read as.
+/// An accumulator made by [`forming_mean_squares`](Self::forming_mean_squares) asks the backend
+/// for each sum's mean square with the sum ([`RoutingBackend::signed_sum_with_mean_square`]: the
+/// sum's own launch on the GPU backends) and keeps it beside the sum, for the source the sum is
+/// read as; one made by [`new`](Self::new) forms none (the reference path reads no cached mean
+/// square).
 #[derive(Debug, Clone)]
 pub struct BlockAccumulator<B: Backend, const D: usize> {
     cumulative: Option<Sum<B, D>>,
     detail: Detail<B, D>,
     writes: usize,
+    mean_squares: bool,
 }
 
 /// A running sum, and its mean square over the last dimension where the write formed one.
@@ -91,9 +94,13 @@ impl<B: RoutingBackend, const D: usize> Sum<B, D> {
         }
     }
 
-    /// `self + sign · term` (eq:update).
-    fn add(self, term: Tensor<B, D>, sign: f64) -> Self {
-        let (value, mean_square) = B::signed_sum_with_mean_square(self.value, term, sign);
+    /// `self + sign · term` (eq:update), with its mean square where `mean_square` asks for one
+    /// and the backend forms it.
+    fn add(self, term: Tensor<B, D>, sign: f64, mean_square: bool) -> Self {
+        let (value, mean_square) = match mean_square {
+            true => B::signed_sum_with_mean_square(self.value, term, sign),
+            false => (B::signed_sum(self.value, term, sign), None),
+        };
         Self { value, mean_square }
     }
 }
@@ -115,6 +122,7 @@ impl<B: Backend, const D: usize> Default for BlockAccumulator<B, D> {
             cumulative: None,
             detail: Detail::Zero,
             writes: 0,
+            mean_squares: false,
         }
     }
 }
@@ -123,6 +131,16 @@ impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
     /// An empty accumulator (the reset state at a block boundary).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty accumulator that keeps each sum's mean square where the backend forms it with the
+    /// sum ([`cumulative_mean_square`](Self::cumulative_mean_square),
+    /// [`detail_mean_square`](Self::detail_mean_square)).
+    pub fn forming_mean_squares() -> Self {
+        Self {
+            mean_squares: true,
+            ..Self::default()
+        }
     }
 
     /// eq:update: `C ← C + u`, `D ← D + s·u`.
@@ -137,12 +155,14 @@ impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
             (Detail::Zero, _) => Detail::Own(Sum::of(output.clone().mul_scalar(sign))),
             (Detail::Cumulative, false) => {
                 let cumulative = previous.clone().expect("a shared detail follows a write");
-                Detail::Own(Sum::of(cumulative.value).add(output.clone(), sign))
+                Detail::Own(Sum::of(cumulative.value).add(output.clone(), sign, self.mean_squares))
             }
-            (Detail::Own(detail), _) => Detail::Own(detail.add(output.clone(), sign)),
+            (Detail::Own(detail), _) => {
+                Detail::Own(detail.add(output.clone(), sign, self.mean_squares))
+            }
         };
         self.cumulative = Some(match previous {
-            Some(cumulative) => cumulative.add(output, 1.0),
+            Some(cumulative) => cumulative.add(output, 1.0, self.mean_squares),
             None => Sum::of(output),
         });
         self.writes += 1;
@@ -151,7 +171,7 @@ impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
     /// eq:update without a detail: `C ← C + u` only (Block AttnRes keeps no `D`).
     pub fn write_cumulative(&mut self, output: Tensor<B, D>) {
         self.cumulative = Some(match self.cumulative.take() {
-            Some(cumulative) => cumulative.add(output, 1.0),
+            Some(cumulative) => cumulative.add(output, 1.0, self.mean_squares),
             None => Sum::of(output),
         });
         self.writes += 1;

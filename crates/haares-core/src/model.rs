@@ -215,7 +215,7 @@ impl<B: RoutingBackend> HaaresModel<B> {
         let events_per_block = self.config.events_per_block();
         let embedding = self.source(embedding);
         let mut completed: Vec<SourcePair<B>> = Vec::with_capacity(self.config.blocks);
-        let mut active = BlockAccumulator::<B, 3>::new();
+        let mut active = self.accumulator();
         for event in 0..self.config.events() {
             let (block, r) = (event / events_per_block, event % events_per_block + 1);
             let bank = source_set(&embedding, &completed, self.active_pair(&active, true));
@@ -244,7 +244,7 @@ impl<B: RoutingBackend> HaaresModel<B> {
                     .active_pair(&active, with_detail)
                     .expect("a completed block holds m ≥ 1 writes");
                 completed.push(pair);
-                active = BlockAccumulator::new();
+                active = self.accumulator();
             }
         }
         self.final_readout(embedding, completed, trace)
@@ -298,6 +298,15 @@ impl<B: RoutingBackend> HaaresModel<B> {
         RouterOutput {
             mixture: norm.forward(read.mixture),
             weights: read.weights,
+        }
+    }
+
+    /// An empty accumulator: on the fused path one that keeps each sum's mean square for the
+    /// sources made from it, on the reference path one that forms none.
+    fn accumulator(&self) -> BlockAccumulator<B, 3> {
+        match self.fused() {
+            true => BlockAccumulator::forming_mean_squares(),
+            false => BlockAccumulator::new(),
         }
     }
 

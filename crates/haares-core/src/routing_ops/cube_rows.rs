@@ -146,6 +146,8 @@ mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
+    use crate::activation_ops::cube::kernels::reduce;
+
     /// One element of `output = into + (factor · columns[slot, n]) · rows[n·row_stride, k]` per
     /// thread; without `accumulated`, `into` is a stand-in that is never read.
     #[allow(clippy::too_many_arguments)]
@@ -208,13 +210,9 @@ mod kernels {
             k += threads;
         }
         partials[lane] = squares;
-        sync_cube();
+        reduce::<F>(&mut partials, lane, threads, false);
         if lane == 0 {
-            let mut total = F::new(0.0);
-            for thread in 0..threads {
-                total += partials[thread];
-            }
-            mean_square[token * mean_square.stride(0)] = total / F::cast_from(output.shape(1));
+            mean_square[token * mean_square.stride(0)] = partials[0] / F::cast_from(d_model);
         }
     }
 
