@@ -5,7 +5,7 @@
 //! device's storage bindings per kernel. [`naive`](super::naive) is the reference they are
 //! tested against (`tests/cube/kernels.rs`, part of `tests/portability.rs`, on wgpu and CUDA).
 
-use burn::tensor::{Shape, Tensor};
+use burn::tensor::Tensor;
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
 use burn_cubecl::cubecl::prelude::{CubeDim, LaunchArg, SequenceArg, TensorArg};
 use burn_cubecl::kernel::into_contiguous_aligned;
@@ -218,12 +218,7 @@ fn row_dots<R: CubeRuntime>(
     divisor: f64,
 ) -> CubeTensor<R> {
     let tokens = slots[0].meta.shape()[0];
-    let output = empty_device_dtype::<R>(
-        rows.client.clone(),
-        rows.device.clone(),
-        Shape::new([slots.len(), tokens]),
-        rows.dtype,
-    );
+    let output = empty(&rows, [slots.len(), tokens]);
     row_dots_into(slots, rows, output, divisor)
 }
 
@@ -309,6 +304,16 @@ fn slots_per_launch<R: CubeRuntime>(like: &CubeTensor<R>) -> usize {
     bindings
         .saturating_sub(OTHER_BINDINGS)
         .clamp(1, MAX_SLOTS_PER_LAUNCH)
+}
+
+/// A new `[rows, width]` tensor on `like`'s device, of its element type, its values unset.
+pub(super) fn empty<R: CubeRuntime>(like: &CubeTensor<R>, shape: [usize; 2]) -> CubeTensor<R> {
+    empty_device_dtype::<R>(
+        like.client.clone(),
+        like.device.clone(),
+        shape.into(),
+        like.dtype,
+    )
 }
 
 /// A Burn tensor as the kernels' argument. Transposed views are copied, so that neighbouring

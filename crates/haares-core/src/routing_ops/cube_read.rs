@@ -21,11 +21,10 @@
 use burn::tensor::Tensor;
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
 use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
-use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
-use super::cube::{MAX_SLOTS_PER_LAUNCH, ROW_THREADS, cube_tensor, sequence};
+use super::cube::{MAX_SLOTS_PER_LAUNCH, ROW_THREADS, cube_tensor, empty, sequence};
 use super::{
     QueryGradients, ReadBackward, ReadBias, ReadForward, ReadGradients, ReadNorm, ReadQuery,
     SlotRows, from_primitive, slot_column,
@@ -103,15 +102,6 @@ where
         scales,
         mean_squares,
         mask(slots, |s| s.scale.is_some()),
-    )
-}
-
-fn empty<R: CubeRuntime>(like: &CubeTensor<R>, shape: [usize; 2]) -> CubeTensor<R> {
-    empty_device_dtype::<R>(
-        like.client.clone(),
-        like.device.clone(),
-        shape.into(),
-        like.dtype,
     )
 }
 

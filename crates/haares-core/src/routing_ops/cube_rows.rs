@@ -19,10 +19,9 @@
 use burn_cubecl::CubeRuntime;
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
 use burn_cubecl::cubecl::prelude::CubeDim;
-use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 
-use super::cube::ROW_THREADS;
+use super::cube::{ROW_THREADS, empty};
 
 /// `into + (factor · columns[slot, n]) · rows[n, k]` (`rows[0, k]` for one shared row), or the
 /// product alone without `into`, as a new `[tokens, d]` tensor.
@@ -35,12 +34,7 @@ pub(super) fn add_scaled_rows<R: CubeRuntime>(
 ) -> CubeTensor<R> {
     let tokens = columns.meta.shape()[1];
     let d_model = rows.meta.shape()[1];
-    let output = empty_device_dtype::<R>(
-        rows.client.clone(),
-        rows.device.clone(),
-        [tokens, d_model].into(),
-        rows.dtype,
-    );
+    let output = empty(rows, [tokens, d_model]);
     let row_stride = match rows.meta.shape()[0] {
         1 => 0,
         _ => rows.meta.strides()[0] as u32,
@@ -78,14 +72,7 @@ pub(super) fn rms_match_multiplier<R: CubeRuntime>(
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let like = cumulative_mean_square;
     let tokens = like.meta.shape()[0];
-    let [multiplier, matched] = [(); 2].map(|_| {
-        empty_device_dtype::<R>(
-            like.client.clone(),
-            like.device.clone(),
-            [tokens, 1].into(),
-            like.dtype,
-        )
-    });
+    let [multiplier, matched] = [(); 2].map(|_| empty(like, [tokens, 1]));
     let client = like.client.clone();
     let cube_dim = CubeDim::new(&client, tokens);
     let cube_count = calculate_cube_count_elemwise(&client, tokens, cube_dim);
@@ -115,14 +102,7 @@ pub(super) fn signed_sum_with_mean_square<R: CubeRuntime>(
     sign: f64,
 ) -> (CubeTensor<R>, CubeTensor<R>) {
     let [tokens, d_model] = [sum.meta.shape()[0], sum.meta.shape()[1]];
-    let [output, mean_square] = [d_model, 1].map(|width| {
-        empty_device_dtype::<R>(
-            sum.client.clone(),
-            sum.device.clone(),
-            [tokens, width].into(),
-            sum.dtype,
-        )
-    });
+    let [output, mean_square] = [d_model, 1].map(|width| empty(sum, [tokens, width]));
     let client = sum.client.clone();
     let cube_dim = CubeDim::new_1d(ROW_THREADS as u32);
     let cube_count = calculate_cube_count_elemwise(&client, tokens * ROW_THREADS, cube_dim);
