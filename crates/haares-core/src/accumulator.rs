@@ -6,7 +6,7 @@ use burn::tensor::{Tensor, backend::Backend};
 use haares_base::SplitMix64;
 
 use crate::method::DetailSource;
-use crate::routing_ops::RoutingBackend;
+use crate::routing_ops::{RmsMatching, RoutingBackend};
 
 /// The first-half size `k = ⌈m/2⌉` of a block of `m` events (odd `m`: the early half takes the
 /// extra event).
@@ -70,12 +70,26 @@ pub fn detail_signs(source: DetailSource, blocks: usize, events_per_block: usize
 /// sum's own launch on the GPU backends) and keeps it beside the sum, for the source the sum is
 /// read as; one made by [`new`](Self::new) forms none (the reference path reads no cached mean
 /// square).
+///
+/// One made by [`matching_details`](Self::matching_details) also forms RMS matching's multiplier
+/// for the detail (eq:rmsmatch) with each write after the first, the sums, their mean squares and
+/// the multiplier in one [`RoutingBackend::pair_write`] (one launch on the GPU backends, where
+/// they are three), and keeps it for [`matched_detail`](Self::matched_detail).
 #[derive(Debug, Clone)]
 pub struct BlockAccumulator<B: Backend, const D: usize> {
     cumulative: Option<Sum<B, D>>,
     detail: Detail<B, D>,
     writes: usize,
     mean_squares: bool,
+    matching: Option<RmsMatching>,
+    matched: Option<Matched<B, D>>,
+}
+
+/// The detail's RMS-matching multiplier `a` and the matched mean square `m_D · a²`.
+#[derive(Debug, Clone)]
+struct Matched<B: Backend, const D: usize> {
+    multiplier: Tensor<B, D>,
+    mean_square: Tensor<B, D>,
 }
 
 /// A running sum, and its mean square over the last dimension where the write formed one.
@@ -123,6 +137,8 @@ impl<B: Backend, const D: usize> Default for BlockAccumulator<B, D> {
             detail: Detail::Zero,
             writes: 0,
             mean_squares: false,
+            matching: None,
+            matched: None,
         }
     }
 }
@@ -143,8 +159,25 @@ impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
         }
     }
 
+    /// [`forming_mean_squares`](Self::forming_mean_squares), and forming the detail's
+    /// RMS-matching multiplier with `matching`'s constants after every write but a block's first
+    /// (where no mean square is formed: the reader forms its own).
+    pub fn matching_details(matching: RmsMatching) -> Self {
+        Self {
+            matching: Some(matching),
+            ..Self::forming_mean_squares()
+        }
+    }
+
     /// eq:update: `C ← C + u`, `D ← D + s·u`.
     pub fn write(&mut self, output: Tensor<B, D>, sign: f64) {
+        self.matched = None;
+        if let Some(matching) = self.matching
+            && self.write_pair(&output, sign, matching)
+        {
+            self.writes += 1;
+            return;
+        }
         let previous = self.cumulative.take();
         self.detail = match (
             std::mem::replace(&mut self.detail, Detail::Zero),
@@ -166,6 +199,43 @@ impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
             None => Sum::of(output),
         });
         self.writes += 1;
+    }
+
+    /// eq:update through [`RoutingBackend::pair_write`], with the detail's multiplier; `false`
+    /// (nothing written) before the first write, which has no sum to add to.
+    fn write_pair(&mut self, output: &Tensor<B, D>, sign: f64, matching: RmsMatching) -> bool {
+        let Some(cumulative) = &self.cumulative else {
+            return false;
+        };
+        let detail = match (&self.detail, sign == 1.0) {
+            (Detail::Zero, _) => return false,
+            (Detail::Cumulative, true) => None,
+            (Detail::Cumulative, false) => Some(cumulative.value.clone()),
+            (Detail::Own(detail), _) => Some(detail.value.clone()),
+        };
+        let pair = B::pair_write(
+            cumulative.value.clone(),
+            detail,
+            output.clone(),
+            sign,
+            matching,
+        );
+        self.cumulative = Some(Sum {
+            value: pair.cumulative,
+            mean_square: Some(pair.cumulative_mean_square),
+        });
+        self.detail = match pair.detail {
+            Some((value, mean_square)) => Detail::Own(Sum {
+                value,
+                mean_square: Some(mean_square),
+            }),
+            None => Detail::Cumulative,
+        };
+        self.matched = Some(Matched {
+            multiplier: pair.multiplier,
+            mean_square: pair.matched_mean_square,
+        });
+        true
     }
 
     /// eq:update without a detail: `C ← C + u` only (Block AttnRes keeps no `D`).
@@ -212,6 +282,14 @@ impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
         }
     }
 
+    /// The detail's RMS-matching multiplier `a` (eq:rmsmatch) and the matched mean square
+    /// `m_D · a²`, where the last write formed them (an accumulator made by
+    /// [`matching_details`](Self::matching_details), after a block's first write).
+    pub fn matched_detail(&self) -> Option<(&Tensor<B, D>, &Tensor<B, D>)> {
+        let matched = self.matched.as_ref()?;
+        Some((&matched.multiplier, &matched.mean_square))
+    }
+
     /// Whether [`detail`](Self::detail) is the cumulative tensor itself (every write so far was
     /// signed `+1`), so that a reader can share what it derived from `C`.
     pub fn detail_is_cumulative(&self) -> bool {
@@ -225,6 +303,7 @@ impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
         let detail = self.detail().cloned();
         self.writes = 0;
         self.detail = Detail::Zero;
+        self.matched = None;
         Some((self.cumulative.take()?.value, detail))
     }
 }

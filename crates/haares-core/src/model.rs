@@ -13,8 +13,8 @@ use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::rms_match::{rms_match, rms_match_source};
 use crate::rope::RotaryTable;
 use crate::router::{DepthRouter, DepthRouterConfig, RouterOutput};
-use crate::routing_ops::RoutingBackend;
-use crate::source_bank::{Source, SourceBank};
+use crate::routing_ops::{RmsMatching, RoutingBackend};
+use crate::source_bank::{Source, SourceBank, rows};
 use crate::telemetry::{ReadSite, RoutingTrace, SiteTrace, SlotId};
 
 impl ModelConfig {
@@ -213,12 +213,14 @@ impl<B: RoutingBackend> HaaresModel<B> {
         mut trace: Option<&mut RoutingTrace<B>>,
     ) -> Tensor<B, 3> {
         let events_per_block = self.config.events_per_block();
+        let [batch, seq, _] = embedding.dims();
         let embedding = self.source(embedding);
         let mut completed: Vec<SourcePair<B>> = Vec::with_capacity(self.config.blocks);
         let mut active = self.accumulator();
         for event in 0..self.config.events() {
             let (block, r) = (event / events_per_block, event % events_per_block + 1);
-            let bank = source_set(&embedding, &completed, self.active_pair(&active, true));
+            let active_pair = self.active_pair(&active, true, [batch, seq]);
+            let bank = source_set(&embedding, &completed, active_pair);
             let layer = &self.layers[event / 2];
             let sublayer = Sublayer::of_event(event);
             let router = layer
@@ -234,14 +236,14 @@ impl<B: RoutingBackend> HaaresModel<B> {
             }
             let output = layer.transform(sublayer, read.mixture, &self.rope);
             match self.signs.get(block) {
-                Some(signs) => active.write(output, signs[r - 1]),
-                None => active.write_cumulative(output),
+                Some(signs) => active.write(rows(output), signs[r - 1]),
+                None => active.write_cumulative(rows(output)),
             }
             if r == events_per_block {
                 // The last block's detail is never read: the final readout is cumulative-only.
                 let with_detail = block + 1 < self.config.blocks;
                 let pair = self
-                    .active_pair(&active, with_detail)
+                    .active_pair(&active, with_detail, [batch, seq])
                     .expect("a completed block holds m ≥ 1 writes");
                 completed.push(pair);
                 active = self.accumulator();
@@ -302,27 +304,48 @@ impl<B: RoutingBackend> HaaresModel<B> {
     }
 
     /// An empty accumulator: on the fused path one that keeps each sum's mean square for the
-    /// sources made from it, on the reference path one that forms none.
-    fn accumulator(&self) -> BlockAccumulator<B, 3> {
-        match self.fused() {
-            true => BlockAccumulator::forming_mean_squares(),
-            false => BlockAccumulator::new(),
+    /// sources made from it, and the detail's RMS-matching multiplier where the detail is read
+    /// matched; on the reference path one that forms none.
+    fn accumulator(&self) -> BlockAccumulator<B, 2> {
+        let matching = self
+            .config
+            .method
+            .haares_options()
+            .filter(|options| {
+                options.rms_match && options.detail != DetailSource::DuplicatedCumulative
+            })
+            .map(|options| RmsMatching {
+                gamma: options.rms_gamma,
+                epsilon: options.rms_epsilon,
+            });
+        match (self.fused(), matching) {
+            (true, Some(matching)) => BlockAccumulator::matching_details(matching),
+            (true, None) => BlockAccumulator::forming_mean_squares(),
+            (false, _) => BlockAccumulator::new(),
         }
     }
 
     /// A source for the bank: on the fused path its mean square is computed here, once, and shared
     /// by every read site that sees it.
     fn source(&self, value: Tensor<B, 3>) -> Source<B> {
-        self.source_with(value, None)
+        match self.fused() {
+            true => Source::with_mean_square(value),
+            false => Source::plain(value),
+        }
     }
 
-    /// [`source`](Self::source), taking on the fused path the mean square given where there is
-    /// one (the accumulator's, formed with the sum).
-    fn source_with(&self, value: Tensor<B, 3>, mean_square: Option<&Tensor<B, 3>>) -> Source<B> {
-        if self.fused() {
-            Source::with_known_mean_square(value, mean_square.cloned())
-        } else {
-            Source::plain(value)
+    /// A source made from one of the accumulator's sums, `[batch·seq, d]` token rows: on the
+    /// fused path the rows themselves with the mean square formed with the sum where there is one
+    /// ([`Source::from_rows`]), on the reference path the `[batch, seq, d]` value.
+    fn accumulated_source(
+        &self,
+        sum: &Tensor<B, 2>,
+        mean_square: Option<&Tensor<B, 2>>,
+        batch_seq: [usize; 2],
+    ) -> Source<B> {
+        match self.fused() {
+            true => Source::from_rows(sum.clone(), batch_seq, mean_square.cloned()),
+            false => Source::plain(tokens_to_sequence(sum.clone(), batch_seq)),
         }
     }
 
@@ -331,12 +354,14 @@ impl<B: RoutingBackend> HaaresModel<B> {
     /// and absent for Block AttnRes.
     fn active_pair(
         &self,
-        active: &BlockAccumulator<B, 3>,
+        active: &BlockAccumulator<B, 2>,
         with_detail: bool,
+        batch_seq: [usize; 2],
     ) -> Option<SourcePair<B>> {
-        let cumulative = self.source_with(
-            active.cumulative()?.clone(),
+        let cumulative = self.accumulated_source(
+            active.cumulative()?,
             active.cumulative_mean_square(),
+            batch_seq,
         );
         let (Some(options), true) = (self.config.method.haares_options(), with_detail) else {
             return Some((cumulative, None));
@@ -351,10 +376,13 @@ impl<B: RoutingBackend> HaaresModel<B> {
         // is shared rather than derived again.
         let detail_source = || match active.detail_is_cumulative() {
             true => cumulative.clone(),
-            false => self.source_with(raw.clone(), active.detail_mean_square()),
+            false => self.accumulated_source(raw, active.detail_mean_square(), batch_seq),
         };
         let detail = if !options.rms_match {
             detail_source()
+        } else if let Some((multiplier, mean_square)) = active.matched_detail() {
+            let per_token = |column: &Tensor<B, 2>| tokens_to_sequence(column.clone(), batch_seq);
+            detail_source().rescaled(per_token(multiplier), per_token(mean_square))
         } else if self.fused() {
             rms_match_source(
                 detail_source(),
@@ -363,12 +391,13 @@ impl<B: RoutingBackend> HaaresModel<B> {
                 options.rms_epsilon,
             )
         } else {
-            Source::plain(rms_match(
+            let matched = rms_match(
                 raw.clone(),
-                cumulative.value(),
+                active.cumulative()?.clone(),
                 options.rms_gamma,
                 options.rms_epsilon,
-            ))
+            );
+            Source::plain(tokens_to_sequence(matched, batch_seq))
         };
         Some((cumulative, Some(detail)))
     }
@@ -381,6 +410,12 @@ impl<B: RoutingBackend> HaaresModel<B> {
         B::matmul_transposed_rhs(hidden.reshape([batch * seq, d_model]), weight)
             .reshape([batch, seq, vocab])
     }
+}
+
+/// `[batch·seq, w]` token rows as `[batch, seq, w]`.
+fn tokens_to_sequence<B: Backend>(rows: Tensor<B, 2>, [batch, seq]: [usize; 2]) -> Tensor<B, 3> {
+    let width = rows.dims()[1];
+    rows.reshape([batch, seq, width])
 }
 
 /// A block's cumulative source and, for HAARES, its detail source.

@@ -128,6 +128,27 @@ impl<B: RoutingBackend> Source<B> {
             mean_square: Some(mean_square),
         }
     }
+
+    /// A source made from its `[batch·seq, d]` token rows, with the mean square formed beside
+    /// them where there is one (`[batch·seq, 1]`; else computed now, as
+    /// [`with_mean_square`](Self::with_mean_square) does). The rows are what every read takes,
+    /// so a read's backward pass adds its gradient to the one the rows' own node has gathered
+    /// (the accumulator's next write), where a source made from a `[batch, seq, d]` value hands
+    /// it to that value through a reshape, which adds it in a pass of its own.
+    pub fn from_rows(
+        rows: Tensor<B, 2>,
+        [batch, seq]: [usize; 2],
+        mean_square: Option<Tensor<B, 2>>,
+    ) -> Self {
+        let d_model = rows.dims()[1];
+        let mean_square = mean_square.unwrap_or_else(|| B::row_mean_square(rows.clone()));
+        Self {
+            raw: rows.clone().reshape([batch, seq, d_model]),
+            rows: Some(rows),
+            scale: None,
+            mean_square: Some(mean_square.reshape([batch, seq, 1])),
+        }
+    }
 }
 
 /// `scale ⊙ x` for a per-token scale, computed on token rows (see [`rows`]).

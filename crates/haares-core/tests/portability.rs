@@ -245,6 +245,8 @@ fn cpu_row_primitives_match_f64() {
     rows::rms_match_multipliers_match::<burn::backend::Flex>();
     rows::signed_sums_with_mean_squares_match::<burn::backend::NdArray<f32>>(false);
     rows::signed_sums_with_mean_squares_match::<burn::backend::Flex>(false);
+    rows::pair_writes_match::<burn::backend::NdArray<f32>>();
+    rows::pair_writes_match::<burn::backend::Flex>();
 }
 
 /// One cube backend's tests: the numerical checks on the whole model and the routing operator's
@@ -304,6 +306,7 @@ macro_rules! cube_backend_tests {
                 super::rows::added_scaled_rows_match::<Cube>();
                 super::rows::rms_match_multipliers_match::<Cube>();
                 super::rows::signed_sums_with_mean_squares_match::<Cube>(true);
+                super::rows::pair_writes_match::<Cube>();
             }
 
             #[test]

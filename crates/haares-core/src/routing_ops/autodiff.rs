@@ -28,8 +28,8 @@ use super::autodiff_slots::{
     SLOTS_PER_NODE, SlotsBackward, inner, padding, register, take_accumulated,
 };
 use super::{
-    MixtureAndWeights, ReadBias, ReadNorm, ReadQuery, RoutingBackend, ScoresForward, SlotRows,
-    from_primitive, mixture_backward, scores_backward, scores_forward,
+    MixtureAndWeights, PairWrite, ReadBias, ReadNorm, ReadQuery, RmsMatching, RoutingBackend,
+    ScoresForward, SlotRows, from_primitive, mixture_backward, scores_backward, scores_forward,
 };
 
 /// Parents of a scores node: every slot's rows and mean square, then the folded query.
@@ -74,7 +74,7 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
             epsilon,
         );
         let matched = finish(
-            MatchedMeanSquareBackward,
+            MatchedMeanSquareBackward::<2>,
             parents,
             multiplier.clone(),
             matched,
@@ -87,9 +87,8 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
         term: Tensor<Self, D>,
         sign: f64,
     ) -> Tensor<Self, D> {
-        let parents = [primitive(term.clone()), primitive(sum.clone())];
-        let output = B::signed_sum(sum.inner(), term.inner(), sign);
-        finish(SignedSumBackward::<D>, parents, sign, output)
+        let output = B::signed_sum(sum.clone().inner(), term.clone().inner(), sign);
+        signed_sum_node(&sum, &term, sign, output)
     }
 
     /// The sum as [`signed_sum`](RoutingBackend::signed_sum)'s node, and the inner backend's
@@ -99,15 +98,60 @@ impl<B: RoutingBackend, C: CheckpointStrategy> RoutingBackend for Autodiff<B, C>
         term: Tensor<Self, D>,
         sign: f64,
     ) -> (Tensor<Self, D>, Option<Tensor<Self, D>>) {
-        let parents = [primitive(term.clone()), primitive(sum.clone())];
-        let (output, mean_square) = B::signed_sum_with_mean_square(sum.inner(), term.inner(), sign);
-        let inner_output = output.clone();
-        let output = finish(SignedSumBackward::<D>, parents, sign, output);
-        let mean_square = mean_square.map(|mean_square| {
-            let parents = [primitive(output.clone())];
-            finish(MeanSquareBackward::<D>, parents, inner_output, mean_square)
-        });
-        (output, mean_square)
+        let (output, mean_square) =
+            B::signed_sum_with_mean_square(sum.clone().inner(), term.clone().inner(), sign);
+        let node = signed_sum_node(&sum, &term, sign, output.clone());
+        let mean_square = mean_square.map(|mean_square| mean_square_of(&node, output, mean_square));
+        (node, mean_square)
+    }
+
+    /// The inner backend's values (one launch on the cube backends) with the nodes of the
+    /// operations they replace: each sum's, each mean square's over its sum, and the matched
+    /// mean square's; the multiplier untracked.
+    fn pair_write<const D: usize>(
+        cumulative: Tensor<Self, D>,
+        detail: Option<Tensor<Self, D>>,
+        term: Tensor<Self, D>,
+        sign: f64,
+        matching: RmsMatching,
+    ) -> PairWrite<Self, D> {
+        let inner = B::pair_write(
+            cumulative.clone().inner(),
+            detail.clone().map(Tensor::inner),
+            term.clone().inner(),
+            sign,
+            matching,
+        );
+        let tracked = |base: &Tensor<Self, D>, sign: f64, (sum, mean_square): (Tensor<B, D>, _)| {
+            let node = signed_sum_node(base, &term, sign, sum.clone());
+            let mean_square = mean_square_of(&node, sum, mean_square);
+            (node, mean_square)
+        };
+        let (cumulative, cumulative_mean_square) = tracked(
+            &cumulative,
+            1.0,
+            (inner.cumulative, inner.cumulative_mean_square),
+        );
+        let detail = detail
+            .zip(inner.detail)
+            .map(|(base, sum)| tracked(&base, sign, sum));
+        let detail_mean_square = detail
+            .as_ref()
+            .map_or(&cumulative_mean_square, |(_, mean_square)| mean_square);
+        let parents = [primitive(detail_mean_square.clone())];
+        let matched_mean_square = finish(
+            MatchedMeanSquareBackward::<D>,
+            parents,
+            inner.multiplier.clone(),
+            inner.matched_mean_square,
+        );
+        PairWrite {
+            cumulative,
+            cumulative_mean_square,
+            detail,
+            multiplier: Tensor::from_inner(inner.multiplier),
+            matched_mean_square,
+        }
     }
 
     fn routing_read(
@@ -287,10 +331,35 @@ impl<B: RoutingBackend, const D: usize> Backward<B, 1> for MeanSquareBackward<D>
 fn mean_square_node<B: RoutingBackend, C: CheckpointStrategy>(
     rows: Tensor<Autodiff<B, C>, 2>,
 ) -> Tensor<Autodiff<B, C>, 2> {
-    let parents = [primitive(rows.clone())];
-    let inner_rows = rows.inner();
+    let inner_rows = rows.clone().inner();
     let output = B::row_mean_square(inner_rows.clone());
-    finish(MeanSquareBackward::<2>, parents, inner_rows, output)
+    mean_square_of(&rows, inner_rows, output)
+}
+
+/// The node of `sum + sign · term` over the inner backend's `output`.
+fn signed_sum_node<B: RoutingBackend, C: CheckpointStrategy, const D: usize>(
+    sum: &Tensor<Autodiff<B, C>, D>,
+    term: &Tensor<Autodiff<B, C>, D>,
+    sign: f64,
+    output: Tensor<B, D>,
+) -> Tensor<Autodiff<B, C>, D> {
+    let parents = [primitive(term.clone()), primitive(sum.clone())];
+    finish(SignedSumBackward::<D>, parents, sign, output)
+}
+
+/// The node of the mean square over the last dimension of `node`, whose inner value is `value`,
+/// over the inner backend's `mean_square`.
+fn mean_square_of<B: RoutingBackend, C: CheckpointStrategy, const D: usize>(
+    node: &Tensor<Autodiff<B, C>, D>,
+    value: Tensor<B, D>,
+    mean_square: Tensor<B, D>,
+) -> Tensor<Autodiff<B, C>, D> {
+    finish(
+        MeanSquareBackward::<D>,
+        [primitive(node.clone())],
+        value,
+        mean_square,
+    )
 }
 
 /// The backward pass of the matched mean square `m_D · a²` of
@@ -298,14 +367,14 @@ fn mean_square_node<B: RoutingBackend, C: CheckpointStrategy>(
 /// forms it (`a²` rounded first). It runs only where a gradient reaches it (a read that does not
 /// fold mean squares).
 #[derive(Debug)]
-struct MatchedMeanSquareBackward;
+struct MatchedMeanSquareBackward<const D: usize>;
 
-impl<B: RoutingBackend> Backward<B, 1> for MatchedMeanSquareBackward {
+impl<B: RoutingBackend, const D: usize> Backward<B, 1> for MatchedMeanSquareBackward<D> {
     /// The multiplier `a`.
-    type State = Tensor<B, 2>;
+    type State = Tensor<B, D>;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let grad: Tensor<B, 2> = from_primitive(grads.consume::<B>(&ops.node));
+        let grad: Tensor<B, D> = from_primitive(grads.consume::<B>(&ops.node));
         let square = ops.state.clone() * ops.state;
         let parents = ops.parents.map(|parent| parent.map(|node| node.id));
         register(grads, &parents, vec![Some(grad * square)]);

@@ -14,8 +14,8 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::{
-    ReadBackward, ReadBias, ReadForward, ReadGradients, ReadNorm, ReadQuery, RoutingBackend,
-    SlotRows, from_primitive,
+    PairWrite, ReadBackward, ReadBias, ReadForward, ReadGradients, ReadNorm, ReadQuery,
+    RmsMatching, RoutingBackend, SlotRows, from_primitive,
 };
 use crate::config::RoutingPath;
 
@@ -149,6 +149,42 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
             epsilon,
         );
         (from_primitive(multiplier), from_primitive(matched))
+    }
+
+    /// One launch (`cube_rows.rs`): both sums, their mean squares and the multiplier.
+    fn pair_write<const D: usize>(
+        cumulative: Tensor<Self, D>,
+        detail: Option<Tensor<Self, D>>,
+        term: Tensor<Self, D>,
+        sign: f64,
+        matching: RmsMatching,
+    ) -> PairWrite<Self, D> {
+        let shape = cumulative.dims();
+        let d_model = shape[D - 1];
+        let tokens = cumulative.shape().num_elements() / d_model;
+        let rows = |tensor: Tensor<Self, D>| cube_tensor(tensor.reshape([tokens, d_model]));
+        let pair = super::cube_rows::pair_write(
+            &rows(cumulative),
+            detail.map(rows).as_ref(),
+            &rows(term),
+            sign,
+            matching.gamma,
+            matching.epsilon,
+        );
+        let mut column_shape = shape;
+        column_shape[D - 1] = 1;
+        let full = |tensor| from_primitive::<Self, 2>(tensor).reshape(shape);
+        let column = |tensor| from_primitive::<Self, 2>(tensor).reshape(column_shape);
+        let (cumulative, cumulative_mean_square) = pair.cumulative;
+        PairWrite {
+            cumulative: full(cumulative),
+            cumulative_mean_square: column(cumulative_mean_square),
+            detail: pair
+                .detail
+                .map(|(detail, mean_square)| (full(detail), column(mean_square))),
+            multiplier: column(pair.multiplier),
+            matched_mean_square: column(pair.matched),
+        }
     }
 
     /// One launch per wanted slot (`cube_rows.rs`), the addition included.

@@ -10,6 +10,10 @@
 //! eq:update's signed sum with the mean square of the result, the one its source will be read
 //! with: the sum's launch and the mean square's in one.
 //!
+//! A HAARES pair's write ([`RoutingBackend::pair_write`](super::RoutingBackend::pair_write)):
+//! both sums, their mean squares and RMS matching's multiplier in one launch, where they are
+//! three.
+//!
 //! RMS matching's multiplier (eq:rmsmatch, [`RoutingBackend::rms_match_multiplier`](
 //! super::RoutingBackend::rms_match_multiplier)) from the two mean squares, and the matched
 //! detail's mean square `m_D · a²`: two square roots, an addition, a division, a clamp (two
@@ -121,6 +125,72 @@ pub(super) fn signed_sum_with_mean_square<R: CubeRuntime>(
     (output, mean_square)
 }
 
+/// What [`pair_write`] forms: the new cumulative sum and its mean square, the new detail and its
+/// mean square where the detail is a tensor of its own, the multiplier and the matched mean square.
+pub(super) struct PairRows<R: CubeRuntime> {
+    pub cumulative: (CubeTensor<R>, CubeTensor<R>),
+    pub detail: Option<(CubeTensor<R>, CubeTensor<R>)>,
+    pub multiplier: CubeTensor<R>,
+    pub matched: CubeTensor<R>,
+}
+
+/// [`RoutingBackend::pair_write`](super::RoutingBackend::pair_write) on `[tokens, d]` rows in one
+/// launch: one cube per token forms `C + u` (and `D + s·u`) as [`signed_sum_with_mean_square`]
+/// does, each sum's mean square, and from them the multiplier as [`rms_match_multiplier`] does.
+pub(super) fn pair_write<R: CubeRuntime>(
+    cumulative: &CubeTensor<R>,
+    detail: Option<&CubeTensor<R>>,
+    term: &CubeTensor<R>,
+    sign: f64,
+    gamma: f64,
+    epsilon: f64,
+) -> PairRows<R> {
+    let [tokens, d_model] = [cumulative.meta.shape()[0], cumulative.meta.shape()[1]];
+    let own_detail = detail.is_some();
+    // Without a detail of its own the kernel writes no detail: one-element stand-ins.
+    let detail_rows = if own_detail { tokens } else { 1 };
+    let [cumulative_out, detail_out] =
+        [d_model, d_model].map(|width| empty(cumulative, [tokens, width]));
+    let detail_out = if own_detail {
+        detail_out
+    } else {
+        empty(cumulative, [1, 1])
+    };
+    let [cumulative_mean_square, multiplier, matched] =
+        [(); 3].map(|_| empty(cumulative, [tokens, 1]));
+    let detail_mean_square = empty(cumulative, [detail_rows, 1]);
+    let client = cumulative.client.clone();
+    let cube_dim = CubeDim::new_1d(ROW_THREADS as u32);
+    let cube_count = calculate_cube_count_elemwise(&client, tokens * ROW_THREADS, cube_dim);
+    kernels::pair_write_kernel::launch::<R>(
+        &client,
+        cube_count,
+        cube_dim,
+        cumulative.clone().into_tensor_arg(),
+        detail.unwrap_or(term).clone().into_tensor_arg(),
+        term.clone().into_tensor_arg(),
+        cumulative_out.clone().into_tensor_arg(),
+        detail_out.clone().into_tensor_arg(),
+        cumulative_mean_square.clone().into_tensor_arg(),
+        detail_mean_square.clone().into_tensor_arg(),
+        multiplier.clone().into_tensor_arg(),
+        matched.clone().into_tensor_arg(),
+        sign as f32,
+        (1.0 / gamma) as f32,
+        gamma as f32,
+        epsilon as f32,
+        ROW_THREADS,
+        own_detail,
+        cumulative.dtype.into(),
+    );
+    PairRows {
+        cumulative: (cumulative_out, cumulative_mean_square),
+        detail: own_detail.then_some((detail_out, detail_mean_square)),
+        multiplier,
+        matched,
+    }
+}
+
 /// The kernel, in a module of its own because CubeCL's `Tensor` is not Burn's.
 mod kernels {
     use burn_cubecl::cubecl;
@@ -196,9 +266,7 @@ mod kernels {
         }
     }
 
-    /// One token's multiplier per thread: the tensor operations' steps (square roots, `+ ε`,
-    /// division, `clamp_min` then `clamp_max`, which pass NaN through), then `m_D` times its
-    /// square.
+    /// One token's multiplier per thread, [`matching_multiplier`], then `m_D` times its square.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
     pub(super) fn rms_match_multiplier_kernel<F: Float>(
@@ -216,8 +284,28 @@ mod kernels {
         }
         let token = ABSOLUTE_POS;
         let detail = detail[token * detail.stride(0)];
-        let ratio = F::sqrt(cumulative[token * cumulative.stride(0)])
-            / (F::sqrt(detail) + F::cast_from(epsilon));
+        let clamped = matching_multiplier::<F>(
+            cumulative[token * cumulative.stride(0)],
+            detail,
+            low,
+            high,
+            epsilon,
+        );
+        multiplier[token * multiplier.stride(0)] = clamped;
+        matched[token * matched.stride(0)] = detail * (clamped * clamped);
+    }
+
+    /// eq:rmsmatch's `clip(√m_C / (√m_D + ε), low, high)` in the tensor operations' steps (square
+    /// roots, `+ ε`, division, `clamp_min` then `clamp_max`, which pass NaN through).
+    #[cube]
+    fn matching_multiplier<F: Float>(
+        cumulative: F,
+        detail: F,
+        low: f32,
+        high: f32,
+        epsilon: f32,
+    ) -> F {
+        let ratio = F::sqrt(cumulative) / (F::sqrt(detail) + F::cast_from(epsilon));
         let mut clamped = ratio;
         if ratio < F::cast_from(low) {
             clamped = F::cast_from(low);
@@ -225,7 +313,77 @@ mod kernels {
         if clamped > F::cast_from(high) {
             clamped = F::cast_from(high);
         }
-        multiplier[token * multiplier.stride(0)] = clamped;
-        matched[token * matched.stride(0)] = detail * (clamped * clamped);
+        clamped
+    }
+
+    /// One cube per token `n`: `C'[n, k] = C[n, k] + u[n, k]` and, with `own_detail`,
+    /// `D'[n, k] = D[n, k] + sign · u[n, k]` for each thread's `k` (the signed-sum kernel's
+    /// steps), each sum's mean square from the threads' partial sums (without `own_detail` the
+    /// detail's is the cumulative's), then the multiplier and `m_D · a²` (the multiplier
+    /// kernel's steps). Without `own_detail`, `detail` is a stand-in that is never read and the
+    /// detail's outputs are never written.
+    #[allow(clippy::too_many_arguments)]
+    #[cube(launch)]
+    pub(super) fn pair_write_kernel<F: Float>(
+        cumulative: &Tensor<F>,
+        detail: &Tensor<F>,
+        term: &Tensor<F>,
+        cumulative_out: &mut Tensor<F>,
+        detail_out: &mut Tensor<F>,
+        cumulative_mean_square: &mut Tensor<F>,
+        detail_mean_square: &mut Tensor<F>,
+        multiplier: &mut Tensor<F>,
+        matched: &mut Tensor<F>,
+        sign: f32,
+        low: f32,
+        high: f32,
+        epsilon: f32,
+        #[comptime] threads: usize,
+        #[comptime] own_detail: bool,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let token = CUBE_POS;
+        if token >= cumulative_out.shape(0) {
+            terminate!();
+        }
+        let lane = UNIT_POS_X as usize;
+        let d_model = cumulative_out.shape(1);
+        let mut cumulative_partials = SharedMemory::<F>::new(threads);
+        let mut detail_partials = SharedMemory::<F>::new(threads);
+        let mut cumulative_squares = F::new(0.0);
+        let mut detail_squares = F::new(0.0);
+        let mut k = lane;
+        while k < d_model {
+            let added = term[token * term.stride(0) + k * term.stride(1)];
+            let sum = cumulative[token * cumulative.stride(0) + k * cumulative.stride(1)] + added;
+            cumulative_out[token * cumulative_out.stride(0) + k * cumulative_out.stride(1)] = sum;
+            cumulative_squares += sum * sum;
+            if comptime![own_detail] {
+                let sum = detail[token * detail.stride(0) + k * detail.stride(1)]
+                    + added * F::cast_from(sign);
+                detail_out[token * detail_out.stride(0) + k * detail_out.stride(1)] = sum;
+                detail_squares += sum * sum;
+            }
+            k += threads;
+        }
+        cumulative_partials[lane] = cumulative_squares;
+        reduce::<F>(&mut cumulative_partials, lane, threads, false);
+        if comptime![own_detail] {
+            detail_partials[lane] = detail_squares;
+            reduce::<F>(&mut detail_partials, lane, threads, false);
+        }
+        if lane == 0 {
+            let cumulative_mean = cumulative_partials[0] / F::cast_from(d_model);
+            cumulative_mean_square[token * cumulative_mean_square.stride(0)] = cumulative_mean;
+            let mut detail_mean = cumulative_mean;
+            if comptime![own_detail] {
+                detail_mean = detail_partials[0] / F::cast_from(d_model);
+                detail_mean_square[token * detail_mean_square.stride(0)] = detail_mean;
+            }
+            let clamped =
+                matching_multiplier::<F>(cumulative_mean, detail_mean, low, high, epsilon);
+            multiplier[token * multiplier.stride(0)] = clamped;
+            matched[token * matched.stride(0)] = detail_mean * (clamped * clamped);
+        }
     }
 }

@@ -65,8 +65,10 @@ mod flex_sums;
 pub mod naive;
 #[cfg(feature = "ndarray")]
 mod ndarray;
+pub mod pair_write;
 mod read;
 
+pub use pair_write::{PairWrite, RmsMatching};
 pub use read::{
     MixtureAndWeights, NormBackward, QueryGradients, ReadBackward, ReadBias, ReadForward,
     ReadGradients, ReadNorm, ReadQuery, bias_gradient,
@@ -272,6 +274,26 @@ pub trait RoutingBackend: ActivationBackend {
         let multiplier = ratio.clamp(1.0 / gamma, gamma).detach();
         let matched = detail_mean_square * multiplier.clone().square();
         (multiplier, matched)
+    }
+
+    /// One write of a HAARES block's pair with what its next read needs ([`PairWrite`]):
+    /// eq:update's `C ← C + u` and `D ← D + s·u`, the mean square of each new sum, and
+    /// eq:rmsmatch's multiplier with the matched detail's mean square. `detail` is `None` while
+    /// the detail is the cumulative sum itself (every sign so far `+1`, and `sign` is `+1`): the
+    /// new detail is then the new `C`, and the multiplier compares `C` with itself. By default
+    /// the operations ([`pair_write::compose`]); one launch on the cube backends, where they are
+    /// three; on the autodiff backend the inner backend's values with the operations' nodes.
+    ///
+    /// # Shapes
+    /// - cumulative, detail, term: the same shape `[…, d]`
+    fn pair_write<const D: usize>(
+        cumulative: Tensor<Self, D>,
+        detail: Option<Tensor<Self, D>>,
+        term: Tensor<Self, D>,
+        sign: f64,
+        matching: RmsMatching,
+    ) -> PairWrite<Self, D> {
+        pair_write::compose(cumulative, detail, term, sign, matching)
     }
 
     /// The scaled dot products `z'_s = c_s ⊙ (u · raw_s) / √(m_s + ε)` of every slot with the

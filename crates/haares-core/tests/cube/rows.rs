@@ -1,8 +1,9 @@
 //! The routing operator's per-slot row kernels on a cube backend (part of `tests/portability.rs`):
 //! a source's mean square and its backward pass, and the scaled rows added to an accumulated
 //! gradient, against f64 host values on strided inputs, with and without an accumulated
-//! gradient, for a row shared by all tokens and one per token; and eq:update's signed sum with
-//! the mean square a cube backend forms in the same launch.
+//! gradient, for a row shared by all tokens and one per token; eq:update's signed sum with
+//! the mean square a cube backend forms in the same launch; and a HAARES pair's whole write
+//! (both sums, their mean squares, RMS matching's multiplier).
 
 use burn::tensor::Tensor;
 use haares_core::RoutingBackend;
@@ -256,6 +257,123 @@ pub fn signed_sums_with_mean_squares_match<B: RoutingBackend>(forms_mean_square:
                 let grad = input.grad(&grads).expect("a tracked input's gradient");
                 let what = format!("{what}: {name}");
                 assert_close_at_scale(&tensor_values(grad), &expected, TOLERANCE, &what);
+            }
+        }
+    }
+}
+
+/// A HAARES pair's write ([`RoutingBackend::pair_write`]) against f64, on `[1, tokens, d]` views
+/// of every layout: with a detail of its own for the signs ±1, and with the detail still the
+/// cumulative sum. The sums, their mean squares, eq:rmsmatch's multiplier and the matched mean
+/// square `m_D a²`; on the autodiff backend the gradients of
+/// `Σ C'⊙r + Σ D'⊙q + Σ m_C g + Σ m_D h + Σ m_D a² · f + Σ a` reaching `C`, `D` and `u`:
+/// `∂C' = r + (2/d)(g [+ (h + f a²)]) C'`, `∂D' = q + (2/d)(h + f a²) D'` (the bracket where the
+/// detail is the cumulative sum), `∂u = ∂C' + s ∂D'`, and nothing through the multiplier.
+pub fn pair_writes_match<B: RoutingBackend>() {
+    use haares_core::routing_ops::RmsMatching;
+    type Tracked<B> = burn::backend::Autodiff<B>;
+    let matching = RmsMatching {
+        gamma: 1.5,
+        epsilon: 1e-6,
+    };
+    let mut rng = Rng::new(2030);
+    for (tokens, d) in SHAPES {
+        let inputs = random_slot_views::<B>(&mut rng, 3, tokens, d);
+        let terms = random_slot_views::<B>(&mut rng, 3, tokens, d);
+        let details = random_slot_views::<B>(&mut rng, 3, tokens, d);
+        let cases = inputs.into_iter().zip(terms).zip(details);
+        for (((cumulative, term), detail), (sign, own)) in
+            cases.zip([(1.0, true), (-1.0, true), (1.0, false)])
+        {
+            let what = format!("pair write, {tokens} × {d}, sign {sign}, own detail {own}");
+            let [c, u, dv] = [&cumulative, &term, &detail].map(|x| tensor_values(x.clone()));
+            let mean_squares = |rows: &[f64]| -> Vec<f64> {
+                let squares = |row: &[f64]| row.iter().map(|x| x * x).sum::<f64>() / d as f64;
+                rows.chunks(d).map(squares).collect()
+            };
+            let c_out: Vec<f64> = c.iter().zip(&u).map(|(c, u)| c + u).collect();
+            let d_out: Vec<f64> = match own {
+                true => dv.iter().zip(&u).map(|(x, u)| x + sign * u).collect(),
+                false => c_out.clone(),
+            };
+            let (m_c, m_d) = (mean_squares(&c_out), mean_squares(&d_out));
+            let a: Vec<f64> = m_c
+                .iter()
+                .zip(&m_d)
+                .map(|(c, x)| (c.sqrt() / (x.sqrt() + matching.epsilon)).clamp(1.0 / 1.5, 1.5))
+                .collect();
+            let squares: Vec<f64> = a.iter().map(|a| a * a).collect();
+            let matched: Vec<f64> = m_d.iter().zip(&squares).map(|(m, s)| m * s).collect();
+            assert!(
+                a.iter().any(|a| (a - 1.0).abs() > 1e-3) || !own,
+                "{what}: the inputs give multipliers other than 1"
+            );
+
+            let tracked = |x: Tensor<B, 2>| Tensor::<Tracked<B>, 3>::from_inner(x.unsqueeze());
+            let [cumulative, detail, term] =
+                [cumulative, detail, term].map(|x| tracked(x).require_grad());
+            let write = Tracked::<B>::pair_write(
+                cumulative.clone(),
+                own.then(|| detail.clone()),
+                term.clone(),
+                sign,
+                matching,
+            );
+            let check = |tensor: Tensor<Tracked<B>, 3>, expected: &[f64], name: &str| {
+                let what = format!("{what}: {name}");
+                assert_close_at_scale(&tensor_values(tensor), expected, TOLERANCE, &what);
+            };
+            check(write.cumulative.clone(), &c_out, "C'");
+            check(write.cumulative_mean_square.clone(), &m_c, "m_C");
+            check(write.multiplier.clone(), &a, "a");
+            check(write.matched_mean_square.clone(), &matched, "m_D a²");
+            assert_eq!(write.detail.is_some(), own, "{what}: a detail of its own");
+            assert_eq!(write.multiplier.dims(), [1, tokens, 1], "{what}: a's shape");
+
+            let weights = |rng: &mut Rng, width: usize| random_matrix::<B>(rng, [tokens, width]);
+            let [r, q] = [d, d].map(|width| weights(&mut rng, width));
+            let [g, h, f] = [1, 1, 1].map(|width| weights(&mut rng, width));
+            let [r_v, q_v, g_v, h_v, f_v] = [&r, &q, &g, &h, &f].map(|x| tensor_values(x.clone()));
+            let weighted = |x: Tensor<Tracked<B>, 3>, w: Tensor<B, 2>| {
+                (x * Tensor::from_inner(w.unsqueeze())).sum()
+            };
+            let mut loss = weighted(write.cumulative, r)
+                + weighted(write.cumulative_mean_square, g)
+                + weighted(write.matched_mean_square, f)
+                + write.multiplier.sum();
+            if let Some((value, mean_square)) = write.detail {
+                check(value.clone(), &d_out, "D'");
+                check(mean_square.clone(), &m_d, "m_D");
+                loss = loss + weighted(value, q) + weighted(mean_square, h);
+            }
+            let grads = loss.backward();
+            // The detail's mean-square gradient, per token, and what it gives each row.
+            let detail_column: Vec<f64> = (0..tokens)
+                .map(|n| own as u8 as f64 * h_v[n] + f_v[n] * squares[n])
+                .collect();
+            let of_c: Vec<f64> = (0..tokens * d)
+                .map(|i| {
+                    let n = i / d;
+                    let column = g_v[n] + if own { 0.0 } else { detail_column[n] };
+                    r_v[i] + 2.0 / d as f64 * column * c_out[i]
+                })
+                .collect();
+            let of_d: Vec<f64> = (0..tokens * d)
+                .map(|i| q_v[i] + 2.0 / d as f64 * detail_column[i / d] * d_out[i])
+                .collect();
+            let of_u: Vec<f64> = match own {
+                true => of_c.iter().zip(&of_d).map(|(c, x)| c + sign * x).collect(),
+                false => of_c.clone(),
+            };
+            let gradient = |input: &Tensor<Tracked<B>, 3>, expected: &[f64], name: &str| {
+                let grad = input.grad(&grads).expect("a tracked input's gradient");
+                check(Tensor::from_inner(grad), expected, name);
+            };
+            gradient(&cumulative, &of_c, "∂C");
+            gradient(&term, &of_u, "∂u");
+            match own {
+                true => gradient(&detail, &of_d, "∂D"),
+                false => assert!(detail.grad(&grads).is_none(), "{what}: ∂D without a detail"),
             }
         }
     }
