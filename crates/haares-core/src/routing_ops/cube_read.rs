@@ -191,8 +191,10 @@ pub(super) type UnfusedBackward<B> = (ReadBackward<B>, Vec<Option<Tensor<B, 2>>>
 
 /// The backward pass of a read in one launch and the query's, key weight's and bias's gradients in
 /// one more, or its inputs back where its slots do not fit one launch. Each wanted slot's gradient
-/// is its `into` plus both shares (mixture and scores), formed in one update; shared rows
-/// (`same_rows`) get each slot's own.
+/// is its `into` plus both shares (mixture and scores), formed in one update. A slot whose rows
+/// are the previous slot's (`same_rows`: HAARES's early-half detail after its cumulative sum)
+/// gives its gradient in that slot's entry where [`merged_into_previous`] allows, so that Burn
+/// does not add the two in a launch of its own.
 pub(super) fn read_backward<R, F, I, BT>(
     read: ReadBackward<Cube<R, F, I, BT>>,
     into: Vec<Option<Rows<R, F, I, BT>>>,
@@ -218,6 +220,7 @@ where
     let [tokens, _] = read.slots[0].raw.dims();
     let (raws, scales, mean_squares, scaled) = device_slots(&read.slots);
     let accumulated = mask(&into, Option::is_some);
+    let merged = merged_into_previous(&read.same_rows, wanted, &into);
     let into: Vec<_> = into
         .into_iter()
         .map(|sum| sum.map_or_else(|| grad.clone(), cube_tensor))
@@ -265,6 +268,7 @@ where
         scaled,
         accumulated,
         mask(wanted, |w| *w),
+        mask(&merged, |merged| *merged),
         mask(&read.biased_slots, |takes| *takes),
         read.epsilon as f32,
         norm_epsilon,
@@ -280,7 +284,10 @@ where
     let (query, bias, gain) = query_gradients(&query_rows, &query, &key_weight, bias_wanted);
     Ok(ReadGradients {
         raws: (0..count)
-            .map(|slot| wanted[slot].then(|| raw_grads.clone().narrow(0, slot * tokens, tokens)))
+            .map(|slot| {
+                let own = wanted[slot] && !merged[slot];
+                own.then(|| raw_grads.clone().narrow(0, slot * tokens, tokens))
+            })
             .collect(),
         mean_squares: (0..count)
             .map(|slot| {
@@ -292,6 +299,22 @@ where
         bias,
         gain,
     })
+}
+
+/// Which slots give their gradient in the previous slot's entry: those whose rows are the
+/// previous slot's tensor, where that slot has its own entry (its rows are no earlier slot's),
+/// both want a gradient, and the later one has no accumulated gradient of its own to add to.
+fn merged_into_previous<T>(same_rows: &[usize], wanted: &[bool], into: &[Option<T>]) -> Vec<bool> {
+    (0..wanted.len())
+        .map(|slot| {
+            slot > 0
+                && same_rows.get(slot) == Some(&(slot - 1))
+                && same_rows.get(slot - 1) == Some(&(slot - 1))
+                && wanted[slot - 1]
+                && wanted[slot]
+                && into[slot].is_none()
+        })
+        .collect()
 }
 
 /// The query and the key weight as `[1, d]` rows, as the kernels index them.

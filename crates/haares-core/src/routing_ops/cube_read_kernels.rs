@@ -173,7 +173,8 @@ fn scale_at<F: Float>(
 /// `+ (∂m_s c_s²)(2/d) raw_s[n, k]` ([`ReadBackward::fold_mean_squares`](
 /// super::ReadBackward::fold_mean_squares)), and `mean_square_grads` is not written.
 /// Bit `s` of `scaled`, `accumulated` and `wanted` says whether slot `s` has a scale, a
-/// gradient `into_s` to add to, and a gradient wanted. With `with_norm`, `grad` is the gradient
+/// gradient `into_s` to add to, and a gradient wanted; bit `s` of `merged`, that slot `s`'s rows
+/// are slot `s − 1`'s, whose entry then takes slot `s`'s gradient too (slot `s`'s is not written). With `with_norm`, `grad` is the gradient
 /// of the normalised mixture and `g` above is `∂h̃`, formed first by [`norm_backward_row`] in
 /// slot 0's rows of `raw_grads` (each thread reading back what it wrote before it writes the
 /// slot's gradient there).
@@ -197,6 +198,7 @@ pub(super) fn read_backward_kernel<F: Float>(
     scaled: u32,
     accumulated: u32,
     wanted: u32,
+    merged: u32,
     biased: u32,
     epsilon: f32,
     norm_epsilon: f32,
@@ -345,7 +347,14 @@ pub(super) fn read_backward_kernel<F: Float>(
                     total += fold_factors[slot] * row;
                 }
                 let at = slot * tokens + token;
-                raw_grads[at * raw_grads.stride(0) + k * raw_grads.stride(1)] = total;
+                if (merged >> u32::cast_from(slot)) & 1 == 1 {
+                    // The previous slot's rows are this slot's: its entry, which this thread
+                    // has just written, takes both gradients.
+                    let previous = (at - tokens) * raw_grads.stride(0) + k * raw_grads.stride(1);
+                    raw_grads[previous] = raw_grads[previous] + total;
+                } else {
+                    raw_grads[at * raw_grads.stride(0) + k * raw_grads.stride(1)] = total;
+                }
             }
         }
         query_rows[token * query_rows.stride(0) + k * query_rows.stride(1)] = query_sum;

@@ -225,13 +225,14 @@ fn biased_slots(count: usize) -> Vec<bool> {
 /// A read's backward pass on the device (one kernel and the query's, key weight's, bias's and
 /// gain's gradients in one more where the slots fit one launch, the composition beyond) against
 /// the composition on the CPU: every wanted slot's gradient (added to an accumulated one for some
-/// slots, none for others), every wanted mean square's, the query's, the key weight's, the
-/// bias's and the norm's gain's, with and without a gradient reaching the weights (with one, the
-/// mean squares' gradients are folded into the rows', `fold_mean_squares`) and a norm.
+/// slots, none for others; two slots with the same rows from four slots on), every wanted mean
+/// square's, the query's, the key weight's, the bias's and the norm's gain's, with and without a
+/// gradient reaching the weights (with one, the mean squares' gradients are folded into the
+/// rows', `fold_mean_squares`) and a norm. Five slots fit one launch on lavapipe too.
 pub fn read_backward_matches_the_composition<B: RoutingBackend>() {
     type Cpu = burn::backend::NdArray<f32>;
     let mut rng = Rng::new(2028);
-    for count in [1, 3, 16, 17] {
+    for count in [1, 3, 5, 16, 17] {
         for (tokens, d) in SHAPES {
             for (weights_reach_the_loss, normed) in BIAS_AND_NORM {
                 let seed = rng.next_u64();
@@ -269,7 +270,15 @@ fn read_backward_of<B: RoutingBackend>(
     (count, tokens, d, weights_reach_the_loss, normed): (usize, usize, usize, bool, bool),
 ) -> Vec<Vec<f64>> {
     let mut rng = Rng::new(seed);
-    let slots = random_slots::<B>(&mut rng, count, tokens, d);
+    let mut slots = random_slots::<B>(&mut rng, count, tokens, d);
+    // From four slots on, slot 3 reads slot 2's rows with a scale of its own, as HAARES's
+    // early-half detail reads its cumulative sum: a backend may give their gradient in slot 2's
+    // entry alone.
+    let mut same_rows: Vec<usize> = (0..count).collect();
+    if count >= 4 {
+        slots[3].raw = slots[2].raw.clone();
+        same_rows[3] = 2;
+    }
     let query = random_query::<B>(&mut rng, d);
     let scores = random_on::<B, 2>(&mut rng, [count, tokens], 2.0);
     let weights =
@@ -304,7 +313,7 @@ fn read_backward_of<B: RoutingBackend>(
         bias_wanted,
         biased_slots: biased_slots(count),
         fold_mean_squares,
-        same_rows: (0..count).collect(),
+        same_rows: same_rows.clone(),
         norm,
     };
     let grads = B::routing_read_backward(read, into, &wanted, &mean_squares_wanted);
@@ -322,12 +331,22 @@ fn read_backward_of<B: RoutingBackend>(
         !fold_mean_squares || grads.mean_squares.iter().all(Option::is_none),
         "a folded read returned a mean-square gradient (S = {count})"
     );
-    let mut all: Vec<Vec<f64>> = grads
-        .raws
-        .into_iter()
-        .flatten()
-        .map(tensor_values)
-        .collect();
+    // Shared rows' gradients as one entry, the first slot's, whichever way the backend gave them.
+    let mut raws = grads.raws;
+    for (slot, &first) in same_rows
+        .iter()
+        .enumerate()
+        .filter(|(slot, first)| *first < slot)
+    {
+        if let Some(later) = raws[slot].take() {
+            raws[first] = Some(
+                raws[first]
+                    .take()
+                    .map_or(later.clone(), |grad| grad + later),
+            );
+        }
+    }
+    let mut all: Vec<Vec<f64>> = raws.into_iter().flatten().map(tensor_values).collect();
     all.extend(grads.mean_squares.into_iter().flatten().map(tensor_values));
     all.push(tensor_values(grads.query.query));
     all.push(tensor_values(grads.query.key_weight));
