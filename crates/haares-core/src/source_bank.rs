@@ -107,20 +107,9 @@ impl<B: RoutingBackend> Source<B> {
     /// gradients flow through them into the value), the mean square by the routing operator's
     /// [`RoutingBackend::row_mean_square`].
     pub fn with_mean_square(value: Tensor<B, 3>) -> Self {
-        Self::with_known_mean_square(value, None)
-    }
-
-    /// [`with_mean_square`](Self::with_mean_square), taking the mean square given where there is
-    /// one: the one an accumulator's write formed with the sum
-    /// ([`RoutingBackend::signed_sum_with_mean_square`]).
-    ///
-    /// # Shapes
-    /// - value: `[batch, seq, d]`; mean_square: `[batch, seq, 1]`
-    pub fn with_known_mean_square(value: Tensor<B, 3>, mean_square: Option<Tensor<B, 3>>) -> Self {
         let [batch, seq, _] = value.dims();
         let token_rows = rows(value.clone());
-        let mean_square = mean_square
-            .unwrap_or_else(|| B::row_mean_square(token_rows.clone()).reshape([batch, seq, 1]));
+        let mean_square = B::row_mean_square(token_rows.clone()).reshape([batch, seq, 1]);
         Self {
             raw: value,
             rows: Some(token_rows),
