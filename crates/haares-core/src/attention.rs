@@ -7,7 +7,7 @@ use burn::nn::Linear;
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::activation_ops::ActivationBackend;
-use crate::mlp::{linear_no_bias, project};
+use crate::mlp::{linear_no_bias, packable, project};
 use crate::rope::RotaryTable;
 
 /// Configuration of a [`CausalSelfAttention`].
@@ -64,10 +64,20 @@ impl<B: ActivationBackend> CausalSelfAttention<B> {
         // RoPE and attention take each projection's own `[batch, seq, heads, d_h]` layout, which
         // is contiguous; the plain attention moves the heads in front of the positions itself.
         let rows = x.reshape([batch * seq, d_model]);
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        let projections = [&self.wq, &self.wk, &self.wv];
+        if let Some(weights) = packable(&projections, B::packs_projections()) {
+            let qkv =
+                B::projections(rows, weights).reshape([batch, seq, 3 * self.n_heads, head_dim]);
+            let (cos, sin, turn) = rope.tables();
+            let context = B::causal_attention_packed(qkv, cos, sin, turn, scale);
+            return project(&self.wo, context.reshape([batch * seq, d_model]))
+                .reshape([batch, seq, d_model]);
+        }
         let heads = |projection: &Linear<B>| {
             project(projection, rows.clone()).reshape([batch, seq, self.n_heads, head_dim])
         };
-        let query = rope.apply(heads(&self.wq), 1.0 / (head_dim as f64).sqrt());
+        let query = rope.apply(heads(&self.wq), scale);
         let key = rope.apply(heads(&self.wk), 1.0);
         let context =
             B::causal_attention(query, key, heads(&self.wv)).reshape([batch * seq, d_model]);

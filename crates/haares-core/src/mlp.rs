@@ -62,6 +62,17 @@ pub fn project<B: ActivationBackend>(layer: &Linear<B>, x: Tensor<B, 2>) -> Tens
     }
 }
 
+/// The weights of bias-free projections of one input, to multiply side by side
+/// ([`ActivationBackend::projections`]), where the backend `packs` them (docs/decisions.md,
+/// decision 23); `None` keeps the separate products.
+pub(crate) fn packable<B: Backend>(
+    layers: &[&Linear<B>],
+    packs: bool,
+) -> Option<Vec<Tensor<B, 2>>> {
+    let bias_free = layers.iter().all(|layer| layer.bias.is_none());
+    (packs && bias_free).then(|| layers.iter().map(|layer| layer.weight.val()).collect())
+}
+
 /// SwiGLU feed-forward block (the MLP sublayer f of eq:sublayer for odd events).
 #[derive(Module, Debug)]
 pub struct SwiGluMlp<B: Backend> {
@@ -83,6 +94,10 @@ impl<B: ActivationBackend> SwiGluMlp<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let [batch, seq, d_model] = x.dims();
         let rows = x.reshape([batch * seq, d_model]);
+        if let Some(weights) = packable(&[&self.w_gate, &self.w_up], B::packs_projections()) {
+            let gated = B::swiglu_packed(B::projections(rows, weights));
+            return project(&self.w_down, gated).reshape([batch, seq, d_model]);
+        }
         let gated = B::swiglu(
             project(&self.w_gate, rows.clone()),
             project(&self.w_up, rows),

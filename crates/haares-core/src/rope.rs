@@ -62,6 +62,17 @@ impl<B: Backend> RotaryTable<B> {
     }
 }
 
+impl<B: Backend> RotaryTable<B> {
+    /// The cosines, the sines and the quarter turn, as the rotary operations take them.
+    pub fn tables(&self) -> (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>) {
+        (
+            self.cos.clone(),
+            self.sin.clone(),
+            self.quarter_turn.clone(),
+        )
+    }
+}
+
 impl<B: ActivationBackend> RotaryTable<B> {
     /// Rotates each interleaved pair `(x_{2i}, x_{2i+1})` by the angle of its position, then
     /// scales: `s (x ⊙ cos + (x P) ⊙ sin)`, where `x P` turns every pair a quarter turn, as one
@@ -72,12 +83,7 @@ impl<B: ActivationBackend> RotaryTable<B> {
     /// - x: `[batch, seq, heads, d_h]` with `seq ≤ max_seq_len` and the table's heads and `d_h`
     /// - output: `[batch, seq, heads, d_h]`
     pub fn apply(&self, x: Tensor<B, 4>, scale: f64) -> Tensor<B, 4> {
-        B::rotary(
-            x,
-            self.cos.clone(),
-            self.sin.clone(),
-            self.quarter_turn.clone(),
-            scale,
-        )
+        let (cos, sin, quarter_turn) = self.tables();
+        B::rotary(x, cos, sin, quarter_turn, scale)
     }
 }

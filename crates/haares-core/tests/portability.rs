@@ -17,6 +17,8 @@ mod attention_checks;
 mod common;
 #[path = "core/cross_entropy_checks.rs"]
 mod cross_entropy_checks;
+#[path = "core/packed_checks.rs"]
+mod packed_checks;
 #[path = "core/reference.rs"]
 mod reference;
 #[path = "core/rotary_checks.rs"]
@@ -344,6 +346,17 @@ macro_rules! cube_backend_tests {
                 super::attention_checks::attention_pair_agrees_with_f64::<Cube>(2e-5);
                 super::attention_checks::attention_gradients_agree_with_f64::<Autodiff<Cube>>(2e-5);
                 assert!(<Cube as haares_core::ActivationBackend>::fuses_causal_attention(128));
+            }
+
+            /// The packed projections' join and split kernels against f64, and the packed
+            /// sublayers' nodes against the separate projections, output and every gradient.
+            #[test]
+            fn packed_projection_kernels_match_f64_and_the_separate_projections() {
+                super::packed_checks::packed_primitives_agree_with_f64::<Cube>(1e-5);
+                super::packed_checks::packed_sublayers_agree_with_the_separate_projections::<
+                    Autodiff<Cube>,
+                >(5e-5);
+                assert!(<Cube as haares_core::ActivationBackend>::packs_projections());
             }
 
             /// The weighted cross-entropy's kernels (one launch each way) against f64, and the

@@ -109,6 +109,28 @@ impl<B: ActivationBackend, C: CheckpointStrategy> ActivationBackend for Autodiff
             B::matmul_transposed_rhs,
         )
     }
+
+    fn packs_projections() -> bool {
+        B::packs_projections()
+    }
+
+    fn projections(x: Tensor<Self, 2>, weights: Vec<Tensor<Self, 2>>) -> Tensor<Self, 2> {
+        super::autodiff_packed::projections(x, weights)
+    }
+
+    fn causal_attention_packed(
+        qkv: Tensor<Self, 4>,
+        cos: Tensor<Self, 2>,
+        sin: Tensor<Self, 2>,
+        quarter_turn: Tensor<Self, 2>,
+        query_scale: f64,
+    ) -> Tensor<Self, 4> {
+        super::autodiff_packed::causal_attention_packed(qkv, [cos, sin, quarter_turn], query_scale)
+    }
+
+    fn swiglu_packed(gate_up: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        super::autodiff_packed::swiglu_packed(gate_up)
+    }
 }
 
 /// The node of a product of two operands, `forward` on the inner backend. `∂A` needs `B` and
@@ -133,7 +155,7 @@ where
 }
 
 /// Registers `gradient` for the parent at `position`, when that parent is tracked.
-fn register<B: Backend, S, const N: usize, const D: usize>(
+pub(super) fn register<B: Backend, S, const N: usize, const D: usize>(
     grads: &mut Gradients,
     ops: &Ops<S, N>,
     position: usize,

@@ -9,6 +9,7 @@
 //! - `rotary` and its backward: one thread per element (`cube_rotary.rs`).
 //! - `causal_attention`: one launch forward, two backward (`cube_attention.rs`).
 //! - `cross_entropy`: one cube per row of logits, one launch each way (`cube_cross_entropy.rs`).
+//! - the packed projections' joins and splits: one launch each (`cube_packed.rs`).
 //!
 //! Inputs are read through their strides (no copy of a transposed or pitched view); outputs are
 //! allocated contiguous. `tests/cube/activations.rs` (part of `tests/portability.rs`) checks every
@@ -150,6 +151,32 @@ where
         super::cube_cross_entropy::cross_entropy_backward(logits, targets, weights, logsumexp, grad)
     }
 
+    fn packs_projections() -> bool {
+        true
+    }
+
+    fn concat_columns(parts: Vec<Tensor<Self, 2>>) -> Tensor<Self, 2> {
+        super::cube_packed::concat_columns(parts)
+    }
+
+    fn split_columns(whole: Tensor<Self, 2>, widths: &[usize]) -> Vec<Tensor<Self, 2>> {
+        super::cube_packed::split_columns(whole, widths)
+    }
+
+    fn rotary_join(
+        gradients: [Tensor<Self, 4>; 3],
+        cos: Tensor<Self, 2>,
+        sin: Tensor<Self, 2>,
+        _quarter_turn: Tensor<Self, 2>,
+        query_scale: f64,
+    ) -> Tensor<Self, 4> {
+        super::cube_packed::rotary_join(gradients, cos, sin, query_scale)
+    }
+
+    fn swiglu_packed_backward(gate_up: Tensor<Self, 2>, grad: Tensor<Self, 2>) -> Tensor<Self, 2> {
+        super::cube_packed::swiglu_packed_backward(gate_up, grad)
+    }
+
     fn causal_softmax<const D: usize>(scores: Tensor<Self, D>) -> Tensor<Self, D> {
         let dims = scores.dims();
         assert_eq!(
@@ -249,10 +276,17 @@ pub(crate) mod kernels {
         let g = gate[strided(gate, ABSOLUTE_POS)];
         let u = up[strided(up, ABSOLUTE_POS)];
         let dh = grad[strided(grad, ABSOLUTE_POS)];
+        let (silu, slope) = silu_slope::<F>(g);
+        up_grad[ABSOLUTE_POS] = dh * silu;
+        gate_grad[ABSOLUTE_POS] = dh * u * slope;
+    }
+
+    /// `SiLU(g) = g σ(g)` and its slope `σ(g) + g σ(g) (1 − σ(g))`.
+    #[cube]
+    pub(in crate::activation_ops) fn silu_slope<F: Float>(g: F) -> (F, F) {
         let s = sigmoid::<F>(g);
         let silu = g * s;
-        up_grad[ABSOLUTE_POS] = dh * silu;
-        gate_grad[ABSOLUTE_POS] = dh * u * (s + silu * (F::new(1.0) - s));
+        (silu, s + silu * (F::new(1.0) - s))
     }
 
     /// Reduces `partials[0..threads]` into `partials[0]`, by sum or by maximum; every thread of

@@ -71,7 +71,7 @@ fn assert_within_scale(actual: &[f64], expected: &[f64], tolerance: f64, floor: 
 
 /// `g σ(g) u` and its gradients `(∂gate, ∂up)` in f64 on the host, with `σ(g) = 1 / (1 + e^{−g})`,
 /// accurate in both tails (the tanh identity of the f64 backends loses digits below g ≈ −20).
-fn swiglu_f64(gate: &[f64], up: &[f64], grad: &[f64]) -> [Vec<f64>; 3] {
+pub fn swiglu_f64(gate: &[f64], up: &[f64], grad: &[f64]) -> [Vec<f64>; 3] {
     let mut answers = [vec![], vec![], vec![]];
     for ((&g, &u), &dh) in gate.iter().zip(up).zip(grad) {
         let s = 1.0 / (1.0 + (-g).exp());

@@ -15,6 +15,9 @@ use crate::common::{Ad64, B64};
 use crate::cross_entropy_checks::{
     cross_entropy_gradient_agrees_with_f64, cross_entropy_pair_agrees_with_f64,
 };
+use crate::packed_checks::{
+    packed_primitives_agree_with_f64, packed_sublayers_agree_with_the_separate_projections,
+};
 use crate::rotary_checks::{
     rotary_agrees_with_f64_and_the_plain_operations,
     rotary_node_agrees_with_autodiff_of_the_plain_operations,
@@ -48,6 +51,17 @@ fn rotary_agrees_with_f64_on_flex_and_in_f64() {
     rotary_agrees_with_f64_and_the_plain_operations::<B64>(1e-12);
     rotary_node_agrees_with_autodiff_of_the_plain_operations::<Autodiff<Flex>>(1e-6);
     rotary_node_agrees_with_autodiff_of_the_plain_operations::<Ad64>(1e-12);
+}
+
+/// The packed projections' joins and splits (the plain forms Flex and NdArray run) against f64
+/// written out, and each packed sublayer's node against the separate projections, output and
+/// every gradient.
+#[test]
+fn packed_projections_agree_with_f64_and_the_separate_projections() {
+    packed_primitives_agree_with_f64::<Flex>(1e-6);
+    packed_primitives_agree_with_f64::<B64>(1e-12);
+    packed_sublayers_agree_with_the_separate_projections::<Autodiff<Flex>>(2e-5);
+    packed_sublayers_agree_with_the_separate_projections::<Ad64>(1e-12);
 }
 
 /// Causal attention's plain pair (the output with each query's log-sum-exp, and the backward

@@ -17,6 +17,7 @@ mod heads;
 mod matmul;
 mod method_names;
 mod model_file;
+mod packed_checks;
 mod primitives;
 mod read;
 mod readme;

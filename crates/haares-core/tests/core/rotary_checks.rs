@@ -23,7 +23,7 @@ fn tensor<B: Backend, const D: usize>(values: Vec<f64>, shape: [usize; D]) -> Te
 }
 
 /// `s · R(±θ) x` pair by pair in f64, for `[batch, seq, heads, d_h]` values in row-major order.
-fn rotated_f64(x: &[f64], shape: [usize; 4], scale: f64, back: bool) -> Vec<f64> {
+pub fn rotated_f64(x: &[f64], shape: [usize; 4], scale: f64, back: bool) -> Vec<f64> {
     let [_, seq, heads, head_dim] = shape;
     let mut y = vec![0.0; x.len()];
     for (at, pair) in x.chunks(2).enumerate() {
