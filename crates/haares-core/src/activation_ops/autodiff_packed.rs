@@ -81,8 +81,9 @@ impl<B: ActivationBackend, const P: usize> Backward<B, P> for ProjectionsBackwar
 }
 
 /// [`ActivationBackend::causal_attention_packed`] as one node where the backend fuses attention
-/// at this head width: RoPE on views of the packed heads, then the fused attention, with the
-/// packed projection as the one parent (the tables are constants). Elsewhere the plain
+/// at this head width: [`ActivationBackend::rotary_packed`], then the fused attention on views of
+/// its heads, with the packed projection as the one parent (the tables are constants). It keeps
+/// the turned projection, as many values as the separate query, key and value would be. Elsewhere the plain
 /// composition.
 pub(super) fn causal_attention_packed<B: ActivationBackend, C: CheckpointStrategy>(
     qkv: Ad<B, C, 4>,
@@ -95,10 +96,9 @@ pub(super) fn causal_attention_packed<B: ActivationBackend, C: CheckpointStrateg
     }
     let parents = [primitive(qkv.clone())];
     let tables = tables.map(Tensor::inner);
-    let [query, key, value] = packed::unpack_heads(qkv.inner());
     let [cos, sin, turn] = tables.clone();
-    let turned = |x, scale| B::rotary(x, cos.clone(), sin.clone(), turn.clone(), scale);
-    let inputs = [turned(query, query_scale), turned(key, 1.0), value];
+    let turned = B::rotary_packed(qkv.inner(), cos, sin, turn, query_scale);
+    let inputs = packed::unpack_heads(turned);
     let [q, k, v] = inputs.clone();
     let (output, logsumexp) = B::causal_attention_forward(q, k, v);
     let state = (inputs, output.clone(), logsumexp, tables);
@@ -117,8 +117,8 @@ struct PackedAttentionBackward {
 }
 
 impl<B: ActivationBackend> Backward<B, 1> for PackedAttentionBackward {
-    /// The turned queries and keys and the values, the output, each query's log-sum-exp, and
-    /// RoPE's tables.
+    /// The turned queries and keys and the values (views of one packed tensor), the output,
+    /// each query's log-sum-exp, and RoPE's tables.
     type State = (
         [Tensor<B, 4>; 3],
         Tensor<B, 4>,

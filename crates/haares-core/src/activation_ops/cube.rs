@@ -163,6 +163,17 @@ where
         super::cube_packed::split_columns(whole, widths)
     }
 
+    fn rotary_packed(
+        qkv: Tensor<Self, 4>,
+        cos: Tensor<Self, 2>,
+        sin: Tensor<Self, 2>,
+        _quarter_turn: Tensor<Self, 2>,
+        query_scale: f64,
+    ) -> Tensor<Self, 4> {
+        let heads = super::packed::unpack_heads(qkv);
+        super::cube_packed::rotary_pack(heads, cos, sin, query_scale, false)
+    }
+
     fn rotary_join(
         gradients: [Tensor<Self, 4>; 3],
         cos: Tensor<Self, 2>,
@@ -170,7 +181,7 @@ where
         _quarter_turn: Tensor<Self, 2>,
         query_scale: f64,
     ) -> Tensor<Self, 4> {
-        super::cube_packed::rotary_join(gradients, cos, sin, query_scale)
+        super::cube_packed::rotary_pack(gradients, cos, sin, query_scale, true)
     }
 
     fn swiglu_packed_backward(gate_up: Tensor<Self, 2>, grad: Tensor<Self, 2>) -> Tensor<Self, 2> {

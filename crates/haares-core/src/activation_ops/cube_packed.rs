@@ -4,8 +4,8 @@
 //! per element, reads through strides and writes a contiguous output.
 //!
 //! - `concat_columns` and `split_columns`: two or three parts, the backbone's most.
-//! - `rotary_join`: the query's and key's gradients turned back by RoPE and the value's copied,
-//!   into one `[batch, seq, 3·heads, d_h]` gradient.
+//! - `rotary_packed` and `rotary_join`: the query's and key's heads turned by RoPE (or their
+//!   gradients turned back) and the value's copied, into one `[batch, seq, 3·heads, d_h]` tensor.
 //! - `swiglu_packed_backward`: both of SwiGLU's gradients into the packed halves.
 
 use burn::tensor::{Shape, Tensor};
@@ -110,12 +110,16 @@ where
     parts.into_iter().map(from_primitive).collect()
 }
 
-/// [`ActivationBackend::rotary_join`](super::ActivationBackend::rotary_join) in one launch.
-pub(super) fn rotary_join<R, F, I, BT>(
-    [query_grad, key_grad, value_grad]: [Tensor<Cube<R, F, I, BT>, 4>; 3],
+/// [`ActivationBackend::rotary_packed`](super::ActivationBackend::rotary_packed) (the query,
+/// key and value views of one packed projection) or, `back`,
+/// [`ActivationBackend::rotary_join`](super::ActivationBackend::rotary_join) (their three
+/// gradients), in one launch: one packed `[batch, seq, 3·heads, d_h]` output.
+pub(super) fn rotary_pack<R, F, I, BT>(
+    [query, key, value]: [Tensor<Cube<R, F, I, BT>, 4>; 3],
     cos: Matrix<R, F, I, BT>,
     sin: Matrix<R, F, I, BT>,
     query_scale: f64,
+    back: bool,
 ) -> Tensor<Cube<R, F, I, BT>, 4>
 where
     R: CubeRuntime,
@@ -123,27 +127,28 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let [batch, seq, heads, head_dim] = query_grad.dims();
+    let [batch, seq, heads, head_dim] = query.dims();
     let [positions, width] = cos.dims();
     assert!(
         seq <= positions && width == heads * head_dim && head_dim % 2 == 0,
-        "rotary_join: gradients {:?} do not fit tables of {positions} positions × {width}",
-        query_grad.dims()
+        "rotary_pack: heads {:?} do not fit tables of {positions} positions × {width}",
+        query.dims()
     );
-    let [query_grad, key_grad, value_grad] = [query_grad, key_grad, value_grad].map(primitive);
-    let output = empty_shaped(&query_grad, vec![batch, seq, 3 * heads, head_dim]);
+    let [query, key, value] = [query, key, value].map(primitive);
+    let output = empty_shaped(&query, vec![batch, seq, 3 * heads, head_dim]);
     let (cube_count, cube_dim) = elementwise(&output);
-    kernels::rotary_join_kernel::launch::<R>(
+    kernels::rotary_pack_kernel::launch::<R>(
         &output.client.clone(),
         cube_count,
         cube_dim,
-        query_grad.into_tensor_arg(),
-        key_grad.into_tensor_arg(),
-        value_grad.into_tensor_arg(),
+        query.into_tensor_arg(),
+        key.into_tensor_arg(),
+        value.into_tensor_arg(),
         primitive(cos).into_tensor_arg(),
         primitive(sin).into_tensor_arg(),
         output.clone().into_tensor_arg(),
         query_scale as f32,
+        back,
         output.dtype.into(),
     );
     from_primitive(output)
@@ -245,31 +250,45 @@ mod kernels {
         }
     }
 
-    /// Element `j` of a head of `grad` at position `pos`, turned back by RoPE:
-    /// `s (x_j c − t_j s_θ)` with the quarter turn `t_{2i} = −x_{2i+1}`, `t_{2i+1} = x_{2i}`.
+    /// Element `index` (`j` of its head) of `x`, turned by RoPE and scaled:
+    /// `s (x_j c ± t_j s_θ)` with the quarter turn `t_{2i} = −x_{2i+1}`, `t_{2i+1} = x_{2i}`;
+    /// `back` subtracts.
     #[cube]
-    fn turned_back<F: Float>(grad: &Tensor<F>, index: usize, c: F, s: F, scale: F) -> F {
-        let mut turned = F::new(0.0);
+    fn turned<F: Float>(
+        x: &Tensor<F>,
+        index: usize,
+        c: F,
+        s: F,
+        scale: F,
+        #[comptime] back: bool,
+    ) -> F {
+        let mut partner = F::new(0.0);
         if index % 2 == 0 {
-            turned = F::new(0.0) - grad[strided(grad, index + 1)];
+            partner = F::new(0.0) - x[strided(x, index + 1)];
         } else {
-            turned = grad[strided(grad, index - 1)];
+            partner = x[strided(x, index - 1)];
         }
-        (grad[strided(grad, index)] * c - turned * s) * scale
+        let straight = x[strided(x, index)] * c;
+        let mut rotated = straight + partner * s;
+        if back {
+            rotated = straight - partner * s;
+        }
+        rotated * scale
     }
 
-    /// One thread per element of the packed `[batch, seq, 3·heads, d_h]` gradient: a query
-    /// head's element turned back and scaled, a key head's turned back, a value head's copied.
+    /// One thread per element of the packed `[batch, seq, 3·heads, d_h]` output: a query head's
+    /// element turned and scaled, a key head's turned, a value head's copied; `back` turns back.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
-    pub(super) fn rotary_join_kernel<F: Float>(
-        query_grad: &Tensor<F>,
-        key_grad: &Tensor<F>,
-        value_grad: &Tensor<F>,
+    pub(super) fn rotary_pack_kernel<F: Float>(
+        query: &Tensor<F>,
+        key: &Tensor<F>,
+        value: &Tensor<F>,
         cos: &Tensor<F>,
         sin: &Tensor<F>,
         output: &mut Tensor<F>,
         query_scale: f32,
+        #[comptime] back: bool,
         #[define(F)] _dtype: StorageType,
     ) {
         if ABSOLUTE_POS >= output.len() {
@@ -287,15 +306,15 @@ mod kernels {
         let column = head * head_dim + e;
         let c = cos[pos * cos.stride(0) + column * cos.stride(1)];
         let s = sin[pos * sin.stride(0) + column * sin.stride(1)];
-        let mut value = F::new(0.0);
+        let mut result = F::new(0.0);
         if part == 0 {
-            value = turned_back::<F>(query_grad, index, c, s, F::cast_from(query_scale));
+            result = turned::<F>(query, index, c, s, F::cast_from(query_scale), back);
         } else if part == 1 {
-            value = turned_back::<F>(key_grad, index, c, s, F::new(1.0));
+            result = turned::<F>(key, index, c, s, F::new(1.0), back);
         } else {
-            value = value_grad[strided(value_grad, index)];
+            result = value[strided(value, index)];
         }
-        output[ABSOLUTE_POS] = value;
+        output[ABSOLUTE_POS] = result;
     }
 
     /// One thread per element of `grad` `[rows, d_ff]`: `∂U = ∂h ⊙ g σ(g)` and

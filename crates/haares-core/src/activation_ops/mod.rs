@@ -30,7 +30,9 @@
 //! (`flex_matmul.rs`), the cube backends (CUDA, wgpu) replace the four with one CubeCL kernel
 //! each (`cube.rs`), and the autodiff backend makes each operation one graph node
 //! (`autodiff.rs`). `tests/core/activations.rs` and `tests/core/matmul.rs` check the loops and
-//! the nodes against the plain operations.
+//! the nodes against the plain operations. On the cube backends the projections of one input are
+//! one product, read in place by RoPE, attention and SwiGLU ([`packed`]; `autodiff_packed.rs`,
+//! `cube_packed.rs`).
 
 mod autodiff;
 mod autodiff_packed;
@@ -333,48 +335,32 @@ pub trait ActivationBackend: Backend {
         Self::matmul(lhs, rhs.swap_dims(D - 2, D - 1))
     }
 
-    /// Whether the backbone reads its side-by-side projections as one product each
-    /// ([`projections`](Self::projections), [`causal_attention_packed`](Self::causal_attention_packed),
-    /// [`swiglu_packed`](Self::swiglu_packed); [`packed`]): the cube backends, where every product
-    /// and addition is a kernel launch. The CPU backends keep the separate projections.
+    /// Whether the backbone multiplies projections of one input side by side and reads the
+    /// packed product in place ([`packed`]; docs/decisions.md, decision 23): the cube backends,
+    /// where every product and addition is a kernel launch. The CPU backends keep them apart.
     fn packs_projections() -> bool {
         false
     }
 
-    /// `x [W₁ … W_k]`: one product of the rows with the weights side by side.
-    ///
-    /// # Shapes
-    /// - x: `[tokens, d_in]`; weights: `[d_in, d_i]` each
-    /// - output: `[tokens, Σ d_i]`
+    /// `x [W₁ … W_k]`, one product: `x` `[tokens, d_in]`, weights `[d_in, d_i]`, output
+    /// `[tokens, Σ d_i]`.
     fn projections(x: Tensor<Self, 2>, weights: Vec<Tensor<Self, 2>>) -> Tensor<Self, 2> {
         Self::matmul(x, Self::concat_columns(weights))
     }
 
-    /// Matrices with the same rows, side by side: `[A₁ … A_k]`.
-    ///
-    /// # Shapes
-    /// - parts: `[rows, c_i]` each; output: `[rows, Σ c_i]`
+    /// `[A₁ … A_k]` for `[rows, c_i]` parts: `[rows, Σ c_i]`.
     fn concat_columns(parts: Vec<Tensor<Self, 2>>) -> Tensor<Self, 2> {
         packed::concat_columns(parts)
     }
 
-    /// The inverse of [`concat_columns`](Self::concat_columns): consecutive column ranges,
-    /// `widths[i]` wide, each contiguous where the backend copies.
-    ///
-    /// # Shapes
-    /// - whole: `[rows, Σ widths]`; outputs: `[rows, widths[i]]`
+    /// The inverse of [`concat_columns`](Self::concat_columns): `[rows, widths[i]]` parts.
     fn split_columns(whole: Tensor<Self, 2>, widths: &[usize]) -> Vec<Tensor<Self, 2>> {
         packed::split_columns(whole, widths)
     }
 
-    /// [`causal_attention`](Self::causal_attention) of a packed query–key–value projection, with
-    /// RoPE ([`rotary`](Self::rotary)) on the queries, scaled by `query_scale`, and on the keys.
-    /// Its backward pass ends in [`rotary_join`](Self::rotary_join).
-    ///
-    /// # Shapes
-    /// - qkv: `[batch, seq, 3·heads, d_h]`, the queries' heads, then the keys', then the values'
-    /// - the tables: as for [`rotary`](Self::rotary)
-    /// - output: `[batch, seq, heads, d_h]`
+    /// [`causal_attention`](Self::causal_attention) of a packed `[batch, seq, 3·heads, d_h]`
+    /// projection (the queries' heads, the keys', the values'), with [`rotary`](Self::rotary)
+    /// on the queries, scaled by `query_scale`, and on the keys: `[batch, seq, heads, d_h]`.
     fn causal_attention_packed(
         qkv: Tensor<Self, 4>,
         cos: Tensor<Self, 2>,
@@ -385,12 +371,21 @@ pub trait ActivationBackend: Backend {
         packed::causal_attention_packed(qkv, cos, sin, quarter_turn, query_scale)
     }
 
-    /// The packed projection's gradient from the attention's `[∂Q, ∂K, ∂V]` of the turned
-    /// queries and keys: each turned back ([`rotary_backward`](Self::rotary_backward)) and the
-    /// three joined along the heads.
-    ///
-    /// # Shapes
-    /// - gradients: `[batch, seq, heads, d_h]` each; output: `[batch, seq, 3·heads, d_h]`
+    /// RoPE on a packed `[batch, seq, 3·heads, d_h]` projection: the queries' heads turned and
+    /// scaled by `query_scale`, the keys' turned, the values' as they are.
+    fn rotary_packed(
+        qkv: Tensor<Self, 4>,
+        cos: Tensor<Self, 2>,
+        sin: Tensor<Self, 2>,
+        quarter_turn: Tensor<Self, 2>,
+        query_scale: f64,
+    ) -> Tensor<Self, 4> {
+        packed::rotary_packed(qkv, cos, sin, quarter_turn, query_scale)
+    }
+
+    /// The packed projection's gradient from the attention's `[∂Q, ∂K, ∂V]`: the first two
+    /// turned back ([`rotary_backward`](Self::rotary_backward)), the three joined along the
+    /// heads, `[batch, seq, 3·heads, d_h]`.
     fn rotary_join(
         gradients: [Tensor<Self, 4>; 3],
         cos: Tensor<Self, 2>,
@@ -401,20 +396,13 @@ pub trait ActivationBackend: Backend {
         packed::rotary_join(gradients, cos, sin, quarter_turn, query_scale)
     }
 
-    /// [`swiglu`](Self::swiglu) of a packed gate–up projection: `SiLU(G) ⊙ U` for
-    /// `[G U] = gate_up`.
-    ///
-    /// # Shapes
-    /// - gate_up: `[rows, 2 d_ff]`; output: `[rows, d_ff]`
+    /// [`swiglu`](Self::swiglu) of the halves of a packed `[rows, 2 d_ff]` projection
+    /// `[G U]`: `SiLU(G) ⊙ U`, `[rows, d_ff]`.
     fn swiglu_packed(gate_up: Tensor<Self, 2>) -> Tensor<Self, 2> {
         packed::swiglu_packed(gate_up)
     }
 
-    /// `[∂G ∂U]` of [`swiglu_packed`](Self::swiglu_packed) given `∂L/∂h`, as
-    /// [`swiglu_backward`](Self::swiglu_backward).
-    ///
-    /// # Shapes
-    /// - gate_up, output: `[rows, 2 d_ff]`; grad: `[rows, d_ff]`
+    /// `[∂G ∂U]` of [`swiglu_packed`](Self::swiglu_packed) given `∂L/∂h`.
     fn swiglu_packed_backward(gate_up: Tensor<Self, 2>, grad: Tensor<Self, 2>) -> Tensor<Self, 2> {
         packed::swiglu_packed_backward(gate_up, grad)
     }

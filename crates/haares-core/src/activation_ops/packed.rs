@@ -58,6 +58,20 @@ pub fn causal_attention_packed<B: ActivationBackend>(
     B::causal_attention(turn(query, query_scale), turn(key, 1.0), value)
 }
 
+/// The plain form of [`ActivationBackend::rotary_packed`]: RoPE on the query's and the key's
+/// heads, the three joined along the heads again.
+pub fn rotary_packed<B: ActivationBackend>(
+    qkv: Tensor<B, 4>,
+    cos: Tensor<B, 2>,
+    sin: Tensor<B, 2>,
+    quarter_turn: Tensor<B, 2>,
+    query_scale: f64,
+) -> Tensor<B, 4> {
+    let [query, key, value] = unpack_heads(qkv);
+    let turn = |x, scale| B::rotary(x, cos.clone(), sin.clone(), quarter_turn.clone(), scale);
+    Tensor::cat(vec![turn(query, query_scale), turn(key, 1.0), value], 2)
+}
+
 /// The plain form of [`ActivationBackend::rotary_join`]: RoPE's backward pass on the query's and
 /// the key's gradients, then the three joined along the heads.
 pub fn rotary_join<B: ActivationBackend>(

@@ -50,7 +50,8 @@ fn side_by_side(parts: &[Vec<f64>], widths: &[usize], rows: usize) -> Vec<f64> {
         .collect()
 }
 
-/// `B`'s `concat_columns`, `split_columns`, `rotary_join` and `swiglu_packed` (both directions)
+/// `B`'s `concat_columns`, `split_columns`, `rotary_packed`, `rotary_join` and `swiglu_packed`
+/// (both directions)
 /// against f64 written out, to within `relative` of the largest value.
 pub fn packed_primitives_agree_with_f64<B: ActivationBackend>(relative: f64) {
     let mut rng = Rng::new(90);
@@ -98,6 +99,26 @@ pub fn packed_primitives_agree_with_f64<B: ActivationBackend>(relative: f64) {
         let exact = side_by_side(&turned, &[width; 3], batch * seq);
         let what = format!("rotary_join, shape {shape:?}");
         assert_close_at_scale(&joined, &exact, relative, &what);
+
+        // Forward, from a packed projection: its parts are every token's thirds.
+        let packed = side_by_side(&grads, &[width; 3], batch * seq);
+        let part = |at: usize| -> Vec<f64> {
+            packed
+                .chunks(3 * width)
+                .flat_map(|token| token[at * width..(at + 1) * width].to_vec())
+                .collect()
+        };
+        let qkv = tensor::<B, 4>(&packed, [batch, seq, 3 * heads, head_dim]);
+        let (cos, sin, turn) = table.tables();
+        let turned = tensor_values(B::rotary_packed(qkv, cos, sin, turn, scale));
+        let parts = [
+            rotated_f64(&part(0), shape, scale, false),
+            rotated_f64(&part(1), shape, 1.0, false),
+            part(2),
+        ];
+        let exact = side_by_side(&parts, &[width; 3], batch * seq);
+        let what = format!("rotary_packed, shape {shape:?}");
+        assert_close_at_scale(&turned, &exact, relative, &what);
     }
 
     let [rows, width] = [9, 13];
