@@ -3,8 +3,7 @@
 //! three to eight (issue 34: a CUDA step costs its launch count).
 //!
 //! - `swiglu` and `swiglu_backward`: one thread per element, both gradients from one pass.
-//! - `causal_softmax` and its backward: one cube per query row, its threads striding over the
-//!   keys the query may see, with the row's maximum, sum or dot product reduced in shared memory.
+//! - `causal_softmax` and its backward: one cube per query row (`cube_softmax.rs`).
 //! - `rms_norm` and its backward, the same way (`cube_norm.rs`).
 //! - `rotary` and its backward: one thread per element (`cube_rotary.rs`).
 //! - `causal_attention`: one launch forward, two backward (`cube_attention.rs`).
@@ -189,45 +188,14 @@ where
     }
 
     fn causal_softmax<const D: usize>(scores: Tensor<Self, D>) -> Tensor<Self, D> {
-        let dims = scores.dims();
-        assert_eq!(
-            dims[D - 2],
-            dims[D - 1],
-            "causal softmax: scores must be square, got {dims:?}"
-        );
-        let scores = primitive(scores);
-        let output = empty_like(&scores);
-        let (cube_count, cube_dim) = per_row(&output);
-        kernels::causal_softmax_kernel::launch::<R>(
-            &scores.client.clone(),
-            cube_count,
-            cube_dim,
-            scores.clone().into_tensor_arg(),
-            output.clone().into_tensor_arg(),
-            ROW_THREADS,
-            scores.dtype.into(),
-        );
-        from_primitive(output)
+        super::cube_softmax::causal_softmax(scores)
     }
 
     fn causal_softmax_backward<const D: usize>(
         probabilities: Tensor<Self, D>,
         grad: Tensor<Self, D>,
     ) -> Tensor<Self, D> {
-        let (probabilities, grad) = (primitive(probabilities), primitive(grad));
-        let output = empty_like(&probabilities);
-        let (cube_count, cube_dim) = per_row(&output);
-        kernels::causal_softmax_backward_kernel::launch::<R>(
-            &probabilities.client.clone(),
-            cube_count,
-            cube_dim,
-            probabilities.clone().into_tensor_arg(),
-            grad.into_tensor_arg(),
-            output.clone().into_tensor_arg(),
-            ROW_THREADS,
-            probabilities.dtype.into(),
-        );
-        from_primitive(output)
+        super::cube_softmax::causal_softmax_backward(probabilities, grad)
     }
 }
 
@@ -326,95 +294,6 @@ pub(crate) mod kernels {
             partials[0] = total;
         }
         sync_cube();
-    }
-
-    /// Row `r` of the `[rows, seq]` view of `[..., seq, seq]` scores is query `r mod seq`: it sees
-    /// keys `0..=r mod seq`. One cube per row: the row's maximum, then `Σ e^{x − max}`, then the
-    /// probabilities, zero after the query.
-    #[cube(launch)]
-    pub(super) fn causal_softmax_kernel<F: Float>(
-        scores: &Tensor<F>,
-        output: &mut Tensor<F>,
-        #[comptime] threads: usize,
-        #[define(F)] _dtype: StorageType,
-    ) {
-        let seq = output.shape(output.rank() - 1);
-        let row = CUBE_POS;
-        if row * seq >= output.len() {
-            terminate!();
-        }
-        let lane = UNIT_POS_X as usize;
-        let visible = row % seq + 1;
-        let start = row * seq;
-        let mut partials = SharedMemory::<F>::new(threads);
-        // Key 0 is visible to every query: a finite start for the maximum.
-        let mut most = scores[strided(scores, start)];
-        let mut key = lane;
-        while key < visible {
-            let x = scores[strided(scores, start + key)];
-            if x > most {
-                most = x;
-            }
-            key += threads;
-        }
-        partials[lane] = most;
-        reduce(&mut partials, lane, threads, true);
-        let row_max = partials[0];
-        sync_cube();
-        let mut sum = F::new(0.0);
-        key = lane;
-        while key < visible {
-            sum += (scores[strided(scores, start + key)] - row_max).exp();
-            key += threads;
-        }
-        partials[lane] = sum;
-        reduce(&mut partials, lane, threads, false);
-        let row_sum = partials[0];
-        key = lane;
-        while key < seq {
-            let mut p = F::new(0.0);
-            if key < visible {
-                p = (scores[strided(scores, start + key)] - row_max).exp() / row_sum;
-            }
-            output[start + key] = p;
-            key += threads;
-        }
-    }
-
-    /// `∂x = y ⊙ (∂y − Σ_k y_k ∂y_k)` per row, one cube per row (zero where `y` is).
-    #[cube(launch)]
-    pub(super) fn causal_softmax_backward_kernel<F: Float>(
-        probabilities: &Tensor<F>,
-        grad: &Tensor<F>,
-        output: &mut Tensor<F>,
-        #[comptime] threads: usize,
-        #[define(F)] _dtype: StorageType,
-    ) {
-        let seq = output.shape(output.rank() - 1);
-        let row = CUBE_POS;
-        if row * seq >= output.len() {
-            terminate!();
-        }
-        let lane = UNIT_POS_X as usize;
-        let start = row * seq;
-        let mut partials = SharedMemory::<F>::new(threads);
-        let mut dot = F::new(0.0);
-        let mut key = lane;
-        while key < seq {
-            let index = start + key;
-            dot += probabilities[strided(probabilities, index)] * grad[strided(grad, index)];
-            key += threads;
-        }
-        partials[lane] = dot;
-        reduce(&mut partials, lane, threads, false);
-        let row_dot = partials[0];
-        key = lane;
-        while key < seq {
-            let index = start + key;
-            let y = probabilities[strided(probabilities, index)];
-            output[index] = y * (grad[strided(grad, index)] - row_dot);
-            key += threads;
-        }
     }
 }
 

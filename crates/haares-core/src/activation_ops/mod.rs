@@ -48,6 +48,8 @@ mod cube_norm;
 mod cube_packed;
 #[cfg(feature = "cube")]
 mod cube_rotary;
+#[cfg(feature = "cube")]
+mod cube_softmax;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]
