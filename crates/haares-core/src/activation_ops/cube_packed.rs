@@ -128,12 +128,7 @@ where
     BT: BoolElement,
 {
     let [batch, seq, heads, head_dim] = query.dims();
-    let [positions, width] = cos.dims();
-    assert!(
-        seq <= positions && width == heads * head_dim && head_dim % 2 == 0,
-        "rotary_pack: heads {:?} do not fit tables of {positions} positions × {width}",
-        query.dims()
-    );
+    super::cube_rotary::assert_fits("rotary_pack", query.dims(), cos.dims());
     let [query, key, value] = [query, key, value].map(primitive);
     let output = empty_shaped(&query, vec![batch, seq, 3 * heads, head_dim]);
     let (cube_count, cube_dim) = elementwise(&output);
@@ -188,6 +183,7 @@ mod kernels {
     use burn_cubecl::cubecl::prelude::*;
 
     use crate::activation_ops::cube::kernels::{silu_slope, strided};
+    use crate::activation_ops::cube_rotary::kernels::turned;
 
     /// `x[row, column]` through its strides.
     #[cube]
@@ -248,32 +244,6 @@ mod kernels {
         } else {
             c[row * c.shape(1) + column - second] = value;
         }
-    }
-
-    /// Element `index` (`j` of its head) of `x`, turned by RoPE and scaled:
-    /// `s (x_j c ± t_j s_θ)` with the quarter turn `t_{2i} = −x_{2i+1}`, `t_{2i+1} = x_{2i}`;
-    /// `back` subtracts.
-    #[cube]
-    fn turned<F: Float>(
-        x: &Tensor<F>,
-        index: usize,
-        c: F,
-        s: F,
-        scale: F,
-        #[comptime] back: bool,
-    ) -> F {
-        let mut partner = F::new(0.0);
-        if index % 2 == 0 {
-            partner = F::new(0.0) - x[strided(x, index + 1)];
-        } else {
-            partner = x[strided(x, index - 1)];
-        }
-        let straight = x[strided(x, index)] * c;
-        let mut rotated = straight + partner * s;
-        if back {
-            rotated = straight - partner * s;
-        }
-        rotated * scale
     }
 
     /// One thread per element of the packed `[batch, seq, 3·heads, d_h]` output: a query head's

@@ -25,13 +25,7 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let [_, seq, heads, head_dim] = x.dims();
-    let [positions, width] = cos.dims();
-    assert!(
-        seq <= positions && width == heads * head_dim && head_dim % 2 == 0,
-        "rotary: x {:?} does not fit tables of {positions} positions × {width}",
-        x.dims()
-    );
+    assert_fits("rotary", x.dims(), cos.dims());
     let (x, cos, sin) = (primitive(x), primitive(cos), primitive(sin));
     let output = empty_like(&x);
     let (cube_count, cube_dim) = elementwise(&output);
@@ -50,7 +44,19 @@ where
     from_primitive(output)
 }
 
-mod kernels {
+/// Panics unless heads of `dims` `[batch, seq, heads, d_h]` fit RoPE's `[positions, width]`
+/// tables: `seq ≤ positions`, `width = heads · d_h`, `d_h` even.
+pub(super) fn assert_fits(what: &str, dims: [usize; 4], [positions, width]: [usize; 2]) {
+    let [_, seq, heads, head_dim] = dims;
+    assert!(
+        seq <= positions && width == heads * head_dim && head_dim % 2 == 0,
+        "{what}: heads {dims:?} do not fit tables of {positions} positions × {width}"
+    );
+}
+
+// A kernel's branches assign a value declared before them, as CubeCL's expansion needs.
+#[allow(unused_assignments)]
+pub(super) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
@@ -77,22 +83,34 @@ mod kernels {
         let width = output.shape(2) * head_dim;
         let column = ABSOLUTE_POS % width;
         let pos = (ABSOLUTE_POS / width) % output.shape(1);
-        let even = column % 2 == 0;
-        let mut partner = ABSOLUTE_POS + 1;
-        if !even {
-            partner = ABSOLUTE_POS - 1;
+        let c = cos[pos * cos.stride(0) + column * cos.stride(1)];
+        let s = sin[pos * sin.stride(0) + column * sin.stride(1)];
+        output[ABSOLUTE_POS] = turned::<F>(x, ABSOLUTE_POS, c, s, F::cast_from(scale), back);
+    }
+
+    /// Element `index` (`j` of its head) of `x`, turned by RoPE and scaled:
+    /// `s (x_j c ± t_j s_θ)` with the quarter turn `t_{2i} = −x_{2i+1}`, `t_{2i+1} = x_{2i}`;
+    /// `back` subtracts. The rotary kernel and the packed one (`cube_packed.rs`) call it.
+    #[cube]
+    pub(in crate::activation_ops) fn turned<F: Float>(
+        x: &Tensor<F>,
+        index: usize,
+        c: F,
+        s: F,
+        scale: F,
+        #[comptime] back: bool,
+    ) -> F {
+        let mut partner = F::new(0.0);
+        if index % 2 == 0 {
+            partner = F::new(0.0) - x[strided(x, index + 1)];
+        } else {
+            partner = x[strided(x, index - 1)];
         }
-        let mut turned = x[strided(x, partner)];
-        if even {
-            turned = F::new(0.0) - turned;
-        }
-        let table = pos * cos.stride(0) + column * cos.stride(1);
-        let angle_sin = sin[pos * sin.stride(0) + column * sin.stride(1)];
-        let straight = x[strided(x, ABSOLUTE_POS)] * cos[table];
-        let mut rotated = straight + turned * angle_sin;
+        let straight = x[strided(x, index)] * c;
+        let mut rotated = straight + partner * s;
         if back {
-            rotated = straight - turned * angle_sin;
+            rotated = straight - partner * s;
         }
-        output[ABSOLUTE_POS] = rotated * F::cast_from(scale);
+        rotated * scale
     }
 }

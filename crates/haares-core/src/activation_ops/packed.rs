@@ -43,6 +43,18 @@ pub fn unpack_heads<B: ActivationBackend>(qkv: Tensor<B, 4>) -> [Tensor<B, 4>; 3
     [0, 1, 2].map(|part| qkv.clone().narrow(2, part * heads, heads))
 }
 
+/// The query, key and value heads of a packed projection, the first two turned by RoPE (the
+/// queries scaled by `query_scale`).
+fn turned_heads<B: ActivationBackend>(
+    qkv: Tensor<B, 4>,
+    [cos, sin, quarter_turn]: [Tensor<B, 2>; 3],
+    query_scale: f64,
+) -> [Tensor<B, 4>; 3] {
+    let [query, key, value] = unpack_heads(qkv);
+    let turn = |x, scale| B::rotary(x, cos.clone(), sin.clone(), quarter_turn.clone(), scale);
+    [turn(query, query_scale), turn(key, 1.0), value]
+}
+
 /// The plain form of [`ActivationBackend::causal_attention_packed`]: the heads unpacked, RoPE on
 /// the queries (scaled by `query_scale`) and the keys, then
 /// [`causal_attention`](ActivationBackend::causal_attention).
@@ -53,9 +65,8 @@ pub fn causal_attention_packed<B: ActivationBackend>(
     quarter_turn: Tensor<B, 2>,
     query_scale: f64,
 ) -> Tensor<B, 4> {
-    let [query, key, value] = unpack_heads(qkv);
-    let turn = |x, scale| B::rotary(x, cos.clone(), sin.clone(), quarter_turn.clone(), scale);
-    B::causal_attention(turn(query, query_scale), turn(key, 1.0), value)
+    let [query, key, value] = turned_heads(qkv, [cos, sin, quarter_turn], query_scale);
+    B::causal_attention(query, key, value)
 }
 
 /// The plain form of [`ActivationBackend::rotary_packed`]: RoPE on the query's and the key's
@@ -67,9 +78,8 @@ pub fn rotary_packed<B: ActivationBackend>(
     quarter_turn: Tensor<B, 2>,
     query_scale: f64,
 ) -> Tensor<B, 4> {
-    let [query, key, value] = unpack_heads(qkv);
-    let turn = |x, scale| B::rotary(x, cos.clone(), sin.clone(), quarter_turn.clone(), scale);
-    Tensor::cat(vec![turn(query, query_scale), turn(key, 1.0), value], 2)
+    let heads = turned_heads(qkv, [cos, sin, quarter_turn], query_scale);
+    Tensor::cat(heads.to_vec(), 2)
 }
 
 /// The plain form of [`ActivationBackend::rotary_join`]: RoPE's backward pass on the query's and
