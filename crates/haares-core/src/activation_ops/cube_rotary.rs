@@ -100,8 +100,9 @@ pub(super) mod kernels {
         scale: F,
         #[comptime] back: bool,
     ) -> F {
+        let even = index % 2 == 0;
         let mut partner = F::new(0.0);
-        if index % 2 == 0 {
+        if even {
             partner = F::new(0.0) - x[strided(x, index + 1)];
         } else {
             partner = x[strided(x, index - 1)];
