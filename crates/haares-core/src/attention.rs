@@ -61,11 +61,11 @@ impl<B: ActivationBackend> CausalSelfAttention<B> {
     pub fn forward(&self, x: Tensor<B, 3>, rope: &RotaryTable<B>) -> Tensor<B, 3> {
         let [batch, seq, d_model] = x.dims();
         let head_dim = d_model / self.n_heads;
-        // RoPE and attention take each projection's own `[batch, seq, heads, d_h]` layout, which
-        // is contiguous; the plain attention moves the heads in front of the positions itself.
         let rows = x.reshape([batch * seq, d_model]);
         let scale = 1.0 / (head_dim as f64).sqrt();
         let projections = [&self.wq, &self.wk, &self.wv];
+        // On the GPU backends Q, K and V are one product, which RoPE and attention read in place
+        // (docs/decisions.md, decision 23).
         if let Some(weights) = packable(&projections, B::packs_projections()) {
             let qkv =
                 B::projections(rows, weights).reshape([batch, seq, 3 * self.n_heads, head_dim]);
@@ -74,6 +74,8 @@ impl<B: ActivationBackend> CausalSelfAttention<B> {
             return project(&self.wo, context.reshape([batch * seq, d_model]))
                 .reshape([batch, seq, d_model]);
         }
+        // RoPE and attention take each projection's own `[batch, seq, heads, d_h]` layout, which
+        // is contiguous; the plain attention moves the heads in front of the positions itself.
         let heads = |projection: &Linear<B>| {
             project(projection, rows.clone()).reshape([batch, seq, self.n_heads, head_dim])
         };

@@ -60,9 +60,7 @@ impl<B: Backend> RotaryTable<B> {
             quarter_turn: Tensor::from_data(TensorData::new(turn, [head_dim, head_dim]), device),
         }
     }
-}
 
-impl<B: Backend> RotaryTable<B> {
     /// The cosines, the sines and the quarter turn, as the rotary operations take them.
     pub fn tables(&self) -> (Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>) {
         (
