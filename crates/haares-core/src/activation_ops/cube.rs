@@ -155,11 +155,17 @@ where
     }
 
     fn concat_columns(parts: Vec<Tensor<Self, 2>>) -> Tensor<Self, 2> {
-        super::cube_packed::concat_columns(parts)
+        match super::cube_packed::takes_parts(parts.len()) {
+            true => super::cube_packed::concat_columns(parts),
+            false => super::packed::concat_columns(parts),
+        }
     }
 
     fn split_columns(whole: Tensor<Self, 2>, widths: &[usize]) -> Vec<Tensor<Self, 2>> {
-        super::cube_packed::split_columns(whole, widths)
+        match super::cube_packed::takes_parts(widths.len()) {
+            true => super::cube_packed::split_columns(whole, widths),
+            false => super::packed::split_columns(whole, widths),
+        }
     }
 
     fn rotary_packed(

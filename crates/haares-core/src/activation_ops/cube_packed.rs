@@ -3,7 +3,8 @@
 //! (`cube.rs` has the other activations and the shared pieces). Every kernel takes one thread
 //! per element, reads through strides and writes a contiguous output.
 //!
-//! - `concat_columns` and `split_columns`: two or three parts, the backbone's most.
+//! - `concat_columns` and `split_columns`: two or three parts, the backbone's most (other counts
+//!   take the plain forms).
 //! - `rotary_packed` and `rotary_join`: the query's and key's heads turned by RoPE (or their
 //!   gradients turned back) and the value's copied, into one `[batch, seq, 3·heads, d_h]` tensor.
 //! - `swiglu_packed_backward`: both of SwiGLU's gradients into the packed halves.
@@ -29,13 +30,9 @@ fn empty_shaped<R: CubeRuntime>(like: &CubeTensor<R>, shape: Vec<usize>) -> Cube
     )
 }
 
-/// The parts' count, checked against what the kernels take.
-fn part_count(parts: usize) -> usize {
-    assert!(
-        (2..=3).contains(&parts),
-        "packed projections: 2 or 3 parts, got {parts}"
-    );
-    parts
+/// Whether the join and split kernels take `parts` parts: two or three, the backbone's most.
+pub(super) fn takes_parts(parts: usize) -> bool {
+    (2..=3).contains(&parts)
 }
 
 /// [`ActivationBackend::concat_columns`](super::ActivationBackend::concat_columns) in one launch.
@@ -46,9 +43,13 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let count = part_count(parts.len());
+    let count = parts.len();
     let parts: Vec<_> = parts.into_iter().map(primitive).collect();
     let rows = parts[0].meta.shape()[0];
+    assert!(
+        parts.iter().all(|part| part.meta.shape()[0] == rows),
+        "concat_columns: the parts' rows differ"
+    );
     let total = parts.iter().map(|part| part.meta.shape()[1]).sum();
     let output = empty_shaped(&parts[0], vec![rows, total]);
     let third = parts.get(2).unwrap_or(&parts[0]).clone();
@@ -78,7 +79,7 @@ where
     I: IntElement,
     BT: BoolElement,
 {
-    let count = part_count(widths.len());
+    let count = widths.len();
     let whole = primitive(whole);
     let [rows, total] = [whole.meta.shape()[0], whole.meta.shape()[1]];
     assert_eq!(

@@ -51,12 +51,18 @@ fn side_by_side(parts: &[Vec<f64>], widths: &[usize], rows: usize) -> Vec<f64> {
         .collect()
 }
 
-/// `B`'s `concat_columns`, `split_columns`, `rotary_packed`, `rotary_join` and `swiglu_packed`
-/// (both directions)
-/// against f64 written out, to within `relative` of the largest value.
+/// `B`'s `concat_columns` and `split_columns` (one to four parts), `rotary_packed`, `rotary_join`
+/// and `swiglu_packed` (both directions) against f64 written out, to within `relative` of the
+/// largest value.
 pub fn packed_primitives_agree_with_f64<B: ActivationBackend>(relative: f64) {
     let mut rng = Rng::new(90);
-    for widths in [vec![3, 5], vec![4, 1, 6], vec![32, 32, 32]] {
+    for widths in [
+        vec![3, 5],
+        vec![4, 1, 6],
+        vec![32, 32, 32],
+        vec![5],
+        vec![2, 3, 4, 1],
+    ] {
         let rows = 7;
         let (parts, views): (Vec<_>, Vec<_>) = widths
             .iter()
