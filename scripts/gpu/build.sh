@@ -4,7 +4,9 @@
 #                                                       matrix-product shape, so a cold first step
 #                                                       takes seconds, not minutes)
 #   .gpu/bin/haares-bench-tuned.gz  (haares-bench with autotuning, for run.sh's HAARES_GPU_TUNED=1)
-#   .gpu/bin/portability.gz  (the core's portability test, with autotuning)
+#   .gpu/bin/portability.gz  (the core's portability test, with autotuning: the tuned build's
+#                             matrix products are checked where CubeCL's kernels overrun,
+#                             docs/decisions.md, decision 24)
 #   all stripped and gzipped, and .gpu/manifest.json (commit, uncommitted changes, build date,
 #   toolchain, feature, sizes, sha256).
 # Send `.gpu` with the device tool's `carry` and run scripts/gpu/run.sh there
@@ -59,7 +61,7 @@ built="$(cargo test --no-run --message-format=json-render-diagnostics -p haares-
 pack $built
 echo "building haares-bench with autotuning ..." >&2
 built="$(cargo build --message-format=json-render-diagnostics -p haares-bench \
-    --features "haares-bench/$feature" | executables)"
+    --features "haares-bench/$feature,haares-bench/autotune" | executables)"
 PACK_SUFFIX=-tuned pack $built
 for name in haares-bench haares-train portability haares-bench-tuned; do
     if [ ! -f "$staging/bin/$name.gz" ]; then

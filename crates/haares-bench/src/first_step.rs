@@ -122,7 +122,7 @@ pub fn first_step_table(run: &FirstStepRun) -> String {
         spec.batch,
         spec.seq,
         spec.steps,
-        haares_train::backend::autotune_text(haares_train::backend::AUTOTUNE)
+        haares_train::backend::autotune_text(haares_train::backend::autotune())
     );
     for (layers, sample) in &run.samples {
         let Some(a) = &sample.anatomy else { continue };

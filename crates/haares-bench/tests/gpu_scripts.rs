@@ -74,7 +74,7 @@ fn packed_bundle(dir: &Path) -> PathBuf {
         gzip_into(&path, &bundle.join("bin").join(format!("{name}.gz")));
     }
     let manifest = r#"{"commit": "0123456789abcdef", "dirty": false, "built": "today", "rustc": "rustc",
-            "autotune": {"haares-bench": false, "haares-train": false, "haares-bench-tuned": true},
+            "autotune": {"haares-bench": false, "haares-train": true, "haares-bench-tuned": true},
             "kernel_cache_seed": {"bytes": 123, "sha256": "5eed"}}"#;
     std::fs::write(bundle.join("manifest.json"), manifest).unwrap();
     bundle
@@ -118,13 +118,14 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
         cache.to_str().unwrap()
     );
     let markdown = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    let this_build = haares_train::backend::autotune_text(haares_train::backend::autotune());
     assert!(
         markdown.contains("Bundle built from commit `0123456789abcdef`")
             && markdown.contains("started from an earlier run's (123 bytes, sha256 `5eed`)")
-            // This test's build has Burn's default autotuning, and the summary says so.
-            && markdown.contains("run with CubeCL autotuning on")
-            // The trainer's build is the manifest's word.
-            && markdown.contains("`haares-train` was built with CubeCL autotuning off"),
+            // This binary's build is read from Burn's own (off in a CPU-only build) ...
+            && markdown.contains(&format!("run with {}", this_build))
+            // ... the trainer's is the manifest's word (this fixture's says on).
+            && markdown.contains("`haares-train` was built with CubeCL autotuning on"),
         "{markdown}"
     );
     // The seed went into the cache before the stages ran ...

@@ -111,18 +111,30 @@ impl FromStr for BackendKind {
     }
 }
 
-/// Whether CubeCL autotunes matrix products and reductions on the cube backends in this build
-/// (feature `autotune`, on by default as in Burn). Without it each new shape compiles one kernel,
-/// chosen by a fixed rule, instead of benchmarking every candidate (docs/benchmarks.md, "Build
-/// options for the GPU backends"); reports say which build measured them.
-pub const AUTOTUNE: bool = cfg!(feature = "autotune");
+/// Whether CubeCL autotunes matrix products and reductions on the cube backends in this build.
+/// This crate's `autotune` feature turns it on (opt-in: docs/decisions.md, decision 24), but so
+/// does any crate in the build that depends on `burn` with Burn's default features, so the answer
+/// is read from Burn's cube backend itself: its default matrix-product strategy is `Cube` (one
+/// kernel per shape, chosen by a fixed rule) exactly when it was compiled without autotuning.
+/// False in a build without a cube backend. Reports say which build measured them.
+pub fn autotune() -> bool {
+    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    {
+        use burn_cubecl::kernel::matmul::MatmulStrategy;
+        !matches!(MatmulStrategy::default(), MatmulStrategy::Cube)
+    }
+    #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+    {
+        false
+    }
+}
 
-/// How reports name a build's [`AUTOTUNE`].
+/// How reports name a build's [`autotune`].
 pub fn autotune_text(autotune: bool) -> &'static str {
     if autotune {
-        "CubeCL autotuning on (Burn's default)"
+        "CubeCL autotuning on (the `autotune` feature, or Burn's default features in the build)"
     } else {
-        "CubeCL autotuning off (built without the `autotune` feature)"
+        "CubeCL autotuning off (the default: built without the `autotune` feature)"
     }
 }
 

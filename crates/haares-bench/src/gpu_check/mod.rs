@@ -171,7 +171,7 @@ pub fn run_check(spec: &CheckSpec) -> Result<CheckReport, String> {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         manifest,
-        autotune: haares_train::backend::AUTOTUNE,
+        autotune: haares_train::backend::autotune(),
         stages: Vec::new(),
     };
     let chosen: Vec<&str> = STAGES
