@@ -264,7 +264,7 @@ macro_rules! cube_backend_tests {
         $name:ident,
         $backend:ty,
         $tolerance:expr,
-        $product_tolerance:expr,
+        $products:expr,
         $auto_fused:expr,
         $missing:literal
     ) => {
@@ -382,8 +382,10 @@ macro_rules! cube_backend_tests {
             /// kernels overrun the contraction: in an autotuned build they are candidates.
             #[test]
             fn matrix_products_match_f64_at_odd_stage_counts() {
+                let (contractions, tolerance) = $products;
                 super::matmul_checks::products_agree_with_f64_at_odd_stage_counts::<Cube>(
-                    $product_tolerance,
+                    &contractions,
+                    tolerance,
                 );
             }
 
@@ -425,7 +427,7 @@ cube_backend_tests!(
     wgpu,
     burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>,
     crate::F32_TOLERANCE,
-    1e-4,
+    (crate::matmul_checks::EVERY_STAGE_DEPTH, 1e-4),
     false,
     "no wgpu adapter: install a Vulkan driver (Debian: `apt-get install mesa-vulkan-drivers` \
      for the lavapipe software device) or run without `--features wgpu`"
@@ -436,7 +438,7 @@ cube_backend_tests!(
     cuda,
     burn_cubecl::CubeBackend<burn_cubecl::cubecl::cuda::CudaRuntime, f32, i32, u8>,
     crate::TF32_TOLERANCE,
-    5e-3,
+    (crate::matmul_checks::TENSOR_CORE_STAGE_DEPTHS, 5e-3),
     true,
     "no CUDA device: run on a machine with an NVIDIA GPU and its driver, or without \
      `--features cuda`"

@@ -130,8 +130,11 @@ impl Profile {
                 log_every: 10,
                 sets: &["d_model=128", "d_ff=1024", "seq_len=512", "batch_size=16"],
             },
-            // facts, cost and real-run fill one 600-second call; portability runs beside them.
-            budgets_s: [40, 270, 120, 180, 390, 150, 180],
+            // facts, cost and real-run fill one 600-second call; portability runs beside them
+            // (overlap.sh) and may take nearly as long: 241 s on a cold H200 when it had five
+            // tests, before the fused and packed kernels' checks and the matrix products where
+            // a tuned build's kernels overrun (docs/decisions.md, decision 24) joined it.
+            budgets_s: [40, 480, 120, 180, 390, 150, 180],
         }
     }
 

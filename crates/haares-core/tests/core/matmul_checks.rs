@@ -25,7 +25,11 @@ use super::common::{Rng, tensor_values};
 /// a kernel may take (the unit kernels' are small, the tensor-core kernels' 32), some of them are
 /// an odd number of whole stages. 544 and 1056 are the paper's widths 512 and 1024 plus one
 /// 32-deep stage.
-const CONTRACTIONS: [usize; 13] = [36, 40, 48, 72, 80, 96, 160, 192, 224, 320, 384, 544, 1056];
+pub const EVERY_STAGE_DEPTH: [usize; 13] =
+    [36, 40, 48, 72, 80, 96, 160, 192, 224, 320, 384, 544, 1056];
+/// Odd multiples of the tensor-core kernels' stage depths (16, 32, 64): on a GPU with tensor
+/// cores, where every tuned candidate is compiled by NVRTC and the GPU check's time is short.
+pub const TENSOR_CORE_STAGE_DEPTHS: [usize; 7] = [48, 80, 96, 160, 192, 544, 1056];
 /// Rows of the product: 512 makes every shape "medium", where autotuning times the
 /// double-buffered kernels first (`should_tune_double_buffering`).
 const ROWS: usize = 512;
@@ -66,12 +70,15 @@ fn product_f64(
     out
 }
 
-/// The product at every contraction length, with the left operand stored as it is read and
+/// The product at each of the `contractions`, with the left operand stored as it is read and
 /// stored transposed (as the backward pass's `xᵀ ∂Y` reads the tokens), within `tolerance`
 /// of f64 relative to each element (every term is positive, so an element is its own scale).
-pub fn products_agree_with_f64_at_odd_stage_counts<B: Backend>(tolerance: f64) {
+pub fn products_agree_with_f64_at_odd_stage_counts<B: Backend>(
+    contractions: &[usize],
+    tolerance: f64,
+) {
     let mut rng = Rng::new(434);
-    for k in CONTRACTIONS {
+    for &k in contractions {
         for lhs_transposed in [false, true] {
             let rhs_values = positive(&mut rng, k + SPARE, COLUMNS);
             let rhs = leading_rows::<B>(&rhs_values, k, COLUMNS);
