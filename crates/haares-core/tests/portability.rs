@@ -257,7 +257,9 @@ fn cpu_row_primitives_match_f64() {
 /// kernels (`kernels` below). With the backend's feature on, the checks must run: a missing device
 /// fails with how to get one, it is never counted as a pass. The backend is the one the runners
 /// use: Burn's cube backend without kernel fusion (Burn 0.21's fused kernels fail the reference
-/// check; docs/deviations.md).
+/// check; docs/deviations.md). Arguments: the module's name, the backend, the whole model's
+/// tolerance, the matrix-product check's contraction lengths and tolerance (`matmul_checks`),
+/// whether `Auto` takes the fused path, and the message for a missing device.
 #[cfg(feature = "cube")]
 macro_rules! cube_backend_tests {
     (
