@@ -34,7 +34,7 @@ pub const TENSOR_CORE_STAGE_DEPTHS: [usize; 7] = [48, 80, 96, 160, 192, 544, 105
 /// double-buffered kernels first (`should_tune_double_buffering`).
 const ROWS: usize = 512;
 const COLUMNS: usize = 128;
-/// Rows each operand's storage has past the contraction: more than the widest stage.
+/// Rows each operand's storage has past the contraction: a whole stage of the deepest (128).
 const SPARE: usize = 128;
 
 /// `rows × columns` values in `[0.5, 1.5]`, row-major.
