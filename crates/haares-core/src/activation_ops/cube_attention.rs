@@ -5,10 +5,10 @@
 //! count).
 //!
 //! Queries, keys and values are read in the projections' own `[batch, seq, heads, d_h]` layout,
-//! through their strides, so the heads are never moved. Each cube takes 32 (or 16, [`tile_for`])
-//! consecutive positions of one head of one batch row, one thread per position; the cube's threads load the
-//! rows the other side needs into shared memory one tile at a time, and each thread walks the
-//! tile's rows its position may see.
+//! through their strides, so the heads are never moved. Each cube takes a tile of consecutive
+//! positions of one head of one batch row ([`tilings`]), `⌈d_h / 16⌉` threads to a position; it
+//! loads the other side's rows into shared memory a tile at a time, forms the tile's scores
+//! there, then each thread adds the weighted rows into the columns of its position it owns.
 //!
 //! - **Forward**: each query keeps its running maximum `m`, its sum `l = Σ e^{s − m}` and its
 //!   output `o = Σ e^{s − m} v`, rescaled when `m` grows (the online softmax), and writes `o / l`
@@ -17,8 +17,11 @@
 //!   `Δ = Σ_e ∂o_e o_e`, `∂s = p (∂o · v − Δ)` and `∂q = Σ_keys ∂s k`; it writes `Δ` for the next.
 //! - **∂K, ∂V**: each key walks the queries that see it: `∂v = Σ p ∂o`, `∂k = Σ ∂s q`.
 //!
-//! Every thread keeps its own row and its accumulators in registers (`d_h` values each), so the
-//! head width is a compile-time constant; [`MAX_HEAD_DIM`] bounds the shared memory a cube takes.
+//! A thread keeps at most 16 accumulators per output in registers, whatever the head's width:
+//! with a thread per position and whole rows in registers, `ptxas` gave the key–value kernel
+//! 255 registers and 400 bytes of spills at `d_h = 64` on sm_90 (docs/benchmarks.md, "Kernels
+//! compiled for CUDA without a GPU"). The head width is a compile-time constant;
+//! [`MAX_HEAD_DIM`] bounds the shared memory a cube takes.
 //! `tests/core/attention_checks.rs` checks the kernels against f64 on wgpu and CUDA.
 
 use burn::tensor::{Shape, Tensor};
@@ -38,15 +41,37 @@ type OutputAndSums<R, F, I, BT> = (Tensor<Cube<R, F, I, BT>, 4>, Tensor<Cube<R, 
 /// The widest head the kernels take.
 pub(super) const MAX_HEAD_DIM: usize = 128;
 
-/// Positions per cube, and rows per shared-memory tile, for heads `head_dim` wide: 32, or 16 for
-/// heads wider than 64, so that the key–value kernel's two tiles of `tile × d_h` values and two
-/// of `tile` (`tile · (2 d_h + 2)` f32 values) stay within 32 KiB of shared memory, the limit of
-/// Mesa's software Vulkan and of many devices (CUDA's is 48 KiB). At `d_h = 128` and a tile of 32
-/// they took 33,024 bytes, and lavapipe returned wrong key gradients without an error.
-fn tile_for(head_dim: usize) -> usize {
+/// How one kernel divides its work: a cube takes `rows` positions of one head, `groups` threads
+/// to a position (each owning every `groups`-th column of the head), and walks the other side
+/// `others` positions at a time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Tiling {
+    rows: usize,
+    others: usize,
+    groups: usize,
+}
+
+impl Tiling {
+    fn threads(self) -> u32 {
+        (self.rows * self.groups) as u32
+    }
+}
+
+/// The tilings of the three kernels (forward, ∂Q, ∂K and ∂V) for heads `head_dim` wide: a
+/// thread owns at most 16 columns, so its accumulators stay in registers at every width
+/// (a thread per position with whole rows spilled at `d_h = 64`), and the tiles shrink with the
+/// head so that each kernel's shared memory (`shared_floats` in the tests) fits 32 KiB.
+fn tilings(head_dim: usize) -> [Tiling; 3] {
+    let groups = head_dim.div_ceil(16);
+    let tiling = |rows, others| Tiling {
+        rows,
+        others,
+        groups,
+    };
     match head_dim {
-        0..=64 => 32,
-        _ => 16,
+        0..=32 => [tiling(32, 32), tiling(32, 32), tiling(32, 32)],
+        33..=64 => [tiling(32, 32), tiling(32, 16), tiling(16, 32)],
+        _ => [tiling(16, 16), tiling(16, 8), tiling(8, 16)],
     }
 }
 
@@ -68,8 +93,8 @@ where
     let (query, key, value) = (primitive(query), primitive(key), primitive(value));
     let output = empty_like(&query);
     let logsumexp = per_query(&query);
-    let tile = tile_for(head_dim);
-    let (cube_count, cube_dim) = per_tile(&query, tile);
+    let [tiling, ..] = tilings(head_dim);
+    let (cube_count, cube_dim) = per_tile(&query, tiling);
     kernels::attention_forward_kernel::launch::<R>(
         &query.client.clone(),
         cube_count,
@@ -80,7 +105,9 @@ where
         output.clone().into_tensor_arg(),
         logsumexp.clone().into_tensor_arg(),
         head_dim,
-        tile,
+        tiling.rows,
+        tiling.others,
+        tiling.groups,
         query.dtype.into(),
     );
     (from_primitive(output), from_primitive(logsumexp))
@@ -109,11 +136,11 @@ where
         (empty_like(&query), empty_like(&query), empty_like(&query));
     let delta = per_query(&query);
     let client = query.client.clone();
-    let tile = tile_for(head_dim);
-    let (cube_count, cube_dim) = per_tile(&query, tile);
-    kernels::attention_query_grad_kernel::launch::<R>(
+    let [_, query_tiling, key_value_tiling] = tilings(head_dim);
+    let (cube_count, cube_dim) = per_tile(&query, query_tiling);
+    grad_kernels::attention_query_grad_kernel::launch::<R>(
         &client,
-        cube_count.clone(),
+        cube_count,
         cube_dim,
         query.clone().into_tensor_arg(),
         key.clone().into_tensor_arg(),
@@ -124,10 +151,13 @@ where
         query_grad.clone().into_tensor_arg(),
         delta.clone().into_tensor_arg(),
         head_dim,
-        tile,
+        query_tiling.rows,
+        query_tiling.others,
+        query_tiling.groups,
         query.dtype.into(),
     );
-    kernels::attention_key_value_grad_kernel::launch::<R>(
+    let (cube_count, cube_dim) = per_tile(&query, key_value_tiling);
+    grad_kernels::attention_key_value_grad_kernel::launch::<R>(
         &client,
         cube_count,
         cube_dim,
@@ -140,7 +170,9 @@ where
         key_grad.clone().into_tensor_arg(),
         value_grad.clone().into_tensor_arg(),
         head_dim,
-        tile,
+        key_value_tiling.rows,
+        key_value_tiling.others,
+        key_value_tiling.groups,
         query.dtype.into(),
     );
     [query_grad, key_grad, value_grad].map(from_primitive)
@@ -157,16 +189,66 @@ fn per_query<R: CubeRuntime>(like: &CubeTensor<R>) -> CubeTensor<R> {
     )
 }
 
-/// One cube of `tile` threads per tile of positions of every head of every batch row.
-fn per_tile<R: CubeRuntime>(like: &CubeTensor<R>, tile: usize) -> (CubeCount, CubeDim) {
+/// One cube per tile of `tiling.rows` positions of every head of every batch row.
+fn per_tile<R: CubeRuntime>(like: &CubeTensor<R>, tiling: Tiling) -> (CubeCount, CubeDim) {
     let shape = like.meta.shape();
-    let cubes = shape[0] * shape[2] * shape[1].div_ceil(tile);
-    let cube_dim = CubeDim::new_1d(tile as u32);
+    let cubes = shape[0] * shape[2] * shape[1].div_ceil(tiling.rows);
+    let cube_dim = CubeDim::new_1d(tiling.threads());
     (
-        calculate_cube_count_elemwise(&like.client, cubes * tile, cube_dim),
+        calculate_cube_count_elemwise(&like.client, cubes * tiling.threads() as usize, cube_dim),
         cube_dim,
     )
 }
 
 #[path = "cube_attention_kernels.rs"]
 mod kernels;
+
+#[path = "cube_attention_grad_kernels.rs"]
+mod grad_kernels;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Shared memory a cube may take: 32 KiB, the limit of Mesa's software Vulkan and of many
+    /// devices (CUDA's is 48 KiB). Past it lavapipe once returned wrong gradients without an error.
+    const SHARED_BYTES: usize = 32 * 1024;
+
+    /// The shared memory each kernel declares, in elements: its own rows and the other side's, `d_h + 1`
+    /// apart, and the products between them (`cube_attention_kernels.rs`).
+    fn shared_floats(head_dim: usize) -> [usize; 3] {
+        let [forward, query_grad, key_value] = tilings(head_dim);
+        let tile = |positions: usize| positions * (head_dim + 1);
+        let products = |tiling: Tiling| tiling.rows * (tiling.others + 1);
+        [
+            tile(forward.rows) + 2 * tile(forward.others) + products(forward),
+            2 * tile(query_grad.rows)
+                + 2 * tile(query_grad.others)
+                + products(query_grad)
+                + query_grad.rows * query_grad.groups,
+            2 * tile(key_value.rows)
+                + 2 * tile(key_value.others)
+                + 2 * products(key_value)
+                + 2 * key_value.others,
+        ]
+    }
+
+    /// Every width the kernels take fits the shared memory bound, and every thread owns at most
+    /// 16 columns.
+    #[test]
+    fn tilings_fit_the_shared_memory_bound() {
+        for head_dim in 1..=MAX_HEAD_DIM {
+            for (floats, tiling) in shared_floats(head_dim).into_iter().zip(tilings(head_dim)) {
+                assert!(
+                    floats * 4 <= SHARED_BYTES,
+                    "d_h {head_dim}: {floats} f32 values"
+                );
+                assert!(
+                    head_dim.div_ceil(tiling.groups) <= 16,
+                    "d_h {head_dim}: {tiling:?}"
+                );
+                assert!(tiling.threads() <= 256, "d_h {head_dim}: {tiling:?}");
+            }
+        }
+    }
+}

@@ -1,5 +1,13 @@
-//! The kernels of causal attention's fused pair (`cube_attention.rs` launches them), in a
-//! module of their own because CubeCL's `Tensor` is not Burn's.
+//! The kernels of causal attention's fused pair (`cube_attention.rs` launches them and describes
+//! their tiling), in a module of their own because CubeCL's `Tensor` is not Burn's.
+//!
+//! Every kernel takes a tile of `rows` positions of one head of one batch row, `groups` threads
+//! to a position, and walks the other side's positions one shared-memory tile at a time in two
+//! phases: first each thread forms the products of its position's row with every `groups`-th row
+//! of the other tile ([`row_against_rows`]) and leaves them in shared memory; then each thread
+//! adds the weighted rows of the other tile into the columns it owns, `group`, `group + groups`,
+//! … ([`column_of`]). Rows in shared memory lie `d_h + 1` apart, so that the same element of
+//! neighbouring rows falls in different memory banks.
 
 use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
@@ -7,103 +15,177 @@ use burn_cubecl::cubecl::prelude::*;
 /// Where element `e` of head `head` at position `t` of batch row `b` lies in a
 /// `[batch, seq, heads, d_h]` tensor.
 #[cube]
-fn at<F: Float>(x: &Tensor<F>, b: usize, t: usize, head: usize, e: usize) -> usize {
+pub(super) fn at<F: Float>(x: &Tensor<F>, b: usize, t: usize, head: usize, e: usize) -> usize {
     b * x.stride(0) + t * x.stride(1) + head * x.stride(2) + e * x.stride(3)
 }
 
 /// The tiles of `tile` positions that cover `seq`.
 #[cube]
-fn tiles_of(seq: usize, #[comptime] tile: usize) -> usize {
+pub(super) fn tiles_of(seq: usize, #[comptime] tile: usize) -> usize {
     seq.div_ceil(tile)
 }
 
 /// The first position of this cube's tile; the cubes run over the tiles of a head, then the
 /// heads, then the batch rows ([`head_of_cube`], [`batch_of_cube`]).
 #[cube]
-fn first_of_cube(seq: usize, #[comptime] tile: usize) -> usize {
+pub(super) fn first_of_cube(seq: usize, #[comptime] tile: usize) -> usize {
     (CUBE_POS % tiles_of(seq, tile)) * tile
 }
 
 #[cube]
-fn head_of_cube(seq: usize, heads: usize, #[comptime] tile: usize) -> usize {
+pub(super) fn head_of_cube(seq: usize, heads: usize, #[comptime] tile: usize) -> usize {
     (CUBE_POS / tiles_of(seq, tile)) % heads
 }
 
 #[cube]
-fn batch_of_cube(seq: usize, heads: usize, #[comptime] tile: usize) -> usize {
+pub(super) fn batch_of_cube(seq: usize, heads: usize, #[comptime] tile: usize) -> usize {
     CUBE_POS / (tiles_of(seq, tile) * heads)
 }
 
-/// Row `t` of head `head` of `x` into `row`, or zeros past the sequence.
+/// The `k`-th column a thread of group `group` owns.
 #[cube]
-fn load_row<F: Float>(
-    x: &Tensor<F>,
-    row: &mut Array<F>,
-    b: usize,
-    t: usize,
-    head: usize,
-    #[comptime] head_dim: usize,
-) {
-    let inside = t < x.shape(1);
-    for e in 0..head_dim {
-        row[e] = F::new(0.0);
-        if inside {
-            row[e] = x[at(x, b, t, head, e)];
-        }
-    }
+pub(super) fn column_of(group: usize, k: usize, #[comptime] groups: usize) -> usize {
+    group + groups * k
 }
 
-/// Rows `start + lane` of head `head` of `x` into row `lane` of the shared `tile`, for every
-/// lane below `end − start`.
+/// Rows `start .. start + count` of head `head` of `x` into `tile`, `d_h + 1` apart, zeros past
+/// the sequence; the cube's `threads` threads share the copy.
 #[cube]
-fn load_tile<F: Float>(
+pub(super) fn load_rows<F: Float>(
     x: &Tensor<F>,
     tile: &mut SharedMemory<F>,
     b: usize,
     start: usize,
-    end: usize,
     head: usize,
-    lane: usize,
+    #[comptime] count: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] threads: usize,
+) {
+    let mut index = UNIT_POS_X as usize;
+    while index < count * head_dim {
+        let (row, e) = (index / head_dim, index % head_dim);
+        let t = start + row;
+        let mut element = F::new(0.0);
+        if t < x.shape(1) {
+            element = x[at(x, b, t, head, e)];
+        }
+        tile[row * (head_dim + 1) + e] = element;
+        index += threads;
+    }
+}
+
+/// Per position `start .. start + count`, its value in the `[batch, seq, heads]` tensor `x`
+/// into `to`, zero past the sequence.
+#[cube]
+pub(super) fn load_per_position<F: Float>(
+    x: &Tensor<F>,
+    to: &mut SharedMemory<F>,
+    b: usize,
+    start: usize,
+    head: usize,
+    #[comptime] count: usize,
+) {
+    let index = UNIT_POS_X as usize;
+    if index < count {
+        let (seq, heads) = (x.shape(1), x.shape(2));
+        let t = start + index;
+        let mut element = F::new(0.0);
+        if t < seq {
+            element = x[(b * seq + t) * heads + head];
+        }
+        to[index] = element;
+    }
+}
+
+/// `products[j] = Σ_e mine[row, e] · theirs[group + groups·j, e]` for the other tile's rows
+/// below `count`: row `row` of one tile against every `groups`-th row of another, each element
+/// of `row` read once from shared memory.
+#[cube]
+pub(super) fn row_against_rows<F: Float>(
+    mine: &SharedMemory<F>,
+    row: usize,
+    theirs: &SharedMemory<F>,
+    group: usize,
+    products: &mut Array<F>,
+    #[comptime] count: usize,
+    #[comptime] groups: usize,
     #[comptime] head_dim: usize,
 ) {
-    let t = start + lane;
-    if t < end {
-        for e in 0..head_dim {
-            tile[lane * head_dim + e] = x[at(x, b, t, head, e)];
+    let per_thread = comptime!(count.div_ceil(groups));
+    #[unroll]
+    for j in 0..per_thread {
+        products[j] = F::new(0.0);
+    }
+    for e in 0..head_dim {
+        let element = mine[row * (head_dim + 1) + e];
+        #[unroll]
+        for j in 0..per_thread {
+            let other = column_of(group, j, groups);
+            if other < count {
+                products[j] += element * theirs[other * (head_dim + 1) + e];
+            }
         }
     }
 }
 
-/// `Σ_e row_e · tile[at + e]`.
+/// `accumulator[k] += weight · tile[row, group + groups·k]` for the columns this thread owns.
 #[cube]
-fn dot<F: Float>(
-    row: &Array<F>,
-    tile: &SharedMemory<F>,
-    at: usize,
-    #[comptime] head_dim: usize,
-) -> F {
-    let mut sum = F::new(0.0);
-    for e in 0..head_dim {
-        sum += row[e] * tile[at + e];
-    }
-    sum
-}
-
-/// `accumulator += weight · tile[at..at + d_h]`.
-#[cube]
-fn add_scaled<F: Float>(
+pub(super) fn add_scaled_columns<F: Float>(
     accumulator: &mut Array<F>,
     weight: F,
     tile: &SharedMemory<F>,
-    at: usize,
+    row: usize,
+    group: usize,
+    #[comptime] groups: usize,
     #[comptime] head_dim: usize,
 ) {
-    for e in 0..head_dim {
-        accumulator[e] += weight * tile[at + e];
+    #[unroll]
+    for k in 0..comptime!(head_dim.div_ceil(groups)) {
+        let e = column_of(group, k, groups);
+        if e < head_dim {
+            accumulator[k] += weight * tile[row * (head_dim + 1) + e];
+        }
     }
 }
 
-/// The online softmax over the keys each query sees; writes `o / l` and `m + ln l`.
+/// The columns this thread owns of its position's row `row_at` of a contiguous
+/// `[batch, seq, heads, d_h]` tensor, `scale · accumulator`.
+#[cube]
+pub(super) fn write_columns<F: Float>(
+    x: &mut Tensor<F>,
+    accumulator: &Array<F>,
+    scale: F,
+    row_at: usize,
+    group: usize,
+    #[comptime] groups: usize,
+    #[comptime] head_dim: usize,
+) {
+    #[unroll]
+    for k in 0..comptime!(head_dim.div_ceil(groups)) {
+        let e = column_of(group, k, groups);
+        if e < head_dim {
+            x[row_at * head_dim + e] = scale * accumulator[k];
+        }
+    }
+}
+
+/// A zeroed accumulator for the columns one thread owns.
+#[cube]
+pub(super) fn zero_columns<F: Float>(
+    #[comptime] groups: usize,
+    #[comptime] head_dim: usize,
+) -> Array<F> {
+    let per_thread = comptime!(head_dim.div_ceil(groups));
+    let mut columns = Array::<F>::new(per_thread);
+    #[unroll]
+    for k in 0..per_thread {
+        columns[k] = F::new(0.0);
+    }
+    columns
+}
+
+/// The online softmax over the keys each query sees, a tile of `keys` keys at a time; writes
+/// `o / l` and `m + ln l`.
 #[cube(launch)]
 pub(super) fn attention_forward_kernel<F: Float>(
     query: &Tensor<F>,
@@ -112,202 +194,100 @@ pub(super) fn attention_forward_kernel<F: Float>(
     output: &mut Tensor<F>,
     logsumexp: &mut Tensor<F>,
     #[comptime] head_dim: usize,
-    #[comptime] tile: usize,
+    #[comptime] rows: usize,
+    #[comptime] keys: usize,
+    #[comptime] groups: usize,
     #[define(F)] _dtype: StorageType,
 ) {
     let (seq, heads) = (output.shape(1), output.shape(2));
-    if CUBE_POS >= output.shape(0) * heads * tiles_of(seq, tile) {
+    if CUBE_POS >= output.shape(0) * heads * tiles_of(seq, rows) {
         terminate!();
     }
-    let (first, head) = (first_of_cube(seq, tile), head_of_cube(seq, heads, tile));
-    let b = batch_of_cube(seq, heads, tile);
-    let lane = UNIT_POS_X as usize;
-    let i = first + lane;
-    let mut q = Array::<F>::new(head_dim);
-    let mut o = Array::<F>::new(head_dim);
-    load_row(query, &mut q, b, i, head, head_dim);
-    for e in 0..head_dim {
-        o[e] = F::new(0.0);
-    }
-    let mut keys = SharedMemory::<F>::new(tile * head_dim);
-    let mut values = SharedMemory::<F>::new(tile * head_dim);
-    // A finite start, so that the first key's rescaling is `e^{−huge} = 0`, not `e^{NaN}`.
+    let (first, head) = (first_of_cube(seq, rows), head_of_cube(seq, heads, rows));
+    let b = batch_of_cube(seq, heads, rows);
+    let (row, group) = (UNIT_POS_X as usize / groups, UNIT_POS_X as usize % groups);
+    let i = first + row;
+    let threads = comptime!(rows * groups);
+    let mut queries = SharedMemory::<F>::new(rows * (head_dim + 1));
+    let mut key_tile = SharedMemory::<F>::new(keys * (head_dim + 1));
+    let mut value_tile = SharedMemory::<F>::new(keys * (head_dim + 1));
+    let mut scores = SharedMemory::<F>::new(rows * (keys + 1));
+    let mut products = Array::<F>::new(comptime!(keys.div_ceil(groups)));
+    let mut o = zero_columns::<F>(groups, head_dim);
+    load_rows(query, &mut queries, b, first, head, rows, head_dim, threads);
+    // A finite start, so that the first tile's rescaling is `e^{−huge} = 0`, not `e^{NaN}`.
     let mut most = F::new(-1.0e30);
     let mut total = F::new(0.0);
-    let end = min(first + tile, seq);
+    let end = min(first + rows, seq);
     let mut start = 0;
     while start < end {
-        load_tile(key, &mut keys, b, start, end, head, lane, head_dim);
-        load_tile(value, &mut values, b, start, end, head, lane, head_dim);
+        load_rows(key, &mut key_tile, b, start, head, keys, head_dim, threads);
+        load_rows(
+            value,
+            &mut value_tile,
+            b,
+            start,
+            head,
+            keys,
+            head_dim,
+            threads,
+        );
         sync_cube();
-        let stop = min(start + tile, i + 1);
-        let mut j = start;
-        while j < stop {
-            let row = (j - start) * head_dim;
-            let score = dot(&q, &keys, row, head_dim);
-            let mut weight = F::new(1.0);
-            if score > most {
-                let shrink = (most - score).exp();
-                total *= shrink;
-                for e in 0..head_dim {
-                    o[e] *= shrink;
-                }
-                most = score;
-            } else {
-                weight = (score - most).exp();
+        row_against_rows(
+            &queries,
+            row,
+            &key_tile,
+            group,
+            &mut products,
+            keys,
+            groups,
+            head_dim,
+        );
+        #[unroll]
+        for j in 0..comptime!(keys.div_ceil(groups)) {
+            let c = column_of(group, j, groups);
+            if c < keys {
+                scores[row * (keys + 1) + c] = products[j];
+            }
+        }
+        sync_cube();
+        let mut tile_most = most;
+        for c in 0..keys {
+            if start + c <= i {
+                tile_most = F::max(tile_most, scores[row * (keys + 1) + c]);
+            }
+        }
+        let shrink = (most - tile_most).exp();
+        total *= shrink;
+        #[unroll]
+        for k in 0..comptime!(head_dim.div_ceil(groups)) {
+            o[k] *= shrink;
+        }
+        for c in 0..keys {
+            let mut weight = F::new(0.0);
+            if start + c <= i {
+                weight = (scores[row * (keys + 1) + c] - tile_most).exp();
             }
             total += weight;
-            add_scaled(&mut o, weight, &values, row, head_dim);
-            j += 1;
+            add_scaled_columns(&mut o, weight, &value_tile, c, group, groups, head_dim);
         }
+        most = tile_most;
         sync_cube();
-        start += tile;
+        start += keys;
     }
     if i < seq {
-        let row = (b * seq + i) * heads + head;
-        for e in 0..head_dim {
-            output[row * head_dim + e] = o[e] / total;
-        }
-        logsumexp[row] = most + total.ln();
-    }
-}
-
-/// `∂q = Σ_keys p (∂o · v − Δ) k` per query, with `p = e^{q·k − lse}` and `Δ = ∂o · o`,
-/// which it writes for the key–value kernel.
-#[cube(launch)]
-pub(super) fn attention_query_grad_kernel<F: Float>(
-    query: &Tensor<F>,
-    key: &Tensor<F>,
-    value: &Tensor<F>,
-    output: &Tensor<F>,
-    logsumexp: &Tensor<F>,
-    grad: &Tensor<F>,
-    query_grad: &mut Tensor<F>,
-    delta: &mut Tensor<F>,
-    #[comptime] head_dim: usize,
-    #[comptime] tile: usize,
-    #[define(F)] _dtype: StorageType,
-) {
-    let (seq, heads) = (query_grad.shape(1), query_grad.shape(2));
-    if CUBE_POS >= query_grad.shape(0) * heads * tiles_of(seq, tile) {
-        terminate!();
-    }
-    let (first, head) = (first_of_cube(seq, tile), head_of_cube(seq, heads, tile));
-    let b = batch_of_cube(seq, heads, tile);
-    let lane = UNIT_POS_X as usize;
-    let i = first + lane;
-    let row_of_i = (b * seq + i) * heads + head;
-    let mut q = Array::<F>::new(head_dim);
-    let mut d_out = Array::<F>::new(head_dim);
-    let mut d_q = Array::<F>::new(head_dim);
-    load_row(query, &mut q, b, i, head, head_dim);
-    load_row(grad, &mut d_out, b, i, head, head_dim);
-    let mut along = F::new(0.0);
-    let mut lse = F::new(0.0);
-    if i < seq {
-        for e in 0..head_dim {
-            along += d_out[e] * output[at(output, b, i, head, e)];
-        }
-        lse = logsumexp[row_of_i];
-        delta[row_of_i] = along;
-    }
-    for e in 0..head_dim {
-        d_q[e] = F::new(0.0);
-    }
-    let mut keys = SharedMemory::<F>::new(tile * head_dim);
-    let mut values = SharedMemory::<F>::new(tile * head_dim);
-    let end = min(first + tile, seq);
-    let mut start = 0;
-    while start < end {
-        load_tile(key, &mut keys, b, start, end, head, lane, head_dim);
-        load_tile(value, &mut values, b, start, end, head, lane, head_dim);
-        sync_cube();
-        let stop = min(start + tile, i + 1);
-        let mut j = start;
-        while j < stop {
-            let row = (j - start) * head_dim;
-            let p = (dot(&q, &keys, row, head_dim) - lse).exp();
-            let d_score = p * (dot(&d_out, &values, row, head_dim) - along);
-            add_scaled(&mut d_q, d_score, &keys, row, head_dim);
-            j += 1;
-        }
-        sync_cube();
-        start += tile;
-    }
-    if i < seq {
-        for e in 0..head_dim {
-            query_grad[row_of_i * head_dim + e] = d_q[e];
-        }
-    }
-}
-
-/// `∂v = Σ_queries p ∂o` and `∂k = Σ_queries p (∂o · v − Δ) q` per key, over the queries
-/// at or after it.
-#[cube(launch)]
-pub(super) fn attention_key_value_grad_kernel<F: Float>(
-    query: &Tensor<F>,
-    key: &Tensor<F>,
-    value: &Tensor<F>,
-    logsumexp: &Tensor<F>,
-    delta: &Tensor<F>,
-    grad: &Tensor<F>,
-    key_grad: &mut Tensor<F>,
-    value_grad: &mut Tensor<F>,
-    #[comptime] head_dim: usize,
-    #[comptime] tile: usize,
-    #[define(F)] _dtype: StorageType,
-) {
-    let (seq, heads) = (key_grad.shape(1), key_grad.shape(2));
-    if CUBE_POS >= key_grad.shape(0) * heads * tiles_of(seq, tile) {
-        terminate!();
-    }
-    let (first, head) = (first_of_cube(seq, tile), head_of_cube(seq, heads, tile));
-    let b = batch_of_cube(seq, heads, tile);
-    let lane = UNIT_POS_X as usize;
-    let j = first + lane;
-    let mut k = Array::<F>::new(head_dim);
-    let mut v = Array::<F>::new(head_dim);
-    let mut d_k = Array::<F>::new(head_dim);
-    let mut d_v = Array::<F>::new(head_dim);
-    load_row(key, &mut k, b, j, head, head_dim);
-    load_row(value, &mut v, b, j, head, head_dim);
-    for e in 0..head_dim {
-        d_k[e] = F::new(0.0);
-        d_v[e] = F::new(0.0);
-    }
-    let mut queries = SharedMemory::<F>::new(tile * head_dim);
-    let mut grads = SharedMemory::<F>::new(tile * head_dim);
-    let mut sums = SharedMemory::<F>::new(tile);
-    let mut deltas = SharedMemory::<F>::new(tile);
-    let mut start = first;
-    while start < seq {
-        load_tile(query, &mut queries, b, start, seq, head, lane, head_dim);
-        load_tile(grad, &mut grads, b, start, seq, head, lane, head_dim);
-        if start + lane < seq {
-            let row = (b * seq + start + lane) * heads + head;
-            sums[lane] = logsumexp[row];
-            deltas[lane] = delta[row];
-        }
-        sync_cube();
-        let stop = min(start + tile, seq);
-        let mut i = max(start, j);
-        while i < stop {
-            let at_i = i - start;
-            let row = at_i * head_dim;
-            let p = (dot(&k, &queries, row, head_dim) - sums[at_i]).exp();
-            let d_score = p * (dot(&v, &grads, row, head_dim) - deltas[at_i]);
-            add_scaled(&mut d_v, p, &grads, row, head_dim);
-            add_scaled(&mut d_k, d_score, &queries, row, head_dim);
-            i += 1;
-        }
-        sync_cube();
-        start += tile;
-    }
-    if j < seq {
-        let row = (b * seq + j) * heads + head;
-        for e in 0..head_dim {
-            key_grad[row * head_dim + e] = d_k[e];
-            value_grad[row * head_dim + e] = d_v[e];
+        let row_at = (b * seq + i) * heads + head;
+        write_columns(
+            output,
+            &o,
+            F::new(1.0) / total,
+            row_at,
+            group,
+            groups,
+            head_dim,
+        );
+        if group == 0 {
+            logsumexp[row_at] = most + total.ln();
         }
     }
 }

@@ -10,16 +10,19 @@ use haares_core::ActivationBackend;
 
 use super::common::{Rng, assert_close_at_scale, tensor_values};
 
-/// `[batch, seq, heads, d_h]`: one position; sequences within one tile of the kernels' 32
-/// positions, exactly one, and past one and two; head widths 8 to 128 (the 16–128 and
-/// the tiny test models' 8).
-const SHAPES: [[usize; 4]; 6] = [
+/// `[batch, seq, heads, d_h]`: one position; sequences within one of the kernels' tiles (8 to
+/// 32 positions), exactly one, and across several, ending inside a tile; head widths 8 to 128
+/// (the 16–128 and the tiny test models' 8), one (48) that the threads of a position
+/// share unevenly.
+const SHAPES: [[usize; 4]; 8] = [
     [1, 1, 1, 16],
     [2, 5, 3, 8],
     [1, 32, 2, 32],
     [2, 33, 2, 64],
     [1, 70, 1, 128],
     [3, 40, 4, 16],
+    [1, 75, 2, 48],
+    [1, 100, 1, 64],
 ];
 
 /// The inputs of one case, as `[batch, seq, heads, d_h]` values.
