@@ -6,7 +6,7 @@
 //!
 //! Queries, keys and values are read in the projections' own `[batch, seq, heads, d_h]` layout,
 //! through their strides, so the heads are never moved. Each cube takes a tile of consecutive
-//! positions of one head of one batch row ([`tilings`]), `⌈d_h / 16⌉` threads to a position; it
+//! positions of one head of one batch row ([`tilings`]), `⌈d_h / 8⌉` threads to a position; it
 //! loads the other side's rows into shared memory a tile at a time, forms the tile's scores
 //! there, then each thread adds the weighted rows into the columns of its position it owns.
 //!
@@ -17,7 +17,7 @@
 //!   `Δ = Σ_e ∂o_e o_e`, `∂s = p (∂o · v − Δ)` and `∂q = Σ_keys ∂s k`; it writes `Δ` for the next.
 //! - **∂K, ∂V**: each key walks the queries that see it: `∂v = Σ p ∂o`, `∂k = Σ ∂s q`.
 //!
-//! A thread keeps at most 16 accumulators per output in registers, whatever the head's width:
+//! A thread keeps at most 8 accumulators per output in registers, whatever the head's width:
 //! with a thread per position and whole rows in registers, `ptxas` gave the key–value kernel
 //! 255 registers and 400 bytes of spills at `d_h = 64` on sm_90 (docs/benchmarks.md, "Kernels
 //! compiled for CUDA without a GPU"). The head width is a compile-time constant;
@@ -58,11 +58,13 @@ impl Tiling {
 }
 
 /// The tilings of the three kernels (forward, ∂Q, ∂K and ∂V) for heads `head_dim` wide: a
-/// thread owns at most 16 columns, so its accumulators stay in registers at every width
-/// (a thread per position with whole rows spilled at `d_h = 64`), and the tiles shrink with the
-/// head so that each kernel's shared memory (`shared_floats` in the tests) fits 32 KiB.
+/// thread owns at most 8 columns, so that its accumulators stay in registers at every width, and
+/// the tiles shrink as the head grows so that each kernel's shared memory (`shared_floats` in the
+/// tests) fits 32 KiB. Compiled for sm_90, no kernel spills and each keeps 25–75% of a
+/// multiprocessor's warps resident (docs/benchmarks.md, "Kernels compiled for CUDA without a
+/// GPU").
 fn tilings(head_dim: usize) -> [Tiling; 3] {
-    let groups = head_dim.div_ceil(16);
+    let groups = head_dim.div_ceil(8);
     let tiling = |rows, others| Tiling {
         rows,
         others,
@@ -206,6 +208,10 @@ mod kernels;
 #[path = "cube_attention_grad_kernels.rs"]
 mod grad_kernels;
 
+#[cfg(all(feature = "cuda", feature = "wgpu"))]
+#[path = "cube_attention_sources.rs"]
+pub(super) mod sources;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,8 +239,8 @@ mod tests {
         ]
     }
 
-    /// Every width the kernels take fits the shared memory bound, and every thread owns at most
-    /// 16 columns.
+    /// Every width the kernels take fits the shared memory bound, every thread owns at most 8
+    /// columns, and no cube has more threads than every device allows.
     #[test]
     fn tilings_fit_the_shared_memory_bound() {
         for head_dim in 1..=MAX_HEAD_DIM {
@@ -244,7 +250,7 @@ mod tests {
                     "d_h {head_dim}: {floats} f32 values"
                 );
                 assert!(
-                    head_dim.div_ceil(tiling.groups) <= 16,
+                    head_dim.div_ceil(tiling.groups) <= 8,
                     "d_h {head_dim}: {tiling:?}"
                 );
                 assert!(tiling.threads() <= 256, "d_h {head_dim}: {tiling:?}");

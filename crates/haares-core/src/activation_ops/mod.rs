@@ -40,6 +40,8 @@ mod autodiff_packed;
 pub(crate) mod cube;
 #[cfg(feature = "cube")]
 mod cube_attention;
+#[cfg(all(feature = "cuda", feature = "wgpu"))]
+pub use cube_attention::sources::{CudaKernelSource, attention_cuda_sources};
 #[cfg(feature = "cube")]
 mod cube_cross_entropy;
 #[cfg(feature = "cube")]
