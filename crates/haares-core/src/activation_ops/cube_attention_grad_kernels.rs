@@ -201,8 +201,8 @@ pub(super) fn attention_key_value_grad_kernel<F: Float>(
             threads,
         );
         load_rows(grad, &mut grads, b, start, head, queries, head_dim, threads);
-        load_per_position(logsumexp, &mut sums, b, start, head, queries);
-        load_per_position(delta, &mut deltas, b, start, head, queries);
+        load_per_position(logsumexp, &mut sums, b, start, head, queries, threads);
+        load_per_position(delta, &mut deltas, b, start, head, queries, threads);
         sync_cube();
         row_against_rows(
             &key_tile,

@@ -75,7 +75,7 @@ pub(super) fn load_rows<F: Float>(
 }
 
 /// Per position `start .. start + count`, its value in the `[batch, seq, heads]` tensor `x`
-/// into `to`, zero past the sequence.
+/// into `to`, zero past the sequence; the cube's `threads` threads share the copy.
 #[cube]
 pub(super) fn load_per_position<F: Float>(
     x: &Tensor<F>,
@@ -84,16 +84,18 @@ pub(super) fn load_per_position<F: Float>(
     start: usize,
     head: usize,
     #[comptime] count: usize,
+    #[comptime] threads: usize,
 ) {
-    let index = UNIT_POS_X as usize;
-    if index < count {
-        let (seq, heads) = (x.shape(1), x.shape(2));
+    let (seq, heads) = (x.shape(1), x.shape(2));
+    let mut index = UNIT_POS_X as usize;
+    while index < count {
         let t = start + index;
         let mut element = F::new(0.0);
         if t < seq {
             element = x[(b * seq + t) * heads + head];
         }
         to[index] = element;
+        index += threads;
     }
 }
 
