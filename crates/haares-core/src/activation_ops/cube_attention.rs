@@ -227,7 +227,10 @@ mod tests {
         let tile = |positions: usize| positions * (head_dim + 1);
         let products = |tiling: Tiling| tiling.rows * (tiling.others + 1);
         [
-            tile(forward.rows) + 2 * tile(forward.others) + products(forward),
+            tile(forward.rows)
+                + 2 * tile(forward.others)
+                + products(forward)
+                + forward.rows * forward.groups,
             2 * tile(query_grad.rows)
                 + 2 * tile(query_grad.others)
                 + products(query_grad)

@@ -187,7 +187,8 @@ pub(super) fn zero_columns<F: Float>(
 }
 
 /// The online softmax over the keys each query sees, a tile of `keys` keys at a time; writes
-/// `o / l` and `m + ln l`.
+/// `o / l` and `m + ln l`. The threads of a position share the tile's maximum through shared
+/// memory and each takes the exponentials of its own keys' scores, so each is taken once.
 #[cube(launch)]
 pub(super) fn attention_forward_kernel<F: Float>(
     query: &Tensor<F>,
@@ -210,15 +211,19 @@ pub(super) fn attention_forward_kernel<F: Float>(
     let (row, group) = (UNIT_POS_X as usize / groups, UNIT_POS_X as usize % groups);
     let i = first + row;
     let threads = comptime!(rows * groups);
+    let per_thread = comptime!(keys.div_ceil(groups));
     let mut queries = SharedMemory::<F>::new(rows * (head_dim + 1));
     let mut key_tile = SharedMemory::<F>::new(keys * (head_dim + 1));
     let mut value_tile = SharedMemory::<F>::new(keys * (head_dim + 1));
-    let mut scores = SharedMemory::<F>::new(rows * (keys + 1));
-    let mut products = Array::<F>::new(comptime!(keys.div_ceil(groups)));
+    let mut weights = SharedMemory::<F>::new(rows * (keys + 1));
+    // One value per thread: its share of the tile's maximum, and at the end of its sum.
+    let mut shares = SharedMemory::<F>::new(rows * groups);
+    let mut scores = Array::<F>::new(per_thread);
     let mut o = zero_columns::<F>(groups, head_dim);
     load_rows(query, &mut queries, b, first, head, rows, head_dim, threads);
     // A finite start, so that the first tile's rescaling is `e^{−huge} = 0`, not `e^{NaN}`.
     let mut most = F::new(-1.0e30);
+    // The part of `l` from this thread's keys.
     let mut total = F::new(0.0);
     let end = min(first + rows, seq);
     let mut start = 0;
@@ -240,24 +245,25 @@ pub(super) fn attention_forward_kernel<F: Float>(
             row,
             &key_tile,
             group,
-            &mut products,
+            &mut scores,
             keys,
             groups,
             head_dim,
         );
+        let mut my_most = most;
         #[unroll]
-        for j in 0..comptime!(keys.div_ceil(groups)) {
+        for j in 0..per_thread {
             let c = column_of(group, j, groups);
-            if c < keys {
-                scores[row * (keys + 1) + c] = products[j];
+            if c < keys && start + c <= i {
+                my_most = F::max(my_most, scores[j]);
             }
         }
+        shares[row * groups + group] = my_most;
         sync_cube();
         let mut tile_most = most;
-        for c in 0..keys {
-            if start + c <= i {
-                tile_most = F::max(tile_most, scores[row * (keys + 1) + c]);
-            }
+        #[unroll]
+        for g in 0..groups {
+            tile_most = F::max(tile_most, shares[row * groups + g]);
         }
         let shrink = (most - tile_most).exp();
         total *= shrink;
@@ -265,31 +271,47 @@ pub(super) fn attention_forward_kernel<F: Float>(
         for k in 0..comptime!(head_dim.div_ceil(groups)) {
             o[k] *= shrink;
         }
-        for c in 0..keys {
-            let mut weight = F::new(0.0);
-            if start + c <= i {
-                weight = (scores[row * (keys + 1) + c] - tile_most).exp();
+        #[unroll]
+        for j in 0..per_thread {
+            let c = column_of(group, j, groups);
+            if c < keys {
+                let mut weight = F::new(0.0);
+                if start + c <= i {
+                    weight = (scores[j] - tile_most).exp();
+                }
+                total += weight;
+                weights[row * (keys + 1) + c] = weight;
             }
-            total += weight;
-            add_scaled_columns(&mut o, weight, &value_tile, c, group, groups, head_dim);
         }
         most = tile_most;
         sync_cube();
+        for c in 0..keys {
+            let weight = weights[row * (keys + 1) + c];
+            add_scaled_columns(&mut o, weight, &value_tile, c, group, groups, head_dim);
+        }
+        sync_cube();
         start += keys;
+    }
+    shares[row * groups + group] = total;
+    sync_cube();
+    let mut sum = F::new(0.0);
+    #[unroll]
+    for g in 0..groups {
+        sum += shares[row * groups + g];
     }
     if i < seq {
         let row_at = (b * seq + i) * heads + head;
         write_columns(
             output,
             &o,
-            F::new(1.0) / total,
+            F::new(1.0) / sum,
             row_at,
             group,
             groups,
             head_dim,
         );
         if group == 0 {
-            logsumexp[row_at] = most + total.ln();
+            logsumexp[row_at] = most + sum.ln();
         }
     }
 }
