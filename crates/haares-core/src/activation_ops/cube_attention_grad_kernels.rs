@@ -5,8 +5,8 @@ use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 
 use super::kernels::{
-    add_scaled_columns, at, batch_of_cube, column_of, first_of_cube, head_of_cube,
-    load_per_position, load_rows, row_against_rows, tiles_of, write_columns, zero_columns,
+    add_scaled_columns, at, column_of, load_per_position, load_rows, place_of, row_against_rows,
+    tiles_of, write_columns, zero_columns,
 };
 
 /// `∂q = Σ_keys p (∂o · v − Δ) k` per query, with `p = e^{q·k − lse}` and `Δ = ∂o · o`,
@@ -31,9 +31,9 @@ pub(super) fn attention_query_grad_kernel<F: Float>(
     if CUBE_POS >= query_grad.shape(0) * heads * tiles_of(seq, rows) {
         terminate!();
     }
-    let (first, head) = (first_of_cube(seq, rows), head_of_cube(seq, heads, rows));
-    let b = batch_of_cube(seq, heads, rows);
-    let (row, group) = (UNIT_POS_X as usize / groups, UNIT_POS_X as usize % groups);
+    let place = place_of(seq, heads, rows, groups);
+    let (first, head, b) = (place.first, place.head, place.batch);
+    let (row, group) = (place.row, place.group);
     let i = first + row;
     let row_at = (b * seq + i) * heads + head;
     let threads = comptime!(rows * groups);
@@ -160,9 +160,9 @@ pub(super) fn attention_key_value_grad_kernel<F: Float>(
     if CUBE_POS >= key_grad.shape(0) * heads * tiles_of(seq, rows) {
         terminate!();
     }
-    let (first, head) = (first_of_cube(seq, rows), head_of_cube(seq, heads, rows));
-    let b = batch_of_cube(seq, heads, rows);
-    let (row, group) = (UNIT_POS_X as usize / groups, UNIT_POS_X as usize % groups);
+    let place = place_of(seq, heads, rows, groups);
+    let (first, head, b) = (place.first, place.head, place.batch);
+    let (row, group) = (place.row, place.group);
     let j = first + row;
     let threads = comptime!(rows * groups);
     let mut key_tile = SharedMemory::<F>::new(rows * (head_dim + 1));

@@ -25,21 +25,34 @@ pub(super) fn tiles_of(seq: usize, #[comptime] tile: usize) -> usize {
     seq.div_ceil(tile)
 }
 
-/// The first position of this cube's tile; the cubes run over the tiles of a head, then the
-/// heads, then the batch rows ([`head_of_cube`], [`batch_of_cube`]).
-#[cube]
-pub(super) fn first_of_cube(seq: usize, #[comptime] tile: usize) -> usize {
-    (CUBE_POS % tiles_of(seq, tile)) * tile
+/// Where a thread works: its cube's tile of positions (the first of them, the head and the batch
+/// row; the cubes run over the tiles of a head, then the heads, then the batch rows), and its own
+/// position (`row` of the tile) and group of columns.
+#[derive(CubeType, Clone)]
+pub(super) struct Place {
+    pub first: usize,
+    pub head: usize,
+    pub batch: usize,
+    pub row: usize,
+    pub group: usize,
 }
 
 #[cube]
-pub(super) fn head_of_cube(seq: usize, heads: usize, #[comptime] tile: usize) -> usize {
-    (CUBE_POS / tiles_of(seq, tile)) % heads
-}
-
-#[cube]
-pub(super) fn batch_of_cube(seq: usize, heads: usize, #[comptime] tile: usize) -> usize {
-    CUBE_POS / (tiles_of(seq, tile) * heads)
+pub(super) fn place_of(
+    seq: usize,
+    heads: usize,
+    #[comptime] rows: usize,
+    #[comptime] groups: usize,
+) -> Place {
+    let tiles = tiles_of(seq, rows);
+    let thread = UNIT_POS_X as usize;
+    Place {
+        first: (CUBE_POS % tiles) * rows,
+        head: (CUBE_POS / tiles) % heads,
+        batch: CUBE_POS / (tiles * heads),
+        row: thread / groups,
+        group: thread % groups,
+    }
 }
 
 /// The `k`-th column a thread of group `group` owns.
@@ -206,9 +219,9 @@ pub(super) fn attention_forward_kernel<F: Float>(
     if CUBE_POS >= output.shape(0) * heads * tiles_of(seq, rows) {
         terminate!();
     }
-    let (first, head) = (first_of_cube(seq, rows), head_of_cube(seq, heads, rows));
-    let b = batch_of_cube(seq, heads, rows);
-    let (row, group) = (UNIT_POS_X as usize / groups, UNIT_POS_X as usize % groups);
+    let place = place_of(seq, heads, rows, groups);
+    let (first, head, b) = (place.first, place.head, place.batch);
+    let (row, group) = (place.row, place.group);
     let i = first + row;
     let threads = comptime!(rows * groups);
     let per_thread = comptime!(keys.div_ceil(groups));
