@@ -5,8 +5,8 @@ use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 
 use super::kernels::{
-    add_scaled_columns, at, column_of, load_per_position, load_rows, place_of, row_against_rows,
-    tiles_of, write_columns, zero_columns,
+    add_scaled_columns, at, column_of, load_per_position, load_row_pair, place_of,
+    row_against_rows, sum_of_shares, tiles_of, write_columns, zero_columns,
 };
 
 /// `∂q = Σ_keys p (∂o · v − Δ) k` per query, with `p = e^{q·k − lse}` and `Δ = ∂o · o`,
@@ -46,8 +46,18 @@ pub(super) fn attention_query_grad_kernel<F: Float>(
     let mut scores = Array::<F>::new(comptime!(keys.div_ceil(groups)));
     let mut along_values = Array::<F>::new(comptime!(keys.div_ceil(groups)));
     let mut d_q = zero_columns::<F>(groups, head_dim);
-    load_rows(query, &mut queries, b, first, head, rows, head_dim, threads);
-    load_rows(grad, &mut grads, b, first, head, rows, head_dim, threads);
+    load_row_pair(
+        query,
+        grad,
+        &mut queries,
+        &mut grads,
+        b,
+        first,
+        head,
+        rows,
+        head_dim,
+        threads,
+    );
     sync_cube();
     let mut partial = F::new(0.0);
     let mut lse = F::new(0.0);
@@ -63,20 +73,17 @@ pub(super) fn attention_query_grad_kernel<F: Float>(
     }
     partial_deltas[row * groups + group] = partial;
     sync_cube();
-    let mut along = F::new(0.0);
-    #[unroll]
-    for g in 0..groups {
-        along += partial_deltas[row * groups + g];
-    }
+    let along = sum_of_shares(&partial_deltas, row, groups);
     if i < seq && group == 0 {
         delta[row_at] = along;
     }
     let end = min(first + rows, seq);
     let mut start = 0;
     while start < end {
-        load_rows(key, &mut key_tile, b, start, head, keys, head_dim, threads);
-        load_rows(
+        load_row_pair(
+            key,
             value,
+            &mut key_tile,
             &mut value_tile,
             b,
             start,
@@ -177,9 +184,10 @@ pub(super) fn attention_key_value_grad_kernel<F: Float>(
     let mut along_values = Array::<F>::new(comptime!(queries.div_ceil(groups)));
     let mut d_k = zero_columns::<F>(groups, head_dim);
     let mut d_v = zero_columns::<F>(groups, head_dim);
-    load_rows(key, &mut key_tile, b, first, head, rows, head_dim, threads);
-    load_rows(
+    load_row_pair(
+        key,
         value,
+        &mut key_tile,
         &mut value_tile,
         b,
         first,
@@ -190,9 +198,11 @@ pub(super) fn attention_key_value_grad_kernel<F: Float>(
     );
     let mut start = first;
     while start < seq {
-        load_rows(
+        load_row_pair(
             query,
+            grad,
             &mut query_tile,
+            &mut grads,
             b,
             start,
             head,
@@ -200,7 +210,6 @@ pub(super) fn attention_key_value_grad_kernel<F: Float>(
             head_dim,
             threads,
         );
-        load_rows(grad, &mut grads, b, start, head, queries, head_dim, threads);
         load_per_position(logsumexp, &mut sums, b, start, head, queries, threads);
         load_per_position(delta, &mut deltas, b, start, head, queries, threads);
         sync_cube();

@@ -87,6 +87,48 @@ pub(super) fn load_rows<F: Float>(
     }
 }
 
+/// [`load_rows`] of two tensors at the same positions.
+#[cube]
+pub(super) fn load_row_pair<F: Float>(
+    first: &Tensor<F>,
+    second: &Tensor<F>,
+    first_tile: &mut SharedMemory<F>,
+    second_tile: &mut SharedMemory<F>,
+    b: usize,
+    start: usize,
+    head: usize,
+    #[comptime] count: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] threads: usize,
+) {
+    load_rows(first, first_tile, b, start, head, count, head_dim, threads);
+    load_rows(
+        second,
+        second_tile,
+        b,
+        start,
+        head,
+        count,
+        head_dim,
+        threads,
+    );
+}
+
+/// The sum of the values the `groups` threads of position `row` left in `shares`.
+#[cube]
+pub(super) fn sum_of_shares<F: Float>(
+    shares: &SharedMemory<F>,
+    row: usize,
+    #[comptime] groups: usize,
+) -> F {
+    let mut sum = F::new(0.0);
+    #[unroll]
+    for g in 0..groups {
+        sum += shares[row * groups + g];
+    }
+    sum
+}
+
 /// Per position `start .. start + count`, its value in the `[batch, seq, heads]` tensor `x`
 /// into `to`, zero past the sequence; the cube's `threads` threads share the copy.
 #[cube]
@@ -241,9 +283,10 @@ pub(super) fn attention_forward_kernel<F: Float>(
     let end = min(first + rows, seq);
     let mut start = 0;
     while start < end {
-        load_rows(key, &mut key_tile, b, start, head, keys, head_dim, threads);
-        load_rows(
+        load_row_pair(
+            key,
             value,
+            &mut key_tile,
             &mut value_tile,
             b,
             start,
@@ -307,11 +350,7 @@ pub(super) fn attention_forward_kernel<F: Float>(
     }
     shares[row * groups + group] = total;
     sync_cube();
-    let mut sum = F::new(0.0);
-    #[unroll]
-    for g in 0..groups {
-        sum += shares[row * groups + g];
-    }
+    let sum = sum_of_shares(&shares, row, groups);
     if i < seq {
         let row_at = (b * seq + i) * heads + head;
         write_columns(
