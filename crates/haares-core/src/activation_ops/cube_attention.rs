@@ -7,7 +7,7 @@
 //! Queries, keys and values are read in the projections' own `[batch, seq, heads, d_h]` layout,
 //! through their strides, so the heads are never moved. Each cube takes a tile of consecutive
 //! positions of one head of one batch row ([`tilings`]), `⌈d_h / 8⌉` threads to a position; it
-//! loads the other side's rows into shared memory a tile at a time, forms the tile's scores
+//! loads the other side's rows into shared memory a tile at a time, leaves the tile's weights
 //! there, then each thread adds the weighted rows into the columns of its position it owns.
 //!
 //! - **Forward**: each query keeps its running maximum `m`, its sum `l = Σ e^{s − m}` and its

@@ -4,7 +4,8 @@
 //! Every kernel takes a tile of `rows` positions of one head of one batch row, `groups` threads
 //! to a position, and walks the other side's positions one shared-memory tile at a time in two
 //! phases: first each thread forms the products of its position's row with every `groups`-th row
-//! of the other tile ([`row_against_rows`]) and leaves them in shared memory; then each thread
+//! of the other tile ([`row_against_rows`]) and leaves the weights they give in shared memory
+//! (forward, after the position's threads share the tile's maximum); then each thread
 //! adds the weighted rows of the other tile into the columns it owns, `group`, `group + groups`,
 //! … ([`column_of`]). Rows in shared memory lie `d_h + 1` apart, so that the same element of
 //! neighbouring rows falls in different memory banks.
