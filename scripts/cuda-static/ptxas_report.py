@@ -1,6 +1,6 @@
 """Registers, spills and occupancy of CUDA kernels, from their source, without a GPU.
 
-Compiles each kernel listed in SOURCES/kernels.tsv (name, head_dim, threads, file) with NVRTC
+Compiles each kernel listed in SOURCES/kernels.tsv (name, variant, threads, file) with NVRTC
 to PTX for ARCH, runs `ptxas -v` on the PTX, and writes REPORT.md and REPORT.json: registers per
 thread, spill stores and loads, stack frame, shared memory per cube (CubeCL's source states each
 shared array's size) and the theoretical occupancy of an sm_90 multiprocessor. Exits 1 when a
@@ -27,8 +27,8 @@ SHARED_RESERVED = 1024  # per cube, taken by the system
 SHARED_UNIT = 128
 
 
-def ptx_of(nvrtc, source, arch):
-    """PTX of `source`, or exits with NVRTC's log."""
+def ptx_of(nvrtc, source, arch, label):
+    """PTX of `source`, or exits with NVRTC's log, naming the kernel by `label`."""
     program = ctypes.c_void_p()
     # CubeCL's runtime hands NVRTC the CUDA headers; NVRTC declares what these kernels use.
     source = source.replace("#include <cuda_runtime.h>", "")
@@ -41,7 +41,8 @@ def ptx_of(nvrtc, source, arch):
         nvrtc.nvrtcGetProgramLogSize(program, ctypes.byref(size))
         log = ctypes.create_string_buffer(size.value)
         nvrtc.nvrtcGetProgramLog(program, log)
-        sys.exit(f"error: NVRTC could not compile a kernel (status {status}):\n{log.value.decode()}")
+        sys.exit(f"error: NVRTC could not compile {label} (status {status}): a kernel that "
+                 f"would fail on a GPU too:\n{log.value.decode()}")
     size = ctypes.c_size_t()
     check(nvrtc, nvrtc.nvrtcGetPTXSize(program, ctypes.byref(size)))
     ptx = ctypes.create_string_buffer(size.value)
@@ -108,23 +109,25 @@ def main():
     with open(listing) as file:
         rows = [line.rstrip("\n").split("\t") for line in file][1:]
     kernels = []
-    for name, head_dim, threads, path in rows:
+    for name, variant, threads, path in rows:
         with open(os.path.join(args.sources, path)) as file:
             source = file.read()
-        registers, stores, loads, stack = ptxas_facts(args.ptxas, ptx_of(nvrtc, source, args.arch.replace("sm_", "compute_")), args.arch)
+        label = f"{name} ({variant + ', ' if variant else ''}{path})"
+        ptx = ptx_of(nvrtc, source, args.arch.replace("sm_", "compute_"), label)
+        registers, stores, loads, stack = ptxas_facts(args.ptxas, ptx, args.arch)
         shared = shared_bytes(source)
         fraction, limit = occupancy(int(threads), registers, shared)
-        kernels.append({"kernel": name, "head_dim": int(head_dim), "threads": int(threads),
+        kernels.append({"kernel": name, "variant": variant, "threads": int(threads),
                         "registers": registers, "spill_stores": stores, "spill_loads": loads,
                         "stack_bytes": stack, "shared_bytes": shared,
                         "occupancy": fraction, "occupancy_limit": limit})
     lines = [f"Compiled for {args.arch} by NVRTC, reported by `ptxas -v`; occupancy is the "
              "theoretical one of an sm_90 multiprocessor (resident warps of 64).", "",
-             "| kernel | d_h | threads | registers | spill stores / loads (bytes) | stack (bytes) "
+             "| kernel | variant | threads | registers | spill stores / loads (bytes) | stack (bytes) "
              "| shared (bytes) | occupancy | limited by |",
              "|---|---|---|---|---|---|---|---|---|"]
     for k in kernels:
-        lines.append(f"| `{k['kernel']}` | {k['head_dim']} | {k['threads']} | {k['registers']} "
+        lines.append(f"| `{k['kernel']}` | {k['variant']} | {k['threads']} | {k['registers']} "
                      f"| {k['spill_stores']} / {k['spill_loads']} | {k['stack_bytes']} "
                      f"| {k['shared_bytes']} | {k['occupancy']:.0%} | {k['occupancy_limit']} |")
     write_atomically(args.report + ".md", "\n".join(lines) + "\n")
@@ -133,7 +136,7 @@ def main():
     if args.max_spill_bytes is not None:
         over = [k for k in kernels if max(k["spill_stores"], k["spill_loads"]) > args.max_spill_bytes]
         for k in over:
-            print(f"error: {k['kernel']} at d_h = {k['head_dim']} spills {k['spill_stores']} bytes "
+            print(f"error: {k['kernel']} ({k['variant']}) spills {k['spill_stores']} bytes "
                   f"(stores) / {k['spill_loads']} (loads), over --max-spill-bytes "
                   f"{args.max_spill_bytes}", file=sys.stderr)
         if over:

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Registers, spills, shared memory and occupancy of the fused attention's CUDA kernels, on a
-# machine without a GPU (docs/benchmarks.md, "Kernels compiled for CUDA without a GPU").
+# Whether every kernel the project launches compiles for CUDA, and its registers, spills, shared
+# memory and occupancy, on a machine without a GPU (docs/benchmarks.md, "Kernels compiled for
+# CUDA without a GPU").
 #
 #   bash scripts/cuda-static/report.sh OUT [HEAD_DIMS]      # HEAD_DIMS default 16,32,64,128
 #
-# 1. Writes the kernels' CUDA C++, as CubeCL generates it, to OUT/sources (the core's example
-#    `attention_cuda_sources`; it needs a Vulkan driver such as Mesa's lavapipe).
+# 1. Writes the kernels' CUDA C++, as CubeCL generates it, to OUT/sources: the fused attention's
+#    at each of HEAD_DIMS, every other kernel at the variants its launch sites use (the trainer's
+#    example `kernel_cuda_sources`; it needs a Vulkan driver such as Mesa's lavapipe).
 # 2. Compiles each with NVRTC and runs `ptxas -v` for sm_90a (H100, H200), and writes
-#    OUT/report.md and OUT/report.json.
+#    OUT/report.md and OUT/report.json. Exits 1 when a kernel does not compile.
 # NVRTC and ptxas come from NVIDIA's PyPI wheels (pinned below), fetched once with pip into
 # HAARES_CUDA_TOOLS (default ~/.cache/haares/cuda-tools). Exits 1 when a kernel spills more than
 # HAARES_MAX_SPILL_BYTES (default 32: ptxas keeps a few bytes of scratch in some kernels; a
@@ -40,8 +42,8 @@ if [ ! -f "$nvrtc" ] || [ ! -x "$ptxas" ]; then
 fi
 
 cd "$root"
-XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" cargo run --quiet -p haares-core --features cuda,wgpu \
-    --example attention_cuda_sources -- "$out/sources" "$head_dims"
+XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}" cargo run --quiet -p haares-train --features cuda,wgpu \
+    --example kernel_cuda_sources -- "$out/sources" "$head_dims"
 python3 "$root/scripts/cuda-static/ptxas_report.py" --sources "$out/sources" --nvrtc "$nvrtc" \
     --ptxas "$ptxas" --arch sm_90a --report "$out/report" \
     --max-spill-bytes "${HAARES_MAX_SPILL_BYTES:-32}"

@@ -57,6 +57,8 @@ pub mod attention;
 mod autodiff_node;
 pub mod checkpoint;
 pub mod config;
+#[cfg(all(feature = "cuda", feature = "wgpu"))]
+pub mod cuda_sources;
 pub mod error;
 pub mod graph_gate;
 pub mod layer;

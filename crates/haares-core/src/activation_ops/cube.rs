@@ -232,7 +232,7 @@ pub(crate) mod kernels {
 
     /// `h = g σ(g) ⊙ u`, one thread per element.
     #[cube(launch)]
-    pub(super) fn swiglu_kernel<F: Float>(
+    pub(in crate::activation_ops) fn swiglu_kernel<F: Float>(
         gate: &Tensor<F>,
         up: &Tensor<F>,
         output: &mut Tensor<F>,
@@ -247,7 +247,7 @@ pub(crate) mod kernels {
 
     /// `∂u = ∂h ⊙ g σ(g)` and `∂g = ∂h ⊙ u ⊙ (σ(g) + g σ(g) (1 − σ(g)))`, one thread per element.
     #[cube(launch)]
-    pub(super) fn swiglu_backward_kernel<F: Float>(
+    pub(in crate::activation_ops) fn swiglu_backward_kernel<F: Float>(
         gate: &Tensor<F>,
         up: &Tensor<F>,
         grad: &Tensor<F>,

@@ -84,7 +84,7 @@ where
     from_primitive(logits_grad)
 }
 
-mod kernels {
+pub(super) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
@@ -107,7 +107,7 @@ mod kernels {
 
     /// `lse = max + ln Σ e^{x − max}` and `loss = w (lse − x_target)` per row, one cube per row.
     #[cube(launch)]
-    pub(super) fn cross_entropy_kernel<F: Float, I: Int>(
+    pub(in crate::activation_ops) fn cross_entropy_kernel<F: Float, I: Int>(
         logits: &Tensor<F>,
         targets: &Tensor<I>,
         weights: &Tensor<F>,
@@ -154,7 +154,7 @@ mod kernels {
 
     /// `∂x_k = g w (e^{x_k − lse} − [k = target])` per row, one cube per row.
     #[cube(launch)]
-    pub(super) fn cross_entropy_backward_kernel<F: Float, I: Int>(
+    pub(in crate::activation_ops) fn cross_entropy_backward_kernel<F: Float, I: Int>(
         logits: &Tensor<F>,
         targets: &Tensor<I>,
         weights: &Tensor<F>,

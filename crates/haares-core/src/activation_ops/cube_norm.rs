@@ -79,7 +79,7 @@ where
     )
 }
 
-mod kernels {
+pub(super) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
@@ -113,7 +113,7 @@ mod kernels {
 
     /// `y = x / rms ⊙ w`, one cube per row.
     #[cube(launch)]
-    pub(super) fn rms_norm_kernel<F: Float>(
+    pub(in crate::activation_ops) fn rms_norm_kernel<F: Float>(
         x: &Tensor<F>,
         weight: &Tensor<F>,
         output: &mut Tensor<F>,
@@ -140,7 +140,7 @@ mod kernels {
     /// `∂x = (∂y⊙w − x̂ mean(∂y⊙w⊙x̂)) / rms` and the row's share of `∂w`, `∂y⊙x̂`, with
     /// `x̂ = x / rms`; one cube per row.
     #[cube(launch)]
-    pub(super) fn rms_norm_backward_kernel<F: Float>(
+    pub(in crate::activation_ops) fn rms_norm_backward_kernel<F: Float>(
         x: &Tensor<F>,
         weight: &Tensor<F>,
         grad: &Tensor<F>,

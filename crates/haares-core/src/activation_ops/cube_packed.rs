@@ -179,7 +179,7 @@ where
 
 // A kernel's branches assign a value declared before them, as CubeCL's expansion needs.
 #[allow(unused_assignments)]
-mod kernels {
+pub(super) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
@@ -194,7 +194,7 @@ mod kernels {
 
     /// `output = [a b c]` (`[a b]` without `three`), one thread per element of `output`.
     #[cube(launch)]
-    pub(super) fn concat_columns_kernel<F: Float>(
+    pub(in crate::activation_ops) fn concat_columns_kernel<F: Float>(
         a: &Tensor<F>,
         b: &Tensor<F>,
         c: &Tensor<F>,
@@ -222,7 +222,7 @@ mod kernels {
 
     /// `[a b c] = whole` (`[a b]` without `three`), one thread per element of `whole`.
     #[cube(launch)]
-    pub(super) fn split_columns_kernel<F: Float>(
+    pub(in crate::activation_ops) fn split_columns_kernel<F: Float>(
         whole: &Tensor<F>,
         a: &mut Tensor<F>,
         b: &mut Tensor<F>,
@@ -251,7 +251,7 @@ mod kernels {
     /// element turned and scaled, a key head's turned, a value head's copied; `back` turns back.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
-    pub(super) fn rotary_pack_kernel<F: Float>(
+    pub(in crate::activation_ops) fn rotary_pack_kernel<F: Float>(
         query: &Tensor<F>,
         key: &Tensor<F>,
         value: &Tensor<F>,
@@ -291,7 +291,7 @@ mod kernels {
     /// One thread per element of `grad` `[rows, d_ff]`: `∂U = ∂h ⊙ g σ(g)` and
     /// `∂G = ∂h ⊙ u ⊙ (σ(g) + g σ(g) (1 − σ(g)))` into the packed halves.
     #[cube(launch)]
-    pub(super) fn swiglu_packed_backward_kernel<F: Float>(
+    pub(in crate::activation_ops) fn swiglu_packed_backward_kernel<F: Float>(
         gate_up: &Tensor<F>,
         grad: &Tensor<F>,
         output: &mut Tensor<F>,

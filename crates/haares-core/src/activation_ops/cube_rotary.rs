@@ -67,7 +67,7 @@ pub(super) mod kernels {
     /// `t_{2i+1} = x_{2i}`; `back` subtracts. One thread per element of `[batch, seq, heads,
     /// d_h]`.
     #[cube(launch)]
-    pub(super) fn rotary_kernel<F: Float>(
+    pub(in crate::activation_ops) fn rotary_kernel<F: Float>(
         x: &Tensor<F>,
         cos: &Tensor<F>,
         sin: &Tensor<F>,

@@ -70,7 +70,7 @@ where
     from_primitive(output)
 }
 
-mod kernels {
+pub(super) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
@@ -80,7 +80,7 @@ mod kernels {
     /// keys `0..=r mod seq`. One cube per row: the row's maximum, then `Σ e^{x − max}`, then the
     /// probabilities, zero after the query.
     #[cube(launch)]
-    pub(super) fn causal_softmax_kernel<F: Float>(
+    pub(in crate::activation_ops) fn causal_softmax_kernel<F: Float>(
         scores: &Tensor<F>,
         output: &mut Tensor<F>,
         #[comptime] threads: usize,
@@ -131,7 +131,7 @@ mod kernels {
 
     /// `∂x = y ⊙ (∂y − Σ_k y_k ∂y_k)` per row, one cube per row (zero where `y` is).
     #[cube(launch)]
-    pub(super) fn causal_softmax_backward_kernel<F: Float>(
+    pub(in crate::activation_ops) fn causal_softmax_backward_kernel<F: Float>(
         probabilities: &Tensor<F>,
         grad: &Tensor<F>,
         output: &mut Tensor<F>,

@@ -40,8 +40,6 @@ mod autodiff_packed;
 pub(crate) mod cube;
 #[cfg(feature = "cube")]
 mod cube_attention;
-#[cfg(all(feature = "cuda", feature = "wgpu"))]
-pub use cube_attention::sources::{CudaKernelSource, attention_cuda_sources};
 #[cfg(feature = "cube")]
 mod cube_cross_entropy;
 #[cfg(feature = "cube")]
@@ -52,6 +50,10 @@ mod cube_packed;
 mod cube_rotary;
 #[cfg(feature = "cube")]
 mod cube_softmax;
+#[cfg(all(feature = "cuda", feature = "wgpu"))]
+mod cube_sources;
+#[cfg(all(feature = "cuda", feature = "wgpu"))]
+pub(crate) use cube_sources::cuda_sources;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]

@@ -38,7 +38,7 @@ type BackwardOutcome<B> = Result<ReadGradients<B>, UnfusedBackward<B>>;
 
 /// Threads that sum one column of the query's per-token gradients (a multiple of the kernel's
 /// groups of partial sums).
-const QUERY_THREADS: usize = 256;
+pub(super) const QUERY_THREADS: usize = 256;
 
 /// Bindings of a launch besides its tensors: the buffer of metadata and scalars (a uniform on
 /// wgpu, which the storage-buffer limit does not count; counted here to stay on the safe side).

@@ -192,7 +192,7 @@ pub(super) fn pair_write<R: CubeRuntime>(
 }
 
 /// The kernel, in a module of its own because CubeCL's `Tensor` is not Burn's.
-mod kernels {
+pub(super) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
@@ -202,7 +202,7 @@ mod kernels {
     /// thread; without `accumulated`, `into` is a stand-in that is never read.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
-    pub(super) fn add_scaled_rows_kernel<F: Float>(
+    pub(in crate::routing_ops) fn add_scaled_rows_kernel<F: Float>(
         into: &Tensor<F>,
         columns: &Tensor<F>,
         rows: &Tensor<F>,
@@ -234,7 +234,7 @@ mod kernels {
     /// `mean_square[n] = Σ_k output[n, k]² / d` from the threads' partial sums in shared memory.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
-    pub(super) fn signed_sum_with_mean_square_kernel<F: Float>(
+    pub(in crate::routing_ops) fn signed_sum_with_mean_square_kernel<F: Float>(
         sum: &Tensor<F>,
         term: &Tensor<F>,
         output: &mut Tensor<F>,
@@ -269,7 +269,7 @@ mod kernels {
     /// One token's multiplier per thread, [`matching_multiplier`], then `m_D` times its square.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
-    pub(super) fn rms_match_multiplier_kernel<F: Float>(
+    pub(in crate::routing_ops) fn rms_match_multiplier_kernel<F: Float>(
         cumulative: &Tensor<F>,
         detail: &Tensor<F>,
         multiplier: &mut Tensor<F>,
@@ -324,7 +324,7 @@ mod kernels {
     /// detail's outputs are never written.
     #[allow(clippy::too_many_arguments)]
     #[cube(launch)]
-    pub(super) fn pair_write_kernel<F: Float>(
+    pub(in crate::routing_ops) fn pair_write_kernel<F: Float>(
         cumulative: &Tensor<F>,
         detail: &Tensor<F>,
         term: &Tensor<F>,

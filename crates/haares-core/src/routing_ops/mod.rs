@@ -52,6 +52,10 @@ mod cube_read;
 mod cube_read_kernels;
 #[cfg(feature = "cube")]
 mod cube_rows;
+#[cfg(all(feature = "cuda", feature = "wgpu"))]
+mod cube_sources;
+#[cfg(all(feature = "cuda", feature = "wgpu"))]
+pub(crate) use cube_sources::cuda_sources;
 #[cfg(feature = "flex")]
 mod flex;
 #[cfg(feature = "flex")]

@@ -4,6 +4,7 @@ mod common;
 mod cpu;
 mod errors;
 mod inference;
+mod kernel_sources;
 mod learner;
 mod optim;
 mod parallel;

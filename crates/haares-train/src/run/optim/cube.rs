@@ -28,11 +28,11 @@ use super::rule::UpdateRule;
 use super::rule::{F32Rule, Moments, Pending};
 
 /// Most parameters one launch takes: the kernels unroll a loop over them.
-const MAX_BATCH: usize = 16;
+pub(super) const MAX_BATCH: usize = 16;
 /// Bindings of one parameter in an update launch: `p`, `g`, `m`, `v` and the new `p`, `m`, `v`.
 const UPDATE_BINDINGS: usize = 7;
 /// Threads of the cube that sums one gradient's squares.
-const NORM_THREADS: usize = 256;
+pub(super) const NORM_THREADS: usize = 256;
 
 type Cube<R, BT> = CubeBackend<R, f32, i32, BT>;
 

@@ -19,10 +19,14 @@ mod checks;
 mod cube;
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
 mod cube_kernels;
+#[cfg(all(feature = "cuda", feature = "wgpu"))]
+mod cube_sources;
 #[cfg(feature = "flex")]
 mod flex;
 mod rule;
 
+#[cfg(all(feature = "cuda", feature = "wgpu"))]
+pub use cube_sources::optimizer_cuda_sources;
 pub use rule::{AdamWSettings, Moments};
 use rule::{Pending, UpdateRule, update_plain};
 

@@ -1,0 +1,67 @@
+//! The static CUDA report (`scripts/cuda-static/report.sh`) covers every kernel the project
+//! launches: each `#[cube(launch)]` kernel of the core and the trainer has a source entry in one
+//! of the `*sources.rs` modules that `kernel_cuda_sources` collects, so that a kernel added later
+//! is compiled for CUDA before a GPU runs it.
+
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// The names of the functions marked `#[cube(launch)]` in `text` (the attribute, maybe other
+/// attributes, then the function).
+fn launched_kernels(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut marked = false;
+    for line in text.lines().map(str::trim) {
+        if line == "#[cube(launch)]" {
+            marked = true;
+        } else if marked && !line.starts_with("#[") {
+            let after_fn = line.split_once("fn ").map(|(_, rest)| rest);
+            let name = after_fn.and_then(|rest| rest.split(['<', '(']).next());
+            names.push(name.unwrap_or_else(|| panic!("no function after #[cube(launch)]: {line}")));
+            marked = false;
+        }
+    }
+    names.into_iter().map(str::to_string).collect()
+}
+
+#[test]
+fn every_launched_kernel_is_in_the_static_cuda_report() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let files: Vec<PathBuf> = ["haares-core/src", "haares-train/src"]
+        .iter()
+        .flat_map(|dir| rust_files(&crates.join(dir)))
+        .collect();
+    let read = |path: &PathBuf| std::fs::read_to_string(path).expect("a source file");
+    let listed: String = files
+        .iter()
+        .filter(|path| path.to_string_lossy().ends_with("sources.rs"))
+        .map(read)
+        .collect();
+    let kernels: Vec<String> = files
+        .iter()
+        .flat_map(|path| launched_kernels(&read(path)))
+        .collect();
+    assert!(kernels.len() >= 20, "too few kernels found: {kernels:?}");
+    let missing: Vec<&String> = kernels
+        .iter()
+        .filter(|name| !listed.contains(&format!("{name}::")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "kernels without a CUDA source entry: {missing:?}; add each to its area's cube_sources.rs"
+    );
+}
