@@ -41,8 +41,8 @@ def ptx_of(nvrtc, source, arch, label):
         nvrtc.nvrtcGetProgramLogSize(program, ctypes.byref(size))
         log = ctypes.create_string_buffer(size.value)
         nvrtc.nvrtcGetProgramLog(program, log)
-        sys.exit(f"error: NVRTC could not compile {label} (status {status}): a kernel that "
-                 f"would fail on a GPU too:\n{log.value.decode()}")
+        sys.exit(f"error: NVRTC could not compile {label} (status {status}); CubeCL's "
+                 f"CUDA runtime compiles with NVRTC too:\n{log.value.decode()}")
     size = ctypes.c_size_t()
     check(nvrtc, nvrtc.nvrtcGetPTXSize(program, ctypes.byref(size)))
     ptx = ctypes.create_string_buffer(size.value)
