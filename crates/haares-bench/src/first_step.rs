@@ -13,9 +13,10 @@ use haares_core::ModelFamily;
 use serde::{Deserialize, Serialize};
 
 use crate::cost::summary::method_with_path;
-use crate::cost::worker::TrainSample;
+use crate::cost::worker::{KernelLog, TrainSample};
 use crate::cost::{CostSpec, write_atomically_both};
 use crate::kernel_events::KernelTally;
+use crate::kernel_times::kernel_times_table;
 
 /// What `first-step` measures.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -36,6 +37,10 @@ pub struct FirstStepSpec {
     pub steps: usize,
     /// Methods, as in the cost protocol (`name`, `name/reference`, `name/fused`).
     pub methods: Vec<String>,
+    /// Whether each worker logs every launch with its device time ([`crate::kernel_times`]);
+    /// otherwise it counts launches only.
+    #[serde(default)]
+    pub kernel_times: bool,
 }
 
 impl FirstStepSpec {
@@ -95,7 +100,11 @@ pub fn run_first_step(
         let depth = spec.at_depth(layers);
         for method in &spec.methods {
             log(&format!("{method} at {layers} layers: starting a worker"));
-            let sample = depth.train_worker(spec.family, method, spec.steps, true)?;
+            let log = match spec.kernel_times {
+                true => KernelLog::Times,
+                false => KernelLog::Launches,
+            };
+            let sample = depth.train_worker(spec.family, method, spec.steps, log)?;
             run.samples.push((layers, sample));
             write_atomically_both(stem, &run, &first_step_table(&run))?;
         }
@@ -156,7 +165,7 @@ pub fn first_step_table(run: &FirstStepRun) -> String {
             kernels.join(" | "),
         );
     }
-    out + &depth_growth(run) + &launches_by_depth(run)
+    out + &depth_growth(run) + &launches_by_depth(run) + &kernel_times_table(run)
 }
 
 /// `total (a + b + c)`.
@@ -297,7 +306,7 @@ fn growth_verdict(by_depth: &[(usize, KernelTally)]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn tally(compiled: &[(&str, usize)], autotuned: usize) -> KernelTally {
@@ -315,6 +324,11 @@ mod tests {
             launched,
             ..KernelTally::default()
         });
+        sample_with(method, launched)
+    }
+
+    /// A worker's sample whose second step's phases tallied `launched`.
+    pub(crate) fn sample_with(method: &str, launched: [KernelTally; 3]) -> TrainSample {
         TrainSample {
             method: method.into(),
             startup_s: 0.1,
@@ -353,6 +367,7 @@ mod tests {
             seq: 16,
             steps: 2,
             methods: vec!["standard".into()],
+            kernel_times: false,
         };
         let run = FirstStepRun {
             spec,

@@ -5,8 +5,10 @@
 //! <kernel>-<key>` once for every autotune key it benchmarks (a key found in the autotune cache
 //! logs nothing). [`haares_train::kernel_cache::KernelEvents::ToLogCrate`] sends both to the `log`
 //! crate; `KernelEvents::ToLogCrateWithLaunches` adds `Executing <name>` for every kernel launched
-//! (CubeCL's profiling log at its minimal level). [`install`] puts a logger there that tallies
-//! them, and [`tally`] reads the tally.
+//! (CubeCL's profiling log at its minimal level), and `KernelEvents::ToLogCrateWithTimes` each
+//! launch with its device time (`| <duration> | <name>`, the profiling log's basic level: every
+//! launch then runs alone and is timed on the device). [`install`] puts a logger there that
+//! tallies them, and [`tally`] reads the tally.
 //! CubeCL delivers its messages through a channel to a logging thread, so a tally read right after
 //! a device sync can trail by the messages still in flight: [`settled_tally`] waits for them.
 
@@ -34,6 +36,12 @@ pub struct KernelTally {
     /// Launches per kernel name (the name without its generic arguments).
     #[serde(default)]
     pub launched_by_name: BTreeMap<String, usize>,
+    /// Device nanoseconds of the launches logged with a time (none unless times are logged).
+    #[serde(default)]
+    pub device_ns: u64,
+    /// Device nanoseconds per kernel name.
+    #[serde(default)]
+    pub device_ns_by_name: BTreeMap<String, u64>,
 }
 
 impl KernelTally {
@@ -46,6 +54,8 @@ impl KernelTally {
             autotune_keys: self.autotune_keys[earlier.autotune_keys.len()..].to_vec(),
             launched: self.launched - earlier.launched,
             launched_by_name: counts_since(&self.launched_by_name, &earlier.launched_by_name),
+            device_ns: self.device_ns - earlier.device_ns,
+            device_ns_by_name: counts_since(&self.device_ns_by_name, &earlier.device_ns_by_name),
         }
     }
 
@@ -59,6 +69,10 @@ impl KernelTally {
         }
         for (name, count) in &other.launched_by_name {
             *self.launched_by_name.entry(name.clone()).or_default() += count;
+        }
+        self.device_ns += other.device_ns;
+        for (name, nanos) in &other.device_ns_by_name {
+            *self.device_ns_by_name.entry(name.clone()).or_default() += nanos;
         }
         self.autotune_keys
             .extend(other.autotune_keys.iter().cloned());
@@ -74,6 +88,12 @@ impl KernelTally {
         } else if let Some(rest) = message.strip_prefix("Executing ") {
             self.launched += 1;
             *self.launched_by_name.entry(kernel_name(rest)).or_default() += 1;
+        } else if let Some((nanos, rest)) = timed_launch(message) {
+            let name = kernel_name(rest);
+            self.launched += 1;
+            *self.launched_by_name.entry(name.clone()).or_default() += 1;
+            self.device_ns += nanos;
+            *self.device_ns_by_name.entry(name).or_default() += nanos;
         } else if let Some(rest) = message.strip_prefix("Fastest result ") {
             self.autotuned += 1;
             let key = rest
@@ -90,27 +110,59 @@ impl KernelTally {
 }
 
 /// The counts in `now` above those in `earlier`, by name.
-fn counts_since(
-    now: &BTreeMap<String, usize>,
-    earlier: &BTreeMap<String, usize>,
-) -> BTreeMap<String, usize> {
+fn counts_since<T>(now: &BTreeMap<String, T>, earlier: &BTreeMap<String, T>) -> BTreeMap<String, T>
+where
+    T: Copy + Default + PartialOrd + std::ops::Sub<Output = T>,
+{
     now.iter()
         .filter_map(|(name, &count)| {
-            let before = earlier.get(name).copied().unwrap_or(0);
+            let before = earlier.get(name).copied().unwrap_or_default();
             (count > before).then(|| (name.clone(), count - before))
         })
         .collect()
 }
 
-/// A launched kernel's name without its generic arguments (`matmul_entry<f32, …>` →
-/// `matmul_entry`), so that launches group by kernel.
+/// A timed launch as CubeCL 0.10's profiling log writes it from its basic level
+/// (`AsyncLogger::process`: `| {duration:<10?} | {name}`): its device nanoseconds and the name.
+/// The level's summary table starts `|⎺`, not `| `, and is not a launch.
+fn timed_launch(message: &str) -> Option<(u64, &str)> {
+    let (duration, name) = message.strip_prefix("| ")?.split_once(" | ")?;
+    Some((debug_duration_ns(duration.trim())?, name))
+}
+
+/// Nanoseconds of a `Duration` as `{:?}` writes it (`1.5s`, `12.25ms`, `3.1µs`, `870ns`).
+fn debug_duration_ns(text: &str) -> Option<u64> {
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (number, unit) = text.split_at(split);
+    let scale = match unit {
+        "s" => 1e9,
+        "ms" => 1e6,
+        "µs" => 1e3,
+        "ns" => 1.0,
+        _ => return None,
+    };
+    let value: f64 = number.parse().ok()?;
+    Some((value * scale).round() as u64)
+}
+
+/// A launched kernel's name with at most its first type argument and never its runtime, so that
+/// launches group by kernel: CubeCL logs `KernelBinop | MulOp | WgpuRuntime` (its balanced type
+/// name format) → `KernelBinop | MulOp`, `AdamwKernel | CudaRuntime` → `AdamwKernel`, and a
+/// matrix product's dozens of type arguments → `MatmulEntry | TensorArgs`; a Rust-style
+/// `matmul_entry<f32, …>` → `matmul_entry`.
 fn kernel_name(logged: &str) -> String {
     let name = logged.trim();
-    let name = name.split('<').next().unwrap_or(name).trim();
-    if name.is_empty() {
+    let name = name.split('<').next().unwrap_or(name);
+    let parts: Vec<&str> = name
+        .split(" | ")
+        .map(str::trim)
+        .filter(|part| !part.is_empty() && !part.ends_with("Runtime"))
+        .take(2)
+        .collect();
+    if parts.is_empty() {
         "(unnamed)".into()
     } else {
-        name.to_string()
+        parts.join(" | ")
     }
 }
 
@@ -239,6 +291,21 @@ mod tests {
             assert!(tally.record(message), "{message}");
         }
         assert!(!tally.record("Executing-ish noise"), "not a launch");
+        for (logged, grouped) in [
+            ("Executing AdamwKernel | WgpuRuntime", "AdamwKernel"),
+            (
+                "Executing KernelBinop | MulOp | CudaRuntime",
+                "KernelBinop | MulOp",
+            ),
+            (
+                "Executing MatmulEntry | TensorArgs | DynamicScalar | __Lhs | WgpuRuntime",
+                "MatmulEntry | TensorArgs",
+            ),
+        ] {
+            let mut one = KernelTally::default();
+            assert!(one.record(logged), "{logged}");
+            assert_eq!(one.launched_by_name[grouped], 1, "{logged}");
+        }
         let since = tally.since(&before);
         assert_eq!((since.launched, since.compiled), (4, 1));
         assert_eq!(since.launched_by_name["matmul_entry"], 1);
@@ -251,5 +318,37 @@ mod tests {
             sum, tally,
             "the earlier tally and the difference add up to the whole"
         );
+    }
+
+    /// `| {duration:<10?} | {name}` as CubeCL 0.10's profiling log writes each launch from its
+    /// basic level, with durations formatted here by `Duration`'s own `Debug`.
+    #[test]
+    fn timed_launches_count_as_launches_with_their_device_time() {
+        let line =
+            |nanos: u64, name: &str| format!("| {:<10?} | {name}", Duration::from_nanos(nanos));
+        let mut tally = KernelTally::default();
+        assert!(tally.record(&line(1_500, "matmul_entry<f32, f32>")));
+        let before = tally.clone();
+        for (nanos, name) in [
+            (12_345_678, "matmul_entry<f32, f32>"),
+            (870, "read_forward_kernel<f32>"),
+            (2_000_000_001, "read_forward_kernel<f32>"),
+            (40_250, "matmul_entry<f32, f32>"),
+        ] {
+            assert!(tally.record(&line(nanos, name)), "{}", line(nanos, name));
+        }
+        for noise in ["|⎺⎺⎺⎺| ", "| Name | Num Computed |", "| soon | kernel"] {
+            assert!(!tally.record(noise), "not a timed launch: {noise}");
+        }
+        let since = tally.since(&before);
+        assert_eq!(since.launched, 4);
+        assert_eq!(since.launched_by_name["read_forward_kernel"], 2);
+        assert_eq!(since.device_ns, 12_345_678 + 870 + 2_000_000_001 + 40_250);
+        assert_eq!(since.device_ns_by_name["matmul_entry"], 12_345_678 + 40_250);
+        assert_eq!(
+            since.device_ns_by_name["read_forward_kernel"],
+            2_000_000_871
+        );
+        assert_eq!(tally.device_ns_by_name["matmul_entry"], 12_387_428);
     }
 }

@@ -21,3 +21,4 @@ pub mod gpu_check;
 pub mod heap;
 pub mod heartbeat;
 pub mod kernel_events;
+pub mod kernel_times;

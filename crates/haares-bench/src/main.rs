@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use haares_bench::analytic::{params_table, sources_table};
 use haares_bench::cost::paired::{PairedArgs, run_paired, write_paired_run};
 use haares_bench::cost::peer::PeerMatmul;
-use haares_bench::cost::worker::{RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
+use haares_bench::cost::worker::{KernelLog, RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
 use haares_bench::cost::{CostSpec, Family, Preset, SizeArgs, run_cost, write_cost_run};
 use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
 use haares_bench::flops::flops_table;
@@ -207,6 +207,10 @@ struct FirstStepArgs {
         default_value = "standard,block-attnres,haares"
     )]
     methods: Vec<String>,
+    /// Log every launch with its device time (each kernel then runs alone) and report where a
+    /// steady step's device time goes, by phase and kernel; the step times are then not real.
+    #[arg(long)]
+    kernel_times: bool,
     /// Output path without extension [default: runs/bench/first-step-<backend>].
     #[arg(long)]
     out: Option<PathBuf>,
@@ -225,6 +229,7 @@ fn first_step(args: FirstStepArgs) -> Result<String, String> {
         seq: args.seq,
         steps: args.steps,
         methods: args.methods,
+        kernel_times: args.kernel_times,
     };
     let run = run_first_step(&spec, &out, |line| eprintln!("{line}"))?;
     eprintln!("wrote {0}.md and {0}.json", out.display());
@@ -285,15 +290,15 @@ fn cost_worker(backend: &str, task: &str) -> Result<String, String> {
     let kind: BackendKind = backend.parse().map_err(|e: TrainError| e.to_string())?;
     let task: WorkerTask =
         serde_json::from_str(task).map_err(|e| format!("invalid worker task: {e}"))?;
-    count_kernel_events(kind, task.counts_launches())?;
+    count_kernel_events(kind, task.kernel_log())?;
     let result = dispatch(kind, Worker { task, started }).map_err(|e| e.to_string())?;
     let json = serde_json::to_string(&result).map_err(|e| e.to_string())?;
     Ok(format!("{RESULT_PREFIX}{json}\n"))
 }
 
 /// On the cube backends, CubeCL's compilations and autotune runs are counted (the first-step
-/// anatomy), and with `launches` every kernel launch; set up before the first kernel.
-fn count_kernel_events(kind: BackendKind, launches: bool) -> Result<(), String> {
+/// anatomy), and every kernel launch as `launches` says; set up before the first kernel.
+fn count_kernel_events(kind: BackendKind, launches: KernelLog) -> Result<(), String> {
     #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
     let _ = launches;
     if kind.is_cube() {
@@ -301,8 +306,9 @@ fn count_kernel_events(kind: BackendKind, launches: bool) -> Result<(), String> 
         {
             use haares_train::kernel_cache::{KernelEvents, configure_cube_runtime};
             let events = match launches {
-                true => KernelEvents::ToLogCrateWithLaunches,
-                false => KernelEvents::ToLogCrate,
+                KernelLog::Off => KernelEvents::ToLogCrate,
+                KernelLog::Launches => KernelEvents::ToLogCrateWithLaunches,
+                KernelLog::Times => KernelEvents::ToLogCrateWithTimes,
             };
             configure_cube_runtime(events).map_err(|e| e.to_string())?;
             if !haares_bench::kernel_events::install() {

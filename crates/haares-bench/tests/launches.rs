@@ -141,3 +141,67 @@ fn cost_counts_launches_in_a_worker_of_its_own_unless_told_not_to() {
         "{stdout}"
     );
 }
+
+/// `first-step --kernel-times` times every launch on the device and counts the same launches as a
+/// counting worker: timing a kernel must not change which kernels a step launches.
+#[test]
+fn first_step_times_each_kernel_of_a_steady_step_on_the_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, times: bool| -> (serde_json::Value, String) {
+        let out = dir.path().join(name);
+        let mut args = vec![
+            "first-step",
+            "--backend",
+            "wgpu",
+            "--layers",
+            "2",
+            "--blocks",
+            "2",
+            "--batch",
+            "2",
+            "--seq",
+            "16",
+            "--steps",
+            "2",
+            "--methods",
+            "haares",
+            "--out",
+        ];
+        args.push(out.to_str().unwrap());
+        if times {
+            args.push("--kernel-times");
+        }
+        let (ok, stdout, stderr) = bench(&args);
+        assert!(ok, "{stderr}");
+        let text = std::fs::read_to_string(out.with_extension("json")).unwrap();
+        (serde_json::from_str(&text).unwrap(), stdout)
+    };
+    let (counted, _) = run("counted", false);
+    let (timed, stdout) = run("timed", true);
+    assert_eq!(
+        launches(&timed),
+        launches(&counted),
+        "the same launches, timed or not"
+    );
+    let second = &timed["samples"][0][1]["anatomy"]["kernels"]["second_step"];
+    for phase in second.as_array().unwrap() {
+        let total = phase["device_ns"].as_u64().unwrap();
+        assert!(total > 0, "a phase without device time: {phase}");
+        let by_name = phase["device_ns_by_name"].as_object().unwrap();
+        let summed: u64 = by_name.values().map(|ns| ns.as_u64().unwrap()).sum();
+        assert_eq!(summed, total, "the kernels' times add up to the phase's");
+        for name in by_name.keys() {
+            assert!(
+                phase["launched_by_name"][name].as_u64().unwrap() > 0,
+                "{name}"
+            );
+        }
+    }
+    let untimed = &counted["samples"][0][1]["anatomy"]["kernels"]["second_step"][1];
+    assert_eq!(untimed["device_ns"], 0, "a counting worker times nothing");
+    assert!(
+        stdout.contains("Device time of a steady step's kernels"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("| HAARES | 2 |"), "{stdout}");
+}

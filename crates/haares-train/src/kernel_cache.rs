@@ -53,6 +53,10 @@ pub enum KernelEvents {
     /// and sends it to CubeCL's logging thread, a cost of its own on the host: for counting
     /// launches, not for timing steps.
     ToLogCrateWithLaunches,
+    /// [`Self::ToLogCrate`], and every kernel launched with its device time (`| <duration> |
+    /// <name>`, CubeCL's profiling log at its basic level). Each launch then runs alone, waited
+    /// for and timed on the device: for where a step's device time goes, not for its wall time.
+    ToLogCrateWithTimes,
 }
 
 #[cfg(any(feature = "cuda", feature = "wgpu"))]
@@ -96,8 +100,14 @@ mod cube {
             raise_level(&mut value["compilation"]["logger"], "basic");
             raise_level(&mut value["autotune"]["logger"], "minimal");
         }
-        if events == KernelEvents::ToLogCrateWithLaunches {
-            raise_level(&mut value["profiling"]["logger"], "minimal");
+        match events {
+            KernelEvents::ToLogCrateWithLaunches => {
+                raise_level(&mut value["profiling"]["logger"], "minimal")
+            }
+            KernelEvents::ToLogCrateWithTimes => {
+                raise_level(&mut value["profiling"]["logger"], "basic")
+            }
+            KernelEvents::Quiet | KernelEvents::ToLogCrate => {}
         }
         let config: CubeClRuntimeConfig =
             serde_json::from_value(value).map_err(|e| format!("CubeCL configuration: {e}"))?;
@@ -116,8 +126,13 @@ mod cube {
 
     /// Adds the `log` crate as a sink, at `level` unless the user asked for more detail.
     fn raise_level(logger: &mut Value, level: &str) {
+        // CubeCL's log levels, least detail first (each logger takes some of them).
+        const DETAIL: [&str; 5] = ["disabled", "minimal", "basic", "medium", "full"];
+        let detail = |level: Option<&str>| {
+            level.and_then(|level| DETAIL.iter().position(|known| *known == level))
+        };
         logger["log"] = json!("info");
-        if matches!(logger["level"].as_str(), None | Some("disabled")) {
+        if detail(logger["level"].as_str()).unwrap_or(0) < detail(Some(level)).unwrap_or(0) {
             logger["level"] = json!(level);
         }
     }

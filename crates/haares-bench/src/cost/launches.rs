@@ -11,6 +11,7 @@ use haares_core::ModelFamily;
 use serde::{Deserialize, Serialize};
 
 use super::summary::method_with_path;
+use super::worker::KernelLog;
 use super::{CostRun, CostSpec};
 
 /// The kernels one steady training step of a method launched.
@@ -48,7 +49,7 @@ pub fn count_launches(
     family: ModelFamily,
     method: &str,
 ) -> Result<Option<LaunchCount>, String> {
-    let sample = spec.train_worker(family, method, 2, true)?;
+    let sample = spec.train_worker(family, method, 2, KernelLog::Launches)?;
     let per_phase = sample
         .anatomy
         .and_then(|anatomy| anatomy.kernels)

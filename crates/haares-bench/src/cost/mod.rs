@@ -27,7 +27,7 @@ use haares_train::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
 use crate::flops::flops_per_token;
-use worker::{RESULT_PREFIX, TrainSample, WorkerResult, WorkerTask};
+use worker::{KernelLog, RESULT_PREFIX, TrainSample, WorkerResult, WorkerTask};
 
 /// A cost-protocol run: what to measure and how long.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -160,17 +160,17 @@ impl CostSpec {
 
     /// K training steps of `method` in `family`, measured by a fresh worker process.
     pub fn measure(&self, family: ModelFamily, method: &str) -> Result<TrainSample, String> {
-        self.train_worker(family, method, self.steps, false)
+        self.train_worker(family, method, self.steps, KernelLog::Off)
     }
 
     /// `steps` training steps of `method` in `family` by a fresh worker process, which counts
-    /// every kernel it launches when `count_launches` holds (on a cube backend).
+    /// logging each kernel launch as `kernel_log` says (on a cube backend).
     pub fn train_worker(
         &self,
         family: ModelFamily,
         method: &str,
         steps: usize,
-        count_launches: bool,
+        kernel_log: KernelLog,
     ) -> Result<TrainSample, String> {
         let task = WorkerTask::Train {
             config: self.model(family, method)?,
@@ -178,7 +178,7 @@ impl CostSpec {
             batch: self.batch,
             seq: self.seq,
             steps,
-            count_launches,
+            kernel_log,
         };
         match run_worker(&self.backend, &task)? {
             WorkerResult::Train(sample) => Ok(sample),

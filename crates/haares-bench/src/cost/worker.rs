@@ -36,10 +36,11 @@ pub enum WorkerTask {
         seq: usize,
         /// Steps K.
         steps: usize,
-        /// Whether the worker logs and counts every kernel launch on a cube backend (for the
-        /// launch counts; it slows the host side, so timing workers do not).
+        /// What the worker logs of every kernel launch on a cube backend (counting launches
+        /// slows the host side and timing them serialises the device, so timing workers log
+        /// neither).
         #[serde(default)]
-        count_launches: bool,
+        kernel_log: KernelLog,
     },
     /// The initial and a perturbed model, with our logits, for the PyTorch peer.
     Export(super::export::ExportTask),
@@ -50,6 +51,19 @@ pub enum WorkerTask {
         /// Timed repetitions after one warm-up.
         reps: usize,
     },
+}
+
+/// What a training worker logs of each kernel launch on a cube backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KernelLog {
+    /// Nothing: the step times are the device's own.
+    #[default]
+    Off,
+    /// Every launch, counted by kernel.
+    Launches,
+    /// Every launch with its device time: each kernel then runs alone, so the step's wall time
+    /// is no longer its real one.
+    Times,
 }
 
 /// A worker's answer, printed as one JSON line after [`RESULT_PREFIX`].
@@ -118,15 +132,12 @@ pub struct ValidationCost {
 pub const RESULT_PREFIX: &str = "HAARES-COST-RESULT ";
 
 impl WorkerTask {
-    /// Whether the worker counts kernel launches.
-    pub fn counts_launches(&self) -> bool {
-        matches!(
-            self,
-            WorkerTask::Train {
-                count_launches: true,
-                ..
-            }
-        )
+    /// What the worker logs of each kernel launch.
+    pub fn kernel_log(&self) -> KernelLog {
+        match self {
+            WorkerTask::Train { kernel_log, .. } => *kernel_log,
+            _ => KernelLog::Off,
+        }
     }
 }
 

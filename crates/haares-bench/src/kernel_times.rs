@@ -1,0 +1,144 @@
+//! Where a steady step's device time goes: `haares-bench first-step --kernel-times` logs every
+//! launch of each worker with its device time (CubeCL's profiling log at its basic level,
+//! [`crate::kernel_events`]), and this module reports the second step's, by phase and by kernel.
+//!
+//! Each launch then runs alone: CubeCL waits for it and times it on the device. The sum is the
+//! kernels' own time, without the gaps between launches, and the step's wall time in such a
+//! worker is not its real one. A step's real time (the cost protocol's) minus this sum is what
+//! launching costs, which is what decides whether fewer launches or faster kernels come next.
+
+use std::fmt::Write as _;
+
+use crate::cost::summary::method_with_path;
+use crate::first_step::FirstStepRun;
+use crate::kernel_events::KernelTally;
+
+/// Kernels named per row of the table, largest device time first.
+const LARGEST: usize = 5;
+
+/// The markdown table: per method and depth, the second step's device time by phase, its
+/// launches, the mean device time per launch, and the kernels that took most of it. Empty when
+/// no worker logged times.
+pub fn kernel_times_table(run: &FirstStepRun) -> String {
+    let mut rows = String::new();
+    for (layers, sample) in &run.samples {
+        let Some(second) = sample
+            .anatomy
+            .as_ref()
+            .and_then(|a| a.kernels.as_ref())
+            .and_then(|k| k.second_step.as_ref())
+        else {
+            continue;
+        };
+        if second.iter().all(|phase| phase.device_ns == 0) {
+            continue;
+        }
+        let mut step = KernelTally::default();
+        second.iter().for_each(|phase| step.add(phase));
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let phases: Vec<String> = second
+            .iter()
+            .map(|p| format!("{:.1}", ms(p.device_ns)))
+            .collect();
+        let _ = writeln!(
+            rows,
+            "| {} | {layers} | {:.1} ({}) | {} | {:.1} | {} |",
+            method_with_path(&sample.method),
+            ms(step.device_ns),
+            phases.join(" + "),
+            step.launched,
+            step.device_ns as f64 / 1e3 / step.launched.max(1) as f64,
+            largest_kernels(&step)
+        );
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nDevice time of a steady step's kernels (the second step; `--kernel-times`): every \
+         launch ran alone and was timed on the device, so this is the kernels' own time without \
+         the gaps between launches. A real step (the cost protocol's) minus this is what \
+         launching costs.\n\n\
+         | method | L | device ms (fwd + bwd + upd) | launches | µs per launch | largest shares |\n\
+         |---|---|---|---|---|---|\n{rows}"
+    )
+}
+
+/// The [`LARGEST`] kernels by device time: `name share% (launches)`.
+fn largest_kernels(step: &KernelTally) -> String {
+    let mut by_time: Vec<(&String, &u64)> = step.device_ns_by_name.iter().collect();
+    by_time.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    by_time
+        .iter()
+        .take(LARGEST)
+        .map(|&(name, &ns)| {
+            let share = 100.0 * ns as f64 / step.device_ns.max(1) as f64;
+            let launches = step.launched_by_name.get(name).copied().unwrap_or(0);
+            format!("`{name}` {share:.0}% ({launches})")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::first_step::FirstStepSpec;
+    use crate::first_step::tests::sample_with;
+    use haares_core::ModelFamily;
+
+    /// A phase's tally: `(kernel, launches, device µs)` each.
+    fn phase(kernels: &[(&str, usize, u64)]) -> KernelTally {
+        let mut tally = KernelTally::default();
+        for &(name, launches, micros) in kernels {
+            tally.launched += launches;
+            tally.device_ns += micros * 1000;
+            tally.launched_by_name.insert(name.into(), launches);
+            tally.device_ns_by_name.insert(name.into(), micros * 1000);
+        }
+        tally
+    }
+
+    fn run(samples: Vec<(usize, crate::cost::worker::TrainSample)>) -> FirstStepRun {
+        let spec = FirstStepSpec {
+            backend: "wgpu".into(),
+            family: ModelFamily::Small,
+            layers: vec![12],
+            blocks: 4,
+            batch: 2,
+            seq: 16,
+            steps: 2,
+            methods: vec!["standard".into()],
+            kernel_times: true,
+        };
+        FirstStepRun { spec, samples }
+    }
+
+    #[test]
+    fn a_steady_step_is_split_by_phase_and_its_largest_kernels_named() {
+        let second = [
+            phase(&[("matmul", 4, 3000), ("rms_norm", 2, 500)]),
+            phase(&[("matmul", 8, 4000), ("attention_grad", 2, 1500)]),
+            phase(&[("adamw", 1, 1000)]),
+        ];
+        let table = kernel_times_table(&run(vec![(12, sample_with("standard", second))]));
+        // 3.5 + 5.5 + 1.0 ms over 17 launches: 588.2 µs each; matmul 7 of 10 ms.
+        let expected = "| Standard Residual | 12 | 10.0 (3.5 + 5.5 + 1.0) | 17 | 588.2 | \
+                        `matmul` 70% (12), `attention_grad` 15% (2), `adamw` 10% (1), \
+                        `rms_norm` 5% (2) |";
+        assert!(table.contains(expected), "{table}");
+    }
+
+    #[test]
+    fn workers_without_times_give_no_table() {
+        let counted = [phase(&[]), phase(&[]), phase(&[])].map(|mut tally| {
+            tally.launched = 30;
+            tally
+        });
+        assert_eq!(
+            kernel_times_table(&run(vec![(12, sample_with("standard", counted))])),
+            ""
+        );
+        assert_eq!(kernel_times_table(&run(Vec::new())), "");
+    }
+}
