@@ -147,9 +147,9 @@ fn debug_duration_ns(text: &str) -> Option<u64> {
 
 /// A launched kernel's name with at most its first type argument and never its runtime, so that
 /// launches group by kernel: CubeCL logs `KernelBinop | MulOp | WgpuRuntime` (its balanced type
-/// name format) → `KernelBinop | MulOp`, `AdamwKernel | CudaRuntime` → `AdamwKernel`, and a
-/// matrix product's dozens of type arguments → `MatmulEntry | TensorArgs`; a Rust-style
-/// `matmul_entry<f32, …>` → `matmul_entry`.
+/// name format) → `KernelBinop<MulOp>`, `AdamwKernel | CudaRuntime` → `AdamwKernel`, and a
+/// matrix product's dozens of type arguments → `MatmulEntry<TensorArgs>` (no `|`, which would
+/// split a markdown table's cell); a Rust-style `matmul_entry<f32, …>` → `matmul_entry`.
 fn kernel_name(logged: &str) -> String {
     let name = logged.trim();
     let name = name.split('<').next().unwrap_or(name);
@@ -159,10 +159,10 @@ fn kernel_name(logged: &str) -> String {
         .filter(|part| !part.is_empty() && !part.ends_with("Runtime"))
         .take(2)
         .collect();
-    if parts.is_empty() {
-        "(unnamed)".into()
-    } else {
-        parts.join(" | ")
+    match parts[..] {
+        [] => "(unnamed)".into(),
+        [name] => name.to_string(),
+        [name, argument, ..] => format!("{name}<{argument}>"),
     }
 }
 
@@ -295,11 +295,11 @@ mod tests {
             ("Executing AdamwKernel | WgpuRuntime", "AdamwKernel"),
             (
                 "Executing KernelBinop | MulOp | CudaRuntime",
-                "KernelBinop | MulOp",
+                "KernelBinop<MulOp>",
             ),
             (
                 "Executing MatmulEntry | TensorArgs | DynamicScalar | __Lhs | WgpuRuntime",
-                "MatmulEntry | TensorArgs",
+                "MatmulEntry<TensorArgs>",
             ),
         ] {
             let mut one = KernelTally::default();

@@ -49,7 +49,7 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
     assert!(ok, "{stdout}\n{stderr}");
     // Progress is printed as it goes.
     assert!(
-        stderr.contains("[gpu-check] stage 7/7 `placement` started"),
+        stderr.contains("[gpu-check] stage 8/8 `kernel-times` started"),
         "{stderr}"
     );
 
@@ -70,7 +70,8 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
             "first-step-deep",
             "cost",
             "real-run",
-            "placement"
+            "placement",
+            "kernel-times"
         ]
     );
     assert!(stages.iter().all(|(_, s)| *s == "passed"), "{stages:?}");

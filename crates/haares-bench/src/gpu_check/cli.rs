@@ -17,7 +17,7 @@ pub struct GpuCheckArgs {
     #[arg(long, default_value = "gpu", value_parser = ["gpu", "tiny"])]
     profile: String,
     /// Stages to run [default: all: facts, portability, first-step, first-step-deep, cost,
-    /// real-run, placement].
+    /// real-run, placement, kernel-times].
     #[arg(long, value_delimiter = ',')]
     stages: Option<Vec<String>>,
     /// A stage's budget in seconds, replacing the profile's, e.g. `cost=400` (repeatable).

@@ -9,7 +9,8 @@
 //! on both routing paths), `real-run` (training on the embedded corpus with a checkpoint, a kill
 //! and a resume compared with an uninterrupted run, then `eval` and `sample`), `placement` (one
 //! run on the device, then two side by side: each run's steady step and the device's throughput;
-//! docs/experiments.md, "Many runs, one per GPU"). The `gpu` profile
+//! docs/experiments.md, "Many runs, one per GPU"), `kernel-times` (a steady step's device time
+//! by phase and kernel at the paper's depth, `first-step --kernel-times`). The `gpu` profile
 //! has the paper's sizes; `tiny` runs the same stages in about 10 s on a CPU (CI runs it).
 
 pub mod cli;

@@ -19,6 +19,7 @@ pub const STAGES: &[&str] = &[
     "cost",
     "real-run",
     "placement",
+    "kernel-times",
 ];
 
 /// Sizes and budgets of a check.
@@ -34,7 +35,7 @@ pub struct Profile {
     pub(super) real_run: RealRunSizes,
     pub(super) placement: PlacementSizes,
     /// Seconds per stage, in [`STAGES`] order.
-    budgets_s: [u64; 7],
+    budgets_s: [u64; 8],
 }
 
 #[derive(Debug, Clone)]
@@ -43,6 +44,9 @@ struct FirstStepSizes {
     batch: usize,
     seq: usize,
     methods: &'static str,
+    /// The methods whose steady step's device time `kernel-times` splits by kernel, at the
+    /// deeper of `layers`.
+    timed_methods: &'static str,
 }
 
 #[derive(Debug, Clone)]
@@ -76,6 +80,7 @@ impl Profile {
                 batch: 16,
                 seq: 512,
                 methods: "haares",
+                timed_methods: "standard,block-attnres,haares",
             },
             cost_args: &[
                 "--preset",
@@ -134,7 +139,9 @@ impl Profile {
             // (overlap.sh) and may take nearly as long: 241 s on a cold H200 when it had five
             // tests, before the fused and packed kernels' checks and the matrix products where
             // a tuned build's kernels overrun (docs/decisions.md, decision 24) joined it.
-            budgets_s: [40, 480, 120, 180, 390, 150, 180],
+            // kernel-times: three workers whose every launch waits for the device (about 1,800
+            // launches a 48-layer step), after first-step-deep has compiled the kernels.
+            budgets_s: [40, 480, 120, 180, 390, 150, 180, 150],
         }
     }
 
@@ -149,6 +156,7 @@ impl Profile {
                 batch: 2,
                 seq: 16,
                 methods: "standard,haares",
+                timed_methods: "standard,haares",
             },
             cost_args: &[
                 "--preset",
@@ -189,7 +197,7 @@ impl Profile {
                 log_every: 10,
                 sets: &["d_model=32", "d_ff=64", "seq_len=32", "batch_size=4"],
             },
-            budgets_s: [60, 300, 120, 120, 180, 240, 120],
+            budgets_s: [60, 300, 120, 120, 180, 240, 120, 120],
         }
     }
 
@@ -213,8 +221,9 @@ pub fn run_stage(name: &str, spec: &CheckSpec, deadline: Instant, log: &Path) ->
     let result = match name {
         "facts" => stage.facts(),
         "portability" => stage.portability(),
-        "first-step" => stage.first_step(spec.profile.first_step.layers[0]),
-        "first-step-deep" => stage.first_step(spec.profile.first_step.layers[1]),
+        "first-step" => stage.first_step(spec.profile.first_step.layers[0], false),
+        "first-step-deep" => stage.first_step(spec.profile.first_step.layers[1], false),
+        "kernel-times" => stage.first_step(spec.profile.first_step.layers[1], true),
         "cost" => stage.cost(),
         "real-run" => super::real_run::real_run(&stage),
         "placement" => super::placement::placement(&stage),
@@ -322,11 +331,16 @@ impl Stage<'_> {
         })
     }
 
-    /// `haares-bench first-step` at `layers`: its markdown and JSON become the stage's.
-    fn first_step(&self, layers: usize) -> Result<Outcome, String> {
+    /// `haares-bench first-step` at `layers`, with `--kernel-times` where `timed` (then of the
+    /// profile's timed methods): its markdown and JSON become the stage's.
+    fn first_step(&self, layers: usize, timed: bool) -> Result<Outcome, String> {
         let sizes = &self.spec.profile.first_step;
-        let stem = self.spec.out.join(format!("first-step-{layers}"));
-        let args = [
+        let (name, methods) = match timed {
+            true => ("kernel-times", sizes.timed_methods),
+            false => ("first-step", sizes.methods),
+        };
+        let stem = self.spec.out.join(format!("{name}-{layers}"));
+        let mut args = vec![
             "first-step".to_string(),
             "--family".into(),
             "small".into(),
@@ -337,10 +351,13 @@ impl Stage<'_> {
             "--seq".into(),
             sizes.seq.to_string(),
             "--methods".into(),
-            sizes.methods.into(),
+            methods.into(),
             "--out".into(),
             stem.display().to_string(),
         ];
+        if timed {
+            args.push("--kernel-times".into());
+        }
         let finished = self.bench(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
         Ok(self.with_files(status_of(&finished), &stem))
     }
