@@ -181,7 +181,7 @@ impl CostSpec {
             kernel_log,
         };
         match run_worker(&self.backend, &task)? {
-            WorkerResult::Train(sample) => Ok(sample),
+            WorkerResult::Train(sample) => Ok(*sample),
             _ => Err("a training worker answered with something else".into()),
         }
     }

@@ -69,8 +69,8 @@ pub enum KernelLog {
 /// A worker's answer, printed as one JSON line after [`RESULT_PREFIX`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum WorkerResult {
-    /// See [`TrainSample`].
-    Train(TrainSample),
+    /// See [`TrainSample`] (boxed: its kernel tallies make it far larger than the others).
+    Train(Box<TrainSample>),
     /// Best GEMM rate in FLOP/s.
     Gemm {
         /// 2n³ / fastest repetition.
@@ -216,7 +216,7 @@ impl BackendJob for Worker {
                     .method
                     .is_routed()
                     .then(|| trainer.validation_cost(VALIDATION_REPEATS));
-                WorkerResult::Train(TrainSample {
+                WorkerResult::Train(Box::new(TrainSample {
                     method,
                     validation,
                     startup_s,
@@ -229,7 +229,7 @@ impl BackendJob for Worker {
                     anatomy: Some(recorder.finish()),
                     first_loss: losses.first().copied().unwrap_or(f64::NAN),
                     last_loss: losses.last().copied().unwrap_or(f64::NAN),
-                })
+                }))
             }
         })
     }
