@@ -27,30 +27,12 @@ fn launches(json: &serde_json::Value) -> Vec<(String, u64, [u64; 3])> {
 #[test]
 fn first_step_counts_the_launches_of_a_steady_step_by_phase_and_depth() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("first-step");
-    let (ok, stdout, stderr) = bench(&[
-        "first-step",
-        "--backend",
-        "wgpu",
-        "--layers",
+    let (json, stdout) = first_step(
+        &dir.path().join("first-step"),
         "2,4",
-        "--blocks",
-        "2",
-        "--batch",
-        "2",
-        "--seq",
-        "16",
-        "--steps",
-        "2",
-        "--methods",
         "standard,haares",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(ok, "{stderr}");
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
-            .unwrap();
+        &[],
+    );
     let counts = launches(&json);
     assert_eq!(counts.len(), 4, "{counts:?}");
     for (method, layers, phases) in &counts {
@@ -142,42 +124,51 @@ fn cost_counts_launches_in_a_worker_of_its_own_unless_told_not_to() {
     );
 }
 
+/// `first-step` on wgpu at the smallest sizes, 2 steps, writing to `out`: its JSON and stdout.
+fn first_step(
+    out: &std::path::Path,
+    layers: &str,
+    methods: &str,
+    extra: &[&str],
+) -> (serde_json::Value, String) {
+    let mut args = vec![
+        "first-step",
+        "--backend",
+        "wgpu",
+        "--blocks",
+        "2",
+        "--batch",
+        "2",
+        "--seq",
+        "16",
+        "--steps",
+        "2",
+        "--layers",
+        layers,
+        "--methods",
+        methods,
+        "--out",
+    ];
+    args.push(out.to_str().unwrap());
+    args.extend(extra);
+    let (ok, stdout, stderr) = bench(&args);
+    assert!(ok, "{stderr}");
+    let text = std::fs::read_to_string(out.with_extension("json")).unwrap();
+    (serde_json::from_str(&text).unwrap(), stdout)
+}
+
 /// `first-step --kernel-times` times every launch on the device and counts the same launches as a
 /// counting worker: timing a kernel must not change which kernels a step launches.
 #[test]
 fn first_step_times_each_kernel_of_a_steady_step_on_the_device() {
     let dir = tempfile::tempdir().unwrap();
-    let run = |name: &str, times: bool| -> (serde_json::Value, String) {
-        let out = dir.path().join(name);
-        let mut args = vec![
-            "first-step",
-            "--backend",
-            "wgpu",
-            "--layers",
-            "2",
-            "--blocks",
-            "2",
-            "--batch",
-            "2",
-            "--seq",
-            "16",
-            "--steps",
-            "2",
-            "--methods",
-            "haares",
-            "--out",
-        ];
-        args.push(out.to_str().unwrap());
-        if times {
-            args.push("--kernel-times");
-        }
-        let (ok, stdout, stderr) = bench(&args);
-        assert!(ok, "{stderr}");
-        let text = std::fs::read_to_string(out.with_extension("json")).unwrap();
-        (serde_json::from_str(&text).unwrap(), stdout)
-    };
-    let (counted, _) = run("counted", false);
-    let (timed, stdout) = run("timed", true);
+    let (counted, _) = first_step(&dir.path().join("counted"), "2", "haares", &[]);
+    let (timed, stdout) = first_step(
+        &dir.path().join("timed"),
+        "2",
+        "haares",
+        &["--kernel-times"],
+    );
     assert_eq!(
         launches(&timed),
         launches(&counted),
