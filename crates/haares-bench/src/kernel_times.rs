@@ -4,8 +4,9 @@
 //!
 //! Each launch then runs alone: CubeCL waits for it and times it on the device. The sum is the
 //! kernels' own time, without the gaps between launches, and the step's wall time in such a
-//! worker is not its real one. A step's real time (the cost protocol's) minus this sum is what
-//! launching costs, which is what decides whether fewer launches or faster kernels come next.
+//! worker is not its real one. A step's real time (the cost protocol's) minus this sum is the
+//! gaps: launching and the host's work between kernels, which is what decides whether fewer
+//! launches or faster kernels come next.
 
 use std::fmt::Write as _;
 
@@ -57,8 +58,8 @@ pub fn kernel_times_table(run: &FirstStepRun) -> String {
     format!(
         "\nDevice time of a steady step's kernels (the second step; `--kernel-times`): every \
          launch ran alone and was timed on the device, so this is the kernels' own time without \
-         the gaps between launches. A real step (the cost protocol's) minus this is what \
-         launching costs.\n\n\
+         the gaps between launches. A real step (the cost protocol's) minus this is the gaps: \
+         launching and the host's work between kernels.\n\n\
          | method | L | device ms (fwd + bwd + upd) | launches | µs per launch | largest shares |\n\
          |---|---|---|---|---|---|\n{rows}"
     )

@@ -8,6 +8,18 @@ mod common;
 
 use common::bench;
 
+/// The smallest model on wgpu, as every test here takes it: backend and sizes.
+const WGPU_TINY: [&str; 8] = [
+    "--backend",
+    "wgpu",
+    "--blocks",
+    "2",
+    "--batch",
+    "2",
+    "--seq",
+    "16",
+];
+
 /// The second step's launches of every worker, `(method, layers, [forward, backward, update])`.
 fn launches(json: &serde_json::Value) -> Vec<(String, u64, [u64; 3])> {
     json["samples"]
@@ -63,18 +75,11 @@ fn first_step_counts_the_launches_of_a_steady_step_by_phase_and_depth() {
 fn cost_counts_launches_in_a_worker_of_its_own_unless_told_not_to() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cost");
-    let sizes = [
-        "cost",
-        "--backend",
-        "wgpu",
+    let mut sizes = vec!["cost"];
+    sizes.extend(WGPU_TINY);
+    sizes.extend([
         "--layers",
         "2",
-        "--blocks",
-        "2",
-        "--batch",
-        "2",
-        "--seq",
-        "16",
         "--steps",
         "2",
         "--warmup",
@@ -85,8 +90,8 @@ fn cost_counts_launches_in_a_worker_of_its_own_unless_told_not_to() {
         "standard",
         "--gemm-size",
         "64",
-    ];
-    let mut args = sizes.to_vec();
+    ]);
+    let mut args = sizes.clone();
     args.extend(["--out", out.to_str().unwrap()]);
     let (ok, stdout, stderr) = bench(&args);
     assert!(ok, "{stderr}");
@@ -114,7 +119,7 @@ fn cost_counts_launches_in_a_worker_of_its_own_unless_told_not_to() {
     );
 
     let quiet = dir.path().join("quiet");
-    let mut args = sizes.to_vec();
+    let mut args = sizes.clone();
     args.extend(["--no-launches", "--out", quiet.to_str().unwrap()]);
     let (ok, stdout, stderr) = bench(&args);
     assert!(ok, "{stderr}");
@@ -131,16 +136,9 @@ fn first_step(
     methods: &str,
     extra: &[&str],
 ) -> (serde_json::Value, String) {
-    let mut args = vec![
-        "first-step",
-        "--backend",
-        "wgpu",
-        "--blocks",
-        "2",
-        "--batch",
-        "2",
-        "--seq",
-        "16",
+    let mut args = vec!["first-step"];
+    args.extend(WGPU_TINY);
+    args.extend([
         "--steps",
         "2",
         "--layers",
@@ -148,7 +146,7 @@ fn first_step(
         "--methods",
         methods,
         "--out",
-    ];
+    ]);
     args.push(out.to_str().unwrap());
     args.extend(extra);
     let (ok, stdout, stderr) = bench(&args);
