@@ -11,6 +11,8 @@ use super::cube::{ROW_THREADS, empty_like, per_row, primitive};
 use crate::autodiff_node::from_primitive;
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
+/// `(∂x, ∂w)`.
+type InputAndGainGrads<R, F, I, BT> = (Tensor<Cube<R, F, I, BT>, 2>, Tensor<Cube<R, F, I, BT>, 1>);
 
 /// [`ActivationBackend::rms_norm`](super::ActivationBackend::rms_norm) in one launch.
 pub(super) fn rms_norm<R, F, I, BT>(
@@ -48,7 +50,7 @@ pub(super) fn rms_norm_backward<R, F, I, BT>(
     weight: Tensor<Cube<R, F, I, BT>, 1>,
     grad: Tensor<Cube<R, F, I, BT>, 2>,
     epsilon: f64,
-) -> (Tensor<Cube<R, F, I, BT>, 2>, Tensor<Cube<R, F, I, BT>, 1>)
+) -> InputAndGainGrads<R, F, I, BT>
 where
     R: CubeRuntime,
     F: FloatElement,

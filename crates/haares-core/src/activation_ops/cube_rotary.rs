@@ -100,7 +100,7 @@ pub(super) mod kernels {
         scale: F,
         #[comptime] back: bool,
     ) -> F {
-        let even = index % 2 == 0;
+        let even = index.is_multiple_of(2);
         let mut partner = F::new(0.0);
         if even {
             partner = F::new(0.0) - x[strided(x, index + 1)];

@@ -35,6 +35,12 @@ type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 type Rows<R, F, I, BT> = Tensor<Cube<R, F, I, BT>, 2>;
 /// A read's gradients, or its inputs back for the composition.
 type BackwardOutcome<B> = Result<ReadGradients<B>, UnfusedBackward<B>>;
+/// `(∂q, ∂w)`, `∂b` where the bias is wanted and the norm's `∂g` where the read has a norm.
+type QueryBiasAndGainGrads<B> = (
+    QueryGradients<B>,
+    Option<Tensor<B, 1>>,
+    Option<Tensor<B, 1>>,
+);
 
 /// Threads that sum one column of the query's per-token gradients (a multiple of the kernel's
 /// groups of partial sums).
@@ -348,11 +354,7 @@ fn query_gradients<R, F, I, BT>(
     query: &CubeTensor<R>,
     key_weight: &CubeTensor<R>,
     bias_wanted: bool,
-) -> (
-    QueryGradients<Cube<R, F, I, BT>>,
-    Option<Tensor<Cube<R, F, I, BT>, 1>>,
-    Option<Tensor<Cube<R, F, I, BT>, 1>>,
-)
+) -> QueryBiasAndGainGrads<Cube<R, F, I, BT>>
 where
     R: CubeRuntime,
     F: FloatElement,

@@ -23,7 +23,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime};
 
 use super::cube_kernels::{adamw_kernel, sum_of_squares_kernel};
-#[cfg(test)]
+#[cfg(all(test, feature = "wgpu"))]
 use super::rule::UpdateRule;
 use super::rule::{F32Rule, Moments, Pending};
 
@@ -38,8 +38,8 @@ type Cube<R, BT> = CubeBackend<R, f32, i32, BT>;
 
 /// One parameter's update through [`update_batch`]: the updated parameter, with `moments`
 /// updated, when `B` is one of the runners' cube backends and every tensor is f32; `None`
-/// (nothing changed) otherwise.
-#[cfg(test)]
+/// (nothing changed) otherwise. Only the wgpu tests call it.
+#[cfg(all(test, feature = "wgpu"))]
 pub(crate) fn update<B: Backend>(
     rule: &UpdateRule,
     value: &Tensor<B, 1>,
