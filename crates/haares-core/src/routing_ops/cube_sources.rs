@@ -15,8 +15,10 @@ use super::cube_rows::kernels::{
 use crate::cuda_sources::{CudaSources, elementwise_cube, float, settings, tensor, tensors};
 
 /// Slot counts the sources are compiled at: a HAARES read's first (the embedding, a block's sum
-/// and its detail) and the most one launch reads on CUDA. Each count is a kernel of its own.
-const SLOT_COUNTS: [usize; 2] = [3, MAX_SLOTS_PER_LAUNCH];
+/// and its detail), the widest read of the paper's runs (HAARES at N = 4 blocks: the embedding,
+/// three completed pairs and the active pair, `2N + 1`), and the most one launch reads on CUDA.
+/// Each count is a kernel of its own.
+const SLOT_COUNTS: [usize; 3] = [3, 9, MAX_SLOTS_PER_LAUNCH];
 
 /// Adds every routing kernel: the fused reads' (forward, backward, the query's gradients), the
 /// writes' and the row kernels.
