@@ -1,6 +1,6 @@
 //! The CubeCL kernels of `cube.rs` (the routing operator's row dots and weighted sums), in a file
 //! of their own because CubeCL's `Tensor` is not Burn's; `partial_dots` is shared with the read
-//! kernels (`cube_read_kernels.rs`).
+//! kernels (`cube_read_kernels.rs`), and so is [`total_slots`].
 
 use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
@@ -9,7 +9,7 @@ use burn_cubecl::cubecl::prelude::*;
 /// `vector_offset`) at `token`: `partials[s · threads + lane] = Σ_{k ≡ lane} slots[s][token, k]
 /// · v[k]`, the threads striding over the width. `v` is the row itself, or with `weighted` its
 /// product with the `[1, d]` row `weight` (the folded query `q ⊙ w`, formed as the tensor product
-/// forms it). The caller syncs the cube and sums.
+/// forms it). The caller syncs the cube and sums ([`slot_total`], [`total_slots`]).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn partial_dots<F: Float>(
@@ -77,12 +77,39 @@ pub(super) fn row_dots_kernel<F: Float>(
     );
     sync_cube();
     if lane < count {
-        let mut total = F::new(0.0);
-        for thread in 0..threads {
-            total += partials[lane * threads + thread];
-        }
+        let total = slot_total::<F>(&partials, lane, threads);
         output[lane * output.stride(0) + token * output.stride(1)] = total / F::cast_from(divisor);
     }
+}
+
+/// Slot `slot`'s dot product: the sum of its threads' partials from [`partial_dots`], in the
+/// threads' order.
+#[cube]
+fn slot_total<F: Float>(partials: &SharedMemory<F>, slot: usize, #[comptime] threads: usize) -> F {
+    let mut total = F::new(0.0);
+    for thread in 0..threads {
+        total += partials[slot * threads + thread];
+    }
+    total
+}
+
+/// Every slot's dot product into the slot's first partial, `partials[s · threads]`, for one
+/// thread to read after the cube's barrier that ends this function. Each slot is summed by a
+/// thread of its own ([`slot_total`]), so a read over `S` slots waits for one slot's sum, not
+/// for `S` of them in a row; the order within a slot, and so every bit, is one thread's.
+#[cube]
+pub(super) fn total_slots<F: Float>(
+    partials: &mut SharedMemory<F>,
+    lane: usize,
+    #[comptime] count: usize,
+    #[comptime] threads: usize,
+) {
+    let mut slot = lane;
+    while slot < count {
+        partials[slot * threads] = slot_total::<F>(partials, slot, threads);
+        slot += threads;
+    }
+    sync_cube();
 }
 
 /// `out[n, k] = Σ_s weights[s, n] · slots[s][n, k]`: one thread per output element, reading each

@@ -5,17 +5,8 @@ use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 
 pub(super) use super::cube_kernels::partial_dots;
+use super::cube_kernels::total_slots;
 use crate::activation_ops::cube::kernels::reduce;
-
-/// Slot `slot`'s dot product: the sum of its threads' partials from [`partial_dots`].
-#[cube]
-fn slot_total<F: Float>(partials: &SharedMemory<F>, slot: usize, #[comptime] threads: usize) -> F {
-    let mut total = F::new(0.0);
-    for thread in 0..threads {
-        total += partials[slot * threads + thread];
-    }
-    total
-}
 
 /// One cube per token `n`: `dot_s = u · raw_s[n]` with `u = q ⊙ w` reduced in shared memory,
 /// then (one thread) `z'_s = dot_s · c_s / √(m_s + ε)`, `α = softmax_s(z' + b)`, then every
@@ -68,10 +59,11 @@ pub(super) fn read_forward_kernel<F: Float>(
         threads,
     );
     sync_cube();
+    total_slots::<F>(&mut partials, lane, count, threads);
     if lane == 0 {
         #[unroll]
         for slot in 0..count {
-            let dot = slot_total::<F>(&partials, slot, threads);
+            let dot = partials[slot * threads];
             let mean_square = mean_squares.index(slot);
             let m = mean_square[token * mean_square.stride(0)];
             let scale = scale_at::<F>(scales, scaled, token, slot);
@@ -275,11 +267,12 @@ pub(super) fn read_backward_kernel<F: Float>(
         );
     }
     sync_cube();
+    total_slots::<F>(&mut partials, lane, count, threads);
     if lane == 0 {
         let mut along = F::new(0.0);
         #[unroll]
         for slot in 0..count {
-            let dot = slot_total::<F>(&partials, slot, threads);
+            let dot = partials[slot * threads];
             let scale = scale_at::<F>(scales, scaled, token, slot);
             let at = slot * weights.stride(0) + token * weights.stride(1);
             let mut weight_grad = dot * scale;
