@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{TINY_MODEL, TINY_ORDER, bench, tiny_cost};
+use common::{TINY_ORDER, bench, tiny_cost, tiny_model};
 
 #[test]
 fn cost_runs_end_to_end_and_writes_valid_json() {
@@ -149,7 +149,7 @@ fn paired_alternates_two_methods_and_reports_the_ratio() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("paired");
     let mut args = vec!["paired"];
-    args.extend(TINY_MODEL);
+    args.extend(tiny_model());
     args.extend([
         "--methods",
         "block-attnres,haares",

@@ -6,19 +6,10 @@
 
 mod common;
 
-use common::bench;
+use common::{TINY_SIZES, bench};
 
-/// The smallest model on wgpu, as every test here takes it: backend and sizes.
-const WGPU_TINY: [&str; 8] = [
-    "--backend",
-    "wgpu",
-    "--blocks",
-    "2",
-    "--batch",
-    "2",
-    "--seq",
-    "16",
-];
+/// The smallest model on wgpu, as every test here takes it, at the depth a test names.
+const WGPU: [&str; 2] = ["--backend", "wgpu"];
 
 /// The second step's launches of every worker, `(method, layers, [forward, backward, update])`.
 fn launches(json: &serde_json::Value) -> Vec<(String, u64, [u64; 3])> {
@@ -76,7 +67,8 @@ fn cost_counts_launches_in_a_worker_of_its_own_unless_told_not_to() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cost");
     let mut sizes = vec!["cost"];
-    sizes.extend(WGPU_TINY);
+    sizes.extend(WGPU);
+    sizes.extend(TINY_SIZES);
     sizes.extend([
         "--layers",
         "2",
@@ -137,7 +129,8 @@ fn first_step(
     extra: &[&str],
 ) -> (serde_json::Value, String) {
     let mut args = vec!["first-step"];
-    args.extend(WGPU_TINY);
+    args.extend(WGPU);
+    args.extend(TINY_SIZES);
     args.extend([
         "--steps",
         "2",

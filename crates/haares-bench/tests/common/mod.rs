@@ -16,26 +16,24 @@ pub fn bench(args: &[&str]) -> (bool, String, String) {
     )
 }
 
-/// The tiny model on NdArray, as `cost` and `paired` take it: backend and sizes.
+/// The tiny model's sizes, at whatever depth a test names: blocks, batch rows, context.
 #[allow(dead_code)]
-pub const TINY_MODEL: [&str; 10] = [
-    "--backend",
-    "ndarray",
-    "--layers",
-    "2",
-    "--blocks",
-    "2",
-    "--batch",
-    "2",
-    "--seq",
-    "16",
-];
+pub const TINY_SIZES: [&str; 6] = ["--blocks", "2", "--batch", "2", "--seq", "16"];
+
+/// The tiny model on NdArray, as `cost` and `paired` take it: backend, two layers and
+/// [`TINY_SIZES`].
+#[allow(dead_code)]
+pub fn tiny_model() -> Vec<&'static str> {
+    let mut args = vec!["--backend", "ndarray", "--layers", "2"];
+    args.extend(TINY_SIZES);
+    args
+}
 
 /// A cost run small enough for a test: the tiny model, three methods, two repeats.
 #[allow(dead_code)]
 pub fn tiny_cost() -> Vec<&'static str> {
     let mut args = vec!["cost"];
-    args.extend(TINY_MODEL);
+    args.extend(tiny_model());
     args.extend([
         "--family",
         "small",
