@@ -268,7 +268,8 @@ macro_rules! cube_backend_tests {
         $tolerance:expr,
         $products:expr,
         $auto_fused:expr,
-        $missing:literal
+        $missing:literal,
+        [$($needs_device:meta)?]
     ) => {
         mod $name {
             use burn::backend::Autodiff;
@@ -278,6 +279,7 @@ macro_rules! cube_backend_tests {
             type Cube = $backend;
 
             #[test]
+            $(#[$needs_device])?
             fn passes_the_numerical_checks() {
                 let device = Default::default();
                 let probe = std::panic::catch_unwind(|| {
@@ -303,17 +305,20 @@ macro_rules! cube_backend_tests {
             }
 
             #[test]
+            $(#[$needs_device])?
             fn row_dot_kernels_and_plain_primitive_match_f64_sums() {
                 super::kernels::row_dots_match::<Cube>();
             }
 
             #[test]
+            $(#[$needs_device])?
             fn read_kernels_match_the_composition() {
                 super::kernels::read_forward_matches_the_composition::<Cube>();
                 super::kernels::read_backward_matches_the_composition::<Cube>();
             }
 
             #[test]
+            $(#[$needs_device])?
             fn row_kernels_match_f64() {
                 super::rows::mean_squares_and_their_gradients_match::<Cube>();
                 super::rows::added_scaled_rows_match::<Cube>();
@@ -323,6 +328,7 @@ macro_rules! cube_backend_tests {
             }
 
             #[test]
+            $(#[$needs_device])?
             fn weighted_sum_and_total_kernels_and_plain_primitives_match_f64_sums() {
                 super::kernels::weighted_sums_match::<Cube>();
             }
@@ -331,6 +337,7 @@ macro_rules! cube_backend_tests {
             /// plain operations; NaN in, NaN out. The kernels round as f32 does (CubeCL's
             /// accurate `exp`, no fast math), within a few roundings of Flex's loops.
             #[test]
+            $(#[$needs_device])?
             fn activation_kernels_match_f64_and_the_plain_operations() {
                 use super::activation_checks::*;
                 swiglu_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
@@ -341,6 +348,7 @@ macro_rules! cube_backend_tests {
             }
 
             #[test]
+            $(#[$needs_device])?
             fn activation_nodes_match_autodiff_of_the_plain_operations() {
                 super::activation_checks::nodes_agree_with_autodiff_of_the_plain_operations::<
                     Autodiff<Cube>,
@@ -353,6 +361,7 @@ macro_rules! cube_backend_tests {
             /// Causal attention's kernel pair (one launch forward, two backward) against f64,
             /// and the fused node's gradients.
             #[test]
+            $(#[$needs_device])?
             fn attention_kernels_match_f64() {
                 super::attention_checks::attention_pair_agrees_with_f64::<Cube>(2e-5);
                 super::attention_checks::attention_gradients_agree_with_f64::<Autodiff<Cube>>(2e-5);
@@ -362,6 +371,7 @@ macro_rules! cube_backend_tests {
             /// The packed projections' join and split kernels against f64, and the packed
             /// sublayers' nodes against the separate projections, output and every gradient.
             #[test]
+            $(#[$needs_device])?
             fn packed_projection_kernels_match_f64_and_the_separate_projections() {
                 super::packed_checks::packed_primitives_agree_with_f64::<Cube>(1e-5);
                 super::packed_checks::packed_sublayers_agree_with_the_separate_projections::<
@@ -373,6 +383,7 @@ macro_rules! cube_backend_tests {
             /// The weighted cross-entropy's kernels (one launch each way) against f64, and the
             /// fused node's gradient.
             #[test]
+            $(#[$needs_device])?
             fn cross_entropy_kernels_match_f64() {
                 super::cross_entropy_checks::cross_entropy_pair_agrees_with_f64::<Cube>(2e-6);
                 super::cross_entropy_checks::cross_entropy_gradient_agrees_with_f64::<
@@ -383,6 +394,7 @@ macro_rules! cube_backend_tests {
             /// Burn's matrix product where cubek-matmul 0.2.0's double-buffered and specialized
             /// kernels overrun the contraction: in an autotuned build they are candidates.
             #[test]
+            $(#[$needs_device])?
             fn matrix_products_match_f64_at_odd_stage_counts() {
                 let (contractions, tolerance) = $products;
                 super::matmul_checks::products_agree_with_f64_at_odd_stage_counts::<Cube>(
@@ -392,6 +404,7 @@ macro_rules! cube_backend_tests {
             }
 
             #[test]
+            $(#[$needs_device])?
             fn the_operator_on_kernels_matches_the_cpu_reference_read_and_its_gradients() {
                 super::kernels::operator_matches_the_reference_read::<Autodiff<Cube>>();
             }
@@ -432,7 +445,8 @@ cube_backend_tests!(
     (crate::matmul_checks::EVERY_STAGE_DEPTH, 1e-4),
     false,
     "no wgpu adapter: install a Vulkan driver (Debian: `apt-get install mesa-vulkan-drivers` \
-     for the lavapipe software device) or run without `--features wgpu`"
+     for the lavapipe software device)",
+    [ignore = "needs a wgpu adapter: cargo test --workspace -- --ignored wgpu"]
 );
 
 #[cfg(feature = "cuda")]
@@ -443,9 +457,12 @@ cube_backend_tests!(
     (crate::matmul_checks::TENSOR_CORE_STAGE_DEPTHS, 5e-3),
     true,
     "no CUDA device: run on a machine with an NVIDIA GPU and its driver, or without \
-     `--features cuda`"
+     `--features cuda`",
+    []
 );
 
+#[path = "f32/checkpoints.rs"]
+mod f32_checkpoints;
 #[cfg(feature = "cube")]
 #[path = "cube/kernels.rs"]
 mod kernels;

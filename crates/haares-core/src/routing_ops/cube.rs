@@ -372,4 +372,4 @@ where
 /// view by hand: its values must be the f64 sums, and its padding must stay untouched.
 #[cfg(all(test, feature = "wgpu"))]
 #[path = "cube_tests.rs"]
-mod tests;
+mod wgpu_tests;

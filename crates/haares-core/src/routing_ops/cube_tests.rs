@@ -59,6 +59,7 @@ fn slots() -> Vec<CubeTensor<WgpuRuntime>> {
 }
 
 #[test]
+#[ignore = "needs a wgpu adapter: cargo test --workspace -- --ignored wgpu"]
 fn weighted_sum_writes_a_pitched_output() {
     let (tokens, d, count) = (TOKENS, D, COUNT);
     let slots = slots();
@@ -79,6 +80,7 @@ fn weighted_sum_writes_a_pitched_output() {
 }
 
 #[test]
+#[ignore = "needs a wgpu adapter: cargo test --workspace -- --ignored wgpu"]
 fn row_dots_write_a_pitched_output() {
     let (tokens, d, count) = (TOKENS, D, COUNT);
     let slots = slots();

@@ -273,7 +273,7 @@ fn launch_update<R: CubeRuntime>(
 /// The kernels against the plain operations on wgpu (lavapipe in CI): `cargo test -p haares-train
 /// --features wgpu --lib`.
 #[cfg(all(test, feature = "wgpu"))]
-mod tests {
+mod wgpu_tests {
     use burn::tensor::{Tensor, TensorData};
 
     use super::super::rule::{AdamWSettings, Moments, Pending, UpdateRule, update_plain};
@@ -283,6 +283,7 @@ mod tests {
 
     /// More elements than one cube holds.
     #[test]
+    #[ignore = "needs a wgpu adapter: cargo test --workspace -- --ignored wgpu"]
     fn the_kernel_gives_the_plain_operations_bits() {
         checks::gives_the_plain_operations_bits(super::update::<Wgpu>, 70_001);
     }
@@ -314,6 +315,7 @@ mod tests {
     /// own after a parameter that does not decay (a launch ends at each): after two steps (the
     /// second clipped), every parameter and moment has the plain operations' bits.
     #[test]
+    #[ignore = "needs a wgpu adapter: cargo test --workspace -- --ignored wgpu"]
     fn a_batch_gives_each_parameters_plain_bits() {
         let lengths: Vec<usize> = (0..37)
             .map(|i| [1, 255, 256, 257, 3_001][i % 5] + i)
@@ -376,6 +378,7 @@ mod tests {
     /// Gradients shorter than, as long as, and longer than the cube, more of them than one launch
     /// takes, against f64 sums.
     #[test]
+    #[ignore = "needs a wgpu adapter: cargo test --workspace -- --ignored wgpu"]
     fn squared_norms_match_f64_sums() {
         let lengths: Vec<usize> = (0..40).map(|i| [1, 255, 256, 257, 70_001][i % 5]).collect();
         let gradients: Vec<Tensor<Wgpu, 1>> = lengths

@@ -4,12 +4,10 @@
 //! Like `gpu_check.rs`, this needs the `haares-train` and `portability` binaries of the same build
 //! (`cargo test --workspace` builds them).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::gpu::{packed_summary, portability_bin, train_bin};
+use crate::common::gpu::{packed_summary, portability_bin, train_bin};
 use serde_json::Value;
 
 fn gpu_script(name: &str) -> PathBuf {

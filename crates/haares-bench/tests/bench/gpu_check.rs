@@ -5,12 +5,10 @@
 //! It needs the `haares-train` binary and the core's `portability` test binary from the same
 //! build; `cargo test --workspace` (the README's test command) builds both before any test runs.
 
-mod common;
-
 use std::path::Path;
 
-use common::bench;
-use common::gpu::{portability_bin, train_bin};
+use crate::common::bench;
+use crate::common::gpu::{portability_bin, train_bin};
 use serde_json::Value;
 
 fn check(out: &Path, extra: &[&str]) -> (bool, String, String) {

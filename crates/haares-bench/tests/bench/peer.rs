@@ -2,12 +2,10 @@
 //! PyTorch, with a stand-in interpreter that answers as the peer does, and (ignored unless
 //! PyTorch is installed) with the real peer script.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use common::{TINY_ORDER, bench, tiny_cost};
+use crate::common::{TINY_ORDER, bench, tiny_cost};
 
 /// Runs the tiny cost protocol, with the values of `overrides` (flag, value) in place of its own,
 /// and the peer at `python`; `(success, stderr, json, markdown)`.

@@ -1,5 +1,6 @@
-//! Checkpoints of f32 models. Its own test binary: NdArray<f32> and NdArray<f64> share one CPU
-//! device whose default float type is process-wide, so f32 and f64 tests must not run in one process.
+//! Checkpoints of f32 models. In the portability binary, not the core suite's: NdArray<f32> and
+//! NdArray<f64> share one CPU device whose default float type is process-wide, so f32 and f64
+//! tests must not run in one process.
 
 use burn::backend::NdArray;
 use burn::tensor::{Int, Tensor};

@@ -3,12 +3,9 @@
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData};
-use haares_bench::heap::{CountingAllocator, allocated_bytes, peak_allocated_bytes};
+use haares_bench::heap::{allocated_bytes, peak_allocated_bytes};
 use haares_core::router::DepthRouterConfig;
 use haares_core::{SlotKind, Source, SourceBank};
-
-#[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 type Ad = Autodiff<NdArray>;
 

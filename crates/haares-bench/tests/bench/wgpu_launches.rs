@@ -2,11 +2,7 @@
 //! counts the launches of a steady step by phase and by depth, and `cost` adds its launch table.
 //! Built only with `--features wgpu` (`.ci/run` runs it so); every worker compiles its shaders,
 //! so the sizes are the smallest the model takes.
-#![cfg(feature = "wgpu")]
-
-mod common;
-
-use common::{TINY_SIZES, bench};
+use crate::common::{TINY_SIZES, bench};
 
 /// The smallest model on wgpu, as every test here takes it, at the depth a test names.
 const WGPU: [&str; 2] = ["--backend", "wgpu"];
@@ -28,6 +24,7 @@ fn launches(json: &serde_json::Value) -> Vec<(String, u64, [u64; 3])> {
 }
 
 #[test]
+#[ignore = "needs a wgpu adapter: cargo test --workspace -- --ignored wgpu"]
 fn first_step_counts_the_launches_of_a_steady_step_by_phase_and_depth() {
     let dir = tempfile::tempdir().unwrap();
     let (json, stdout) = first_step(
@@ -63,6 +60,7 @@ fn first_step_counts_the_launches_of_a_steady_step_by_phase_and_depth() {
 }
 
 #[test]
+#[ignore = "needs a wgpu adapter: cargo test --workspace -- --ignored wgpu"]
 fn cost_counts_launches_in_a_worker_of_its_own_unless_told_not_to() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("cost");
@@ -151,6 +149,7 @@ fn first_step(
 /// `first-step --kernel-times` times every launch on the device and counts the same launches as a
 /// counting worker: timing a kernel must not change which kernels a step launches.
 #[test]
+#[ignore = "needs a wgpu adapter: cargo test --workspace -- --ignored wgpu"]
 fn first_step_times_each_kernel_of_a_steady_step_on_the_device() {
     let dir = tempfile::tempdir().unwrap();
     let (counted, _) = first_step(&dir.path().join("counted"), "2", "haares", &[]);

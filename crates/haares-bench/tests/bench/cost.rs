@@ -1,8 +1,6 @@
 //! The cost protocol end to end through the real binary, at a tiny size on NdArray.
 
-mod common;
-
-use common::{TINY_ORDER, bench, tiny_cost, tiny_model};
+use crate::common::{TINY_ORDER, bench, tiny_cost, tiny_model};
 
 #[test]
 fn cost_runs_end_to_end_and_writes_valid_json() {
@@ -129,10 +127,11 @@ fn cost_refuses_bad_arguments_before_measuring() {
             "nothing is measured before the arguments are checked"
         );
     }
-    #[cfg(not(feature = "wgpu"))]
+    // Test builds include wgpu (decision 27), not CUDA unless asked for.
+    #[cfg(not(feature = "cuda"))]
     {
         let mut args = tiny_cost();
-        args[2] = "wgpu";
+        args[2] = "cuda";
         let (ok, _, stderr) = bench(&args);
         assert!(
             !ok && stderr.contains("not compiled into this build"),

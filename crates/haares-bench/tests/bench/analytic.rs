@@ -1,8 +1,6 @@
 //! The analytic commands reproduce the paper's tables, through the real binary.
 
-mod common;
-
-use common::bench;
+use crate::common::bench;
 
 #[test]
 fn sources_reproduces_tab_sourcecounts() {

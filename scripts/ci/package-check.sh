@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Every crate packaged, and its packaged source checked on its own: what `cargo package
+# --workspace` verifies, without the third build of Burn its verification makes.
+#
+# `cargo package` verifies by building each packaged crate with its dependencies in a workspace of
+# its own, where the workspace's profiles do not apply: unoptimised, so every dependency is built
+# once more (445 s of a cold CI run). Here the crates are packaged without that build, unpacked
+# side by side into a scratch workspace whose `[patch.crates-io]` points each `haares-*`
+# dependency at its unpacked sibling, and `cargo check`ed with every target (library, binaries,
+# examples, tests, benches) under the root's own profiles and lock file. A file the package leaves
+# out (a module, an `include_str!`, an experiment) fails that check as it failed the verification
+# build. The dependencies' check artifacts are the ones `cargo doc` and the GPU-feature checks
+# left in the target directory, so only the haares crates are checked anew.
+#
+# Usage: bash scripts/ci/package-check.sh   (from anywhere; uses $CARGO_TARGET_DIR like cargo)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+target="${CARGO_TARGET_DIR:-target}"
+cargo package --workspace --no-verify --quiet
+
+version="$(cargo metadata --no-deps --format-version 1 \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["packages"][0]["version"])')"
+scratch="$target/package-check"
+rm -rf "$scratch"
+mkdir -p "$scratch"
+members=()
+for crate in "$target"/package/haares-*-"$version".crate; do
+    # --touch: the unpacked files are newer than any earlier check of them, so cargo checks them
+    # anew even though the scratch path, and so the package's identity, is the same every run.
+    tar -xzf "$crate" -C "$scratch" --touch
+    members+=("$(basename "$crate" .crate)")
+done
+if [ "${#members[@]}" -ne 5 ]; then
+    echo "error: expected 5 packaged crates at version $version, found ${#members[@]}: ${members[*]}" >&2
+    exit 1
+fi
+{
+    echo '[workspace]'
+    echo 'resolver = "3"'
+    printf 'members = [%s]\n' "$(printf '"%s", ' "${members[@]}" | sed 's/, $//')"
+    echo
+    echo '[patch.crates-io]'
+    for member in "${members[@]}"; do
+        echo "${member%-"$version"} = { path = \"$member\" }"
+    done
+    echo
+    # The root's profiles, so that the dependencies' artifacts are the ones already built.
+    sed -n '/^\[profile\./,$p' Cargo.toml
+} > "$scratch/Cargo.toml"
+cp Cargo.lock "$scratch/Cargo.lock"
+# `--locked`: the packaged crates resolve to exactly the versions the workspace tested.
+cargo check --manifest-path "$scratch/Cargo.toml" --workspace --all-targets --locked
+echo "package check: ${members[*]} packaged and checked from their packaged sources"
