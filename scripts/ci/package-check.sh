@@ -48,6 +48,18 @@ fi
     sed -n '/^\[profile\./,$p' Cargo.toml
 } > "$scratch/Cargo.toml"
 cp Cargo.lock "$scratch/Cargo.lock"
-# `--locked`: the packaged crates resolve to exactly the versions the workspace tested.
-cargo check --manifest-path "$scratch/Cargo.toml" --workspace --all-targets --locked
+# Not `--locked`: the packaged manifests lack the dev-dependencies on themselves (decision 27), so
+# cargo drops those edges from the lock file. Every package must keep the version it was tested at.
+cargo check --manifest-path "$scratch/Cargo.toml" --workspace --all-targets
+python3 - Cargo.lock "$scratch/Cargo.lock" <<'PY'
+import sys, tomllib
+def versions(path):
+    with open(path, "rb") as f:
+        return {(p["name"], p["version"], p.get("source", "")) for p in tomllib.load(f)["package"]}
+tested, packaged = versions(sys.argv[1]), versions(sys.argv[2])
+if tested != packaged:
+    print("error: the packaged crates resolved to other versions than the workspace's lock file:",
+          sorted(packaged ^ tested), sep="\n  ", file=sys.stderr)
+    sys.exit(1)
+PY
 echo "package check: ${members[*]} packaged and checked from their packaged sources"

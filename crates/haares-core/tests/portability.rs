@@ -1,9 +1,10 @@
 //! Portability: the core suite's numerical checks, generic over the backend, in f32 — the forward
 //! pass of every method against the f64 reference (`core/reference.rs`), causality, and gradient
 //! flow to every parameter — and the CubeCL kernels of the routing operator and the fused
-//! activations. They run on NdArray always,
-//! on wgpu with `--features wgpu` (any Vulkan, Metal or DX12 adapter; CI uses Mesa's software
-//! Vulkan, lavapipe) and on CUDA with `--features cuda` (an NVIDIA GPU).
+//! activations. They run on NdArray always, on wgpu in every test build but ignored unless asked
+//! for (`-- --ignored wgpu`: any Vulkan, Metal or DX12 adapter; CI uses Mesa's software Vulkan,
+//! lavapipe; docs/decisions.md, decision 27), and on CUDA with `--features cuda` (an NVIDIA GPU).
+//! f32 models' checkpoints are checked here too (`f32/checkpoints.rs`).
 //!
 //! Its own test binary: NdArray<f32> must not share a process with the f64 suite (one CPU device,
 //! one process-wide default float type).
@@ -413,9 +414,10 @@ macro_rules! cube_backend_tests {
 }
 
 /// Burn's kernel fusion over wgpu (`burn::backend::Wgpu` as Burn defines it), with the plain
-/// operations and without autotuning (a build without the `autotune` feature): issue 34's check
-/// of whether fusion can be offered. Only with `--features wgpu,fusion`; CI does not run it.
-/// What it gave is in docs/deviations.md ("GPU backends without Burn's kernel fusion").
+/// operations: issue 34's check of whether fusion can be offered, run then without autotuning
+/// (test builds are autotuned since, docs/decisions.md, decision 27). Only with `--features
+/// fusion`; CI compiles it (its GPU-feature check) but does not run it. What it gave is in
+/// docs/deviations.md ("GPU backends without Burn's kernel fusion").
 #[cfg(all(feature = "wgpu", feature = "fusion"))]
 mod wgpu_fusion {
     use burn::backend::{Autodiff, Wgpu};

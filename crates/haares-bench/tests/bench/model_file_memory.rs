@@ -1,6 +1,6 @@
 //! A model file whose config lies costs no memory beyond the file's own tensors: the config is
 //! checked against the file's header before a model is allocated (haares-core's
-//! `checkpoint::layout`). Measured with the counting allocator, as `tests/heap.rs` measures.
+//! `checkpoint::layout`). Measured with the counting allocator, as `heap.rs` measures.
 
 use std::collections::HashMap;
 

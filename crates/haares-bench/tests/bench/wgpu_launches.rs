@@ -1,7 +1,8 @@
 //! Kernel launch accounting on wgpu (lavapipe in CI), through the real binary: `first-step`
 //! counts the launches of a steady step by phase and by depth, and `cost` adds its launch table.
-//! Built only with `--features wgpu` (`.ci/run` runs it so); every worker compiles its shaders,
-//! so the sizes are the smallest the model takes.
+//! In every test build (docs/decisions.md, decision 27) and ignored without an adapter: `cargo test
+//! -p haares-bench --test bench -- --ignored wgpu`. Every worker compiles its shaders, so the
+//! sizes are the smallest the model takes.
 use crate::common::{TINY_SIZES, bench};
 
 /// The smallest model on wgpu, as every test here takes it, at the depth a test names.

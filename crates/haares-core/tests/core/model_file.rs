@@ -203,7 +203,7 @@ fn a_config_within_bounds_is_checked_against_the_tensors_before_allocating() {
     );
 
     // A vocabulary at the bound: refused by its shape, nothing allocated for it (the heap is
-    // measured in haares-bench's tests/model_file_memory.rs).
+    // measured in haares-bench's tests/bench/model_file_memory.rs).
     let larger = edited(&config, |c| c.vocab_size = limits::MAX_VOCAB);
     let error = load_error(&file_of(&larger, &params));
     assert!(
