@@ -86,6 +86,11 @@ impl DataError {
 impl fmt::Display for DataError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::Io { path, source } if is_out_of_space(source) => write!(
+                f,
+                "{}: the disk is full ({source}); free space or choose another --cache-dir or --data-dir, then rerun: nothing half-written is kept or used",
+                path.display()
+            ),
             Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
             Self::Parquet { path, message } => write!(
                 f,
@@ -134,6 +139,16 @@ impl std::error::Error for DataError {
             _ => None,
         }
     }
+}
+
+/// Whether an I/O error means the disk (or the quota, or the process's file size limit) has no
+/// room left.
+pub(crate) fn is_out_of_space(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(
+        error.kind(),
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded | ErrorKind::FileTooLarge
+    )
 }
 
 /// Shorthand for results in this crate.

@@ -30,6 +30,8 @@ pub mod char_tokenizer;
 pub mod chunking;
 pub mod error;
 pub mod hub;
+#[cfg(feature = "local-hub")]
+pub mod local_hub;
 pub mod prepare;
 pub mod prepared;
 pub mod registry;

@@ -149,8 +149,10 @@ pub fn prepare_split(
     let mut writer =
         PreparedWriter::create(&path, tokenizer.vocab_size(), CHUNK_LEN)?.with_sources(sources);
     let mut pending: Vec<String> = Vec::with_capacity(ROWS_PER_BATCH);
-    let flush = |pending: &mut Vec<String>, writer: &mut PreparedWriter| -> Result<()> {
+    let mut tokens = 0usize;
+    let mut flush = |pending: &mut Vec<String>, writer: &mut PreparedWriter| -> Result<()> {
         for ids in tokenizer.encode_rows(pending)? {
+            tokens += ids.len();
             chunk_row(&ids, CHUNK_LEN, tokenizer.pad_id())
                 .iter()
                 .try_for_each(|chunk| writer.push(chunk))?;
@@ -171,6 +173,14 @@ pub fn prepare_split(
     let chunks = writer.chunks();
     let shard = writer.finish()?;
     bar.finish_and_clear();
+    let seconds = start.elapsed().as_secs_f64();
+    if progress {
+        eprintln!(
+            "prepared {}: {chunks} chunks, {tokens} tokens in {seconds:.1} s ({:.0} tokens/s)",
+            path.display(),
+            tokens as f64 / seconds.max(1e-3)
+        );
+    }
     Ok((
         shard,
         PrepareReport {
@@ -178,7 +188,7 @@ pub fn prepare_split(
             cached: false,
             stats,
             chunks,
-            seconds: start.elapsed().as_secs_f64(),
+            seconds,
         },
     ))
 }
@@ -240,7 +250,18 @@ pub fn prepare_chunk_split(
             train.push(&piece)?
         }
     }
-    Ok((train.finish()?, validation.finish()?))
+    let (train, validation) = (train.finish()?, validation.finish()?);
+    if progress {
+        for shard in [&train, &validation] {
+            eprintln!(
+                "prepared {}: {} chunks, drawn from {}",
+                shard.path().display(),
+                shard.len(),
+                all.path().display()
+            );
+        }
+    }
+    Ok((train, validation))
 }
 
 /// The cached shard at `path` if it exists and was prepared from the sources `sources`; a cached

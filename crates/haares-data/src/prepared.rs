@@ -50,7 +50,9 @@ impl TokenWidth {
 }
 
 /// Writes a prepared shard chunk by chunk into a temporary file, renamed into place by
-/// [`finish`](Self::finish): an interrupted preparation never leaves a file that looks complete.
+/// [`finish`](Self::finish): an interrupted preparation never leaves a file that looks complete,
+/// and a failed or abandoned one (a full disk, an error of the tokenizer) removes its temporary
+/// files when the writer is dropped.
 pub struct PreparedWriter {
     path: PathBuf,
     temporary: PathBuf,
@@ -58,14 +60,57 @@ pub struct PreparedWriter {
     vocab_size: usize,
     chunk_len: usize,
     lengths: Vec<u16>,
-    tokens: BufWriter<std::fs::File>,
+    /// `None` once [`finish`](Self::finish) took it.
+    tokens: Option<BufWriter<Output>>,
     tokens_path: PathBuf,
     sources: u64,
+    space: Space,
+}
+
+/// The room the writer's files may take: the disk's (`None`), or, in tests, a budget of bytes
+/// after which a write fails as on a full disk.
+type Space = Option<std::sync::Arc<std::sync::atomic::AtomicU64>>;
+
+/// A file written within [`Space`].
+struct Output {
+    file: std::fs::File,
+    space: Space,
+}
+
+impl Output {
+    fn create(path: &Path, space: &Space) -> Result<Self> {
+        let file = std::fs::File::create(path).map_err(io(path))?;
+        Ok(Self {
+            file,
+            space: space.clone(),
+        })
+    }
+}
+
+impl Write for Output {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Some(space) = &self.space {
+            use std::sync::atomic::Ordering;
+            let left = space.load(Ordering::Relaxed);
+            if left < buf.len() as u64 {
+                return Err(std::io::ErrorKind::StorageFull.into());
+            }
+            space.fetch_sub(buf.len() as u64, Ordering::Relaxed);
+        }
+        self.file.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
 }
 
 impl PreparedWriter {
     /// Starts a shard for `path`.
     pub fn create(path: &Path, vocab_size: usize, chunk_len: usize) -> Result<Self> {
+        Self::create_within(path, vocab_size, chunk_len, None)
+    }
+
+    fn create_within(path: &Path, vocab_size: usize, chunk_len: usize, space: Space) -> Result<Self> {
         let width = TokenWidth::for_vocab(vocab_size)?;
         if !(2..=u16::MAX as usize).contains(&chunk_len) {
             return Err(DataError::format(
@@ -75,8 +120,7 @@ impl PreparedWriter {
         }
         let temporary = crate::temporary_beside(path);
         let tokens_path = crate::temporary_beside(&path.with_extension("tokens-data"));
-        let file =
-            std::fs::File::create(&tokens_path).map_err(|e| DataError::io(&tokens_path, e))?;
+        let tokens = Output::create(&tokens_path, &space)?;
         Ok(Self {
             path: path.to_path_buf(),
             temporary,
@@ -84,9 +128,10 @@ impl PreparedWriter {
             vocab_size,
             chunk_len,
             lengths: Vec::new(),
-            tokens: BufWriter::new(file),
+            tokens: Some(BufWriter::new(tokens)),
             tokens_path,
             sources: 0,
+            space,
         })
     }
 
@@ -110,6 +155,7 @@ impl PreparedWriter {
             ));
         }
         let io = |e| DataError::io(&self.tokens_path, e);
+        let tokens = self.tokens.as_mut().expect("a writer is not used after finish");
         for &id in &chunk.tokens {
             if id as usize >= self.vocab_size {
                 return Err(DataError::Tokenizer(format!(
@@ -118,11 +164,8 @@ impl PreparedWriter {
                 )));
             }
             match self.width {
-                TokenWidth::U8 => self.tokens.write_all(&[id as u8]).map_err(io)?,
-                TokenWidth::U16 => self
-                    .tokens
-                    .write_all(&(id as u16).to_le_bytes())
-                    .map_err(io)?,
+                TokenWidth::U8 => tokens.write_all(&[id as u8]).map_err(io)?,
+                TokenWidth::U16 => tokens.write_all(&(id as u16).to_le_bytes()).map_err(io)?,
             }
         }
         self.lengths.push(chunk.len as u16);
@@ -135,55 +178,50 @@ impl PreparedWriter {
     }
 
     /// Writes header and index, appends the tokens, syncs and renames into place.
-    pub fn finish(self) -> Result<PreparedShard> {
-        let Self {
-            path,
-            temporary,
-            width,
-            vocab_size,
-            chunk_len,
-            lengths,
-            tokens,
-            tokens_path,
-            sources,
-        } = self;
-        let result = (|| {
-            tokens
-                .into_inner()
-                .map_err(|e| DataError::io(&tokens_path, e.into_error()))?
-                .sync_all()
-                .map_err(io(&tokens_path))?;
-            let mut out =
-                BufWriter::new(std::fs::File::create(&temporary).map_err(io(&temporary))?);
-            let mut header = Vec::with_capacity(HEADER_LEN);
-            header.extend_from_slice(MAGIC);
-            header.extend_from_slice(&VERSION.to_le_bytes());
-            header.extend_from_slice(&(width.bytes() as u32).to_le_bytes());
-            header.extend_from_slice(&(vocab_size as u32).to_le_bytes());
-            header.extend_from_slice(&(chunk_len as u32).to_le_bytes());
-            header.extend_from_slice(&(lengths.len() as u64).to_le_bytes());
-            header.extend_from_slice(&sources.to_le_bytes());
-            header.resize(HEADER_LEN, 0);
-            out.write_all(&header).map_err(io(&temporary))?;
-            for len in &lengths {
-                out.write_all(&len.to_le_bytes()).map_err(io(&temporary))?;
-            }
-            out.write_all(&vec![0; index_padding(lengths.len())])
-                .map_err(io(&temporary))?;
-            let mut token_file = std::fs::File::open(&tokens_path).map_err(io(&tokens_path))?;
-            std::io::copy(&mut token_file, &mut out).map_err(io(&temporary))?;
-            out.into_inner()
-                .map_err(|e| DataError::io(&temporary, e.into_error()))?
-                .sync_all()
-                .map_err(io(&temporary))?;
-            std::fs::rename(&temporary, &path).map_err(io(&path))
-        })();
-        let _ = std::fs::remove_file(&tokens_path);
-        if result.is_err() {
-            let _ = std::fs::remove_file(&temporary);
+    pub fn finish(mut self) -> Result<PreparedShard> {
+        let (path, temporary, tokens_path) = (&self.path, &self.temporary, &self.tokens_path);
+        let tokens = self.tokens.take().expect("finish is called once");
+        tokens
+            .into_inner()
+            .map_err(|e| DataError::io(tokens_path, e.into_error()))?
+            .file
+            .sync_all()
+            .map_err(io(tokens_path))?;
+        let mut out = BufWriter::new(Output::create(temporary, &self.space)?);
+        let mut header = Vec::with_capacity(HEADER_LEN);
+        header.extend_from_slice(MAGIC);
+        header.extend_from_slice(&VERSION.to_le_bytes());
+        header.extend_from_slice(&(self.width.bytes() as u32).to_le_bytes());
+        header.extend_from_slice(&(self.vocab_size as u32).to_le_bytes());
+        header.extend_from_slice(&(self.chunk_len as u32).to_le_bytes());
+        header.extend_from_slice(&(self.lengths.len() as u64).to_le_bytes());
+        header.extend_from_slice(&self.sources.to_le_bytes());
+        header.resize(HEADER_LEN, 0);
+        out.write_all(&header).map_err(io(temporary))?;
+        for len in &self.lengths {
+            out.write_all(&len.to_le_bytes()).map_err(io(temporary))?;
         }
-        result?;
-        PreparedShard::open(&path)
+        out.write_all(&vec![0; index_padding(self.lengths.len())])
+            .map_err(io(temporary))?;
+        let mut token_file = std::fs::File::open(tokens_path).map_err(io(tokens_path))?;
+        std::io::copy(&mut token_file, &mut out).map_err(io(temporary))?;
+        out.into_inner()
+            .map_err(|e| DataError::io(temporary, e.into_error()))?
+            .file
+            .sync_all()
+            .map_err(io(temporary))?;
+        std::fs::rename(temporary, path).map_err(io(path))?;
+        PreparedShard::open(path)
+    }
+}
+
+impl Drop for PreparedWriter {
+    /// Removes the temporary files; after a successful [`finish`](Self::finish) only the token
+    /// data's is left (the shard's own was renamed into place).
+    fn drop(&mut self) {
+        drop(self.tokens.take());
+        let _ = std::fs::remove_file(&self.tokens_path);
+        let _ = std::fs::remove_file(&self.temporary);
     }
 }
 
@@ -313,5 +351,59 @@ impl PreparedShard {
                     .map(|b| u16::from_le_bytes([b[0], b[1]]) as u32),
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU64;
+
+    use super::*;
+
+    fn chunk() -> Chunk {
+        Chunk {
+            tokens: vec![1; 16],
+            len: 16,
+        }
+    }
+
+    /// Fills a disk of `space` bytes with `chunks` chunks of 16 one-byte ids: the error, and what
+    /// the folder holds after the writer is gone.
+    fn fill(space: u64, chunks: usize) -> (String, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("corpus-train-char.tokens");
+        let disk = Some(Arc::new(AtomicU64::new(space)));
+        let mut writer = PreparedWriter::create_within(&path, 100, 16, disk).unwrap();
+        let error = match (0..chunks).try_for_each(|_| writer.push(&chunk())) {
+            Err(error) => {
+                drop(writer);
+                error
+            }
+            Ok(()) => writer.finish().unwrap_err(),
+        };
+        let left = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        (error.to_string(), left)
+    }
+
+    #[test]
+    fn a_disk_that_fills_while_tokens_are_written_leaves_no_file_behind() {
+        // 1,000 chunks are 16,000 bytes; the buffered writer's first 8 KiB do not fit.
+        let (message, left) = fill(4_000, 1_000);
+        assert!(message.contains("corpus-train-char.tokens"), "{message}");
+        assert!(message.contains("disk is full") && message.contains("rerun"), "{message}");
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_disk_that_fills_while_the_shard_is_assembled_leaves_no_file_behind() {
+        // The tokens fit (1,600 bytes); their copy behind the header and index does not.
+        let (message, left) = fill(2_500, 100);
+        assert!(message.contains("corpus-train-char.tokens"), "{message}");
+        assert!(message.contains("disk is full"), "{message}");
+        assert!(left.is_empty(), "{left:?}");
     }
 }

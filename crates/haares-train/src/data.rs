@@ -91,21 +91,23 @@ pub struct RunData {
 }
 
 /// The directory holding the dataset's shards: the embedded corpus for `sotu`, otherwise the hub
-/// snapshot under `paths.data_dir` (downloaded when allowed and missing).
-pub fn dataset_root(name: &str, paths: &DataPaths) -> Result<PathBuf> {
+/// snapshot under `paths.data_dir`, downloaded and checked when allowed ([`hub::download`], which
+/// makes no request once every file was checked), used as it is when not.
+pub fn dataset_root(name: &str, paths: &DataPaths, progress: bool) -> Result<PathBuf> {
     let spec = dataset(name)?;
     if spec.repo_id.is_none() {
         return Ok(embedded_corpus_dir());
     }
     let snapshot = hub::snapshot_dir(&spec, &paths.data_dir)
         .ok_or_else(|| TrainError::Config(format!("dataset `{name}` has no hub location")))?;
-    if snapshot.is_dir() || !paths.download {
+    if !paths.download {
         return Ok(snapshot);
     }
     let options = HubOptions {
         cache_dir: paths.data_dir.clone(),
-        endpoint: std::env::var("HF_ENDPOINT").ok(),
-        progress: true,
+        // `HF_ENDPOINT` (a mirror) is read by the download itself.
+        endpoint: None,
+        progress,
     };
     Ok(hub::download(&spec, &options)?)
 }
@@ -113,7 +115,7 @@ pub fn dataset_root(name: &str, paths: &DataPaths) -> Result<PathBuf> {
 /// Trains (or loads from the cache) the run's tokeniser and prepares both splits.
 pub fn prepare(config: &RunConfig, paths: &DataPaths, progress: bool) -> Result<RunData> {
     let spec = dataset(&config.dataset)?;
-    let root = dataset_root(&config.dataset, paths)?;
+    let root = dataset_root(&config.dataset, paths, progress)?;
     std::fs::create_dir_all(&paths.cache_dir).map_err(|e| TrainError::io(&paths.cache_dir, e))?;
     let revision = spec.revision.as_deref().unwrap_or("embedded");
     // The tokenizer is trained on the training split: its identity includes those files.

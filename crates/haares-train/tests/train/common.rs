@@ -12,6 +12,30 @@ use haares_train::run::learner::{Outcome, RunSummary, TrainOptions, train};
 
 pub type B = Autodiff<NdArray>;
 
+/// `train`'s flags for a small model on the depth study's cpu preset, for tests of the binary.
+pub const SMALL_RUN: &[&str] = &[
+    "--study",
+    "depth",
+    "--layers",
+    "2",
+    "--methods",
+    "haares",
+    "--set",
+    "d_model=32",
+    "--set",
+    "d_ff=64",
+    "--set",
+    "val_chunks=2",
+    "--set",
+    "eval_every=2",
+    "--set",
+    "checkpoint_every=2",
+    "--set",
+    "log_every=2",
+    "--backend",
+    "ndarray",
+];
+
 /// A tiny model trained a few steps on the embedded corpus.
 pub fn tiny_config(method: &str) -> RunConfig {
     RunConfig {

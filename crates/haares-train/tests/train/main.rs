@@ -2,6 +2,7 @@
 
 mod common;
 mod cpu;
+mod downloads;
 mod errors;
 mod inference;
 mod kernel_sources;

@@ -13,31 +13,12 @@ use haares_data::embedded_corpus_dir;
 use haares_data::prepared::PreparedShard;
 use haares_train::run::lock::{Holder, LOCK_FILE, host_name};
 
-/// A small model on the depth study's cpu preset, a few steps.
-const SMALL: &[&str] = &[
-    "--study",
-    "depth",
-    "--layers",
-    "2",
-    "--methods",
-    "haares",
-    "--set",
-    "d_model=32",
-    "--set",
-    "d_ff=64",
-    "--set",
-    "val_chunks=2",
-    "--set",
-    "eval_every=2",
-    "--set",
-    "checkpoint_every=2",
-    "--set",
-    "log_every=2",
-    "--offline",
-    "--quiet",
-    "--backend",
-    "ndarray",
-];
+use crate::common::SMALL_RUN;
+
+/// [`SMALL_RUN`] offline and quiet.
+fn small() -> Vec<&'static str> {
+    [SMALL_RUN, &["--offline", "--quiet"]].concat()
+}
 
 fn train(run_dir: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_haares-train"));
@@ -45,7 +26,7 @@ fn train(run_dir: &Path, extra: &[&str]) -> Command {
         .arg("train")
         .arg("--run-dir")
         .arg(run_dir)
-        .args(SMALL)
+        .args(small())
         .args(extra);
     command
 }
@@ -120,13 +101,13 @@ fn a_replaced_shard_is_read_not_its_stale_cache() {
         .to_vec()
     };
     let mut first = Command::new(env!("CARGO_BIN_EXE_haares-train"));
-    first.arg("train").args(SMALL).args(args("r1"));
+    first.arg("train").args(small()).args(args("r1"));
     let (ok, stderr) = output(first);
     assert!(ok, "{stderr}");
     // Same name, zero rows: the second run must see the new file, not train on the old tokens.
     write_zero_rows(&shard);
     let mut second = Command::new(env!("CARGO_BIN_EXE_haares-train"));
-    second.arg("train").args(SMALL).args(args("r2"));
+    second.arg("train").args(small()).args(args("r2"));
     let (ok, stderr) = output(second);
     assert!(!ok, "trained on the stale cache: {stderr}");
     assert!(stderr.contains("tinystories"), "{stderr}");
@@ -234,7 +215,7 @@ fn a_sweep_skips_a_locked_run_and_says_so() {
             "--jobs",
             "1",
         ]);
-        command.args(&SMALL[6..]);
+        command.args(&small()[6..]);
         if dry_run {
             command.arg("--dry-run");
         }

@@ -1,0 +1,263 @@
+//! Downloads through the real binary, against a hub on 127.0.0.1 (`haares_data::local_hub`):
+//! `train --datasets tinystories` trains from the served shards with no file placed by hand and
+//! reports its progress unless `--quiet`; a run killed mid-download is resumed by the next; a
+//! disk that fills during the download or the preparation stops the run with a clear error,
+//! nothing half-written is used, and a rerun completes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use haares_data::embedded_corpus_dir;
+use haares_data::local_hub::{Fault, LocalHub};
+
+use crate::common::SMALL_RUN;
+
+/// TinyStories at its pinned revision, served with the embedded corpus's shards.
+const REPO: &str = "roneneldan/TinyStories";
+const COMMIT: &str = "f54c09fd23315a6f9c86f9dc80f725de7d8f9c64";
+const TRAIN: &str = "data/train-00000-of-00001.parquet";
+const VALIDATION: &str = "data/validation-00000-of-00001.parquet";
+
+fn hub() -> (LocalHub, Vec<u8>) {
+    let hub = LocalHub::start().unwrap();
+    let read = |path: &str| std::fs::read(embedded_corpus_dir().join(path)).unwrap();
+    let train = read(TRAIN);
+    hub.publish(
+        REPO,
+        COMMIT,
+        vec![
+            (TRAIN.into(), train.clone()),
+            (VALIDATION.into(), read(VALIDATION)),
+            ("README.md".into(), b"# TinyStories\n".to_vec()),
+        ],
+    );
+    (hub, train)
+}
+
+struct Dirs {
+    _dir: tempfile::TempDir,
+    data: PathBuf,
+    cache: PathBuf,
+    runs: PathBuf,
+}
+
+fn dirs() -> Dirs {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    Dirs {
+        _dir: dir,
+        data: path.join("data"),
+        cache: path.join("cache"),
+        runs: path.join("runs"),
+    }
+}
+
+fn snapshot(dirs: &Dirs) -> PathBuf {
+    dirs.data
+        .join("datasets--roneneldan--TinyStories/snapshots")
+        .join(COMMIT)
+}
+
+/// `train` on TinyStories from `hub`, two steps, into run `run`.
+fn train(hub: &LocalHub, dirs: &Dirs, run: &str, extra: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_haares-train"));
+    command
+        .arg("train")
+        .args(SMALL_RUN)
+        .args(["--datasets", "tinystories", "--steps", "2"])
+        .arg("--data-dir")
+        .arg(&dirs.data)
+        .arg("--cache-dir")
+        .arg(&dirs.cache)
+        .arg("--run-dir")
+        .arg(dirs.runs.join(run))
+        .args(extra)
+        .env("HF_ENDPOINT", hub.endpoint())
+        .env_remove("HF_TOKEN");
+    command
+}
+
+fn run(mut command: Command) -> (bool, String) {
+    let Output { status, stderr, .. } = command.output().unwrap();
+    (status.success(), String::from_utf8_lossy(&stderr).into_owned())
+}
+
+#[test]
+fn train_downloads_the_served_shards_and_reports_progress_unless_quiet() {
+    let (hub, train_bytes) = hub();
+    let dirs = dirs();
+    let (ok, stderr) = run(train(&hub, &dirs, "first", &[]));
+    assert!(ok, "{stderr}");
+    assert_eq!(std::fs::read(snapshot(&dirs).join(TRAIN)).unwrap(), train_bytes);
+    assert!(!snapshot(&dirs).join("README.md").exists());
+    // Not a terminal: a line per downloaded shard and per prepared shard.
+    assert!(stderr.contains(&format!("downloaded [1/2] {TRAIN}")), "{stderr}");
+    assert!(stderr.contains(&format!("downloaded [2/2] {VALIDATION}")), "{stderr}");
+    assert!(stderr.contains("prepared ") && stderr.contains("tokens/s"), "{stderr}");
+
+    // Again, quiet, with a fresh token cache: no request to the hub, no progress line.
+    hub.clear_requests();
+    std::fs::remove_dir_all(&dirs.cache).unwrap();
+    let (ok, stderr) = run(train(&hub, &dirs, "second", &["--quiet"]));
+    assert!(ok, "{stderr}");
+    assert_eq!(hub.requests(), vec![]);
+    assert!(!stderr.contains("downloaded") && !stderr.contains("prepared"), "{stderr}");
+}
+
+#[test]
+fn a_run_killed_mid_download_is_resumed_by_the_next() {
+    let (hub, train_bytes) = hub();
+    let dirs = dirs();
+    let held = 1 << 20;
+    assert!(train_bytes.len() > 2 * held);
+    hub.fail(TRAIN, Fault::Hold(held));
+    let mut command = train(&hub, &dirs, "killed", &["--quiet"]);
+    let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    // Wait until the held bytes are in the partial file, then kill the run as Slurm would.
+    let blobs = dirs.data.join("datasets--roneneldan--TinyStories/blobs");
+    let partial = || -> u64 {
+        std::fs::read_dir(&blobs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".part"))
+            .map(|e| e.metadata().unwrap().len())
+            .sum()
+    };
+    let start = Instant::now();
+    while partial() < held as u64 / 2 {
+        assert!(start.elapsed() < Duration::from_secs(60), "the download never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let kept = partial();
+    assert!(!snapshot(&dirs).join(TRAIN).exists());
+
+    hub.heal();
+    hub.clear_requests();
+    let (ok, stderr) = run(train(&hub, &dirs, "resumed", &["--quiet"]));
+    assert!(ok, "{stderr}");
+    assert_eq!(std::fs::read(snapshot(&dirs).join(TRAIN)).unwrap(), train_bytes);
+    let resumed_at = format!("bytes={kept}-");
+    assert!(
+        hub.requests()
+            .iter()
+            .any(|r| r.url.ends_with(TRAIN) && r.range.as_deref() == Some(&resumed_at)),
+        "{:?}",
+        hub.requests()
+    );
+}
+
+/// How a disk that fills is made: a tmpfs of `kib` KiB at `dir` in a mount namespace of the
+/// command's own (`unshare`, where the machine allows it), or else a limit on the size of any file
+/// the command writes (`ulimit -f`, refused with EFBIG as a full disk refuses with ENOSPC).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum SmallDisk {
+    Tmpfs,
+    FileSizeLimit,
+}
+
+fn tmpfs_available() -> bool {
+    Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c"])
+        .arg("d=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs \"$d\"")
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Runs `command` with `dir` on a disk of `kib` KiB; with a tmpfs, `listing` receives the files
+/// left on it when the command ended (the tmpfs goes with its namespace).
+fn on_small_disk(command: &Command, disk: SmallDisk, dir: &Path, kib: u64, listing: &Path) -> (bool, String) {
+    let script = match disk {
+        SmallDisk::Tmpfs => format!(
+            "mkdir -p '{d}' && mount -t tmpfs -o size={kib}k tmpfs '{d}' && \
+             {{ \"$@\"; status=$?; find '{d}' \\( -type f -o -type l \\) > '{l}'; exit $status; }}",
+            d = dir.display(),
+            l = listing.display()
+        ),
+        SmallDisk::FileSizeLimit => format!("trap '' XFSZ; ulimit -f {kib}; exec \"$@\""),
+    };
+    let mut wrapped = match disk {
+        SmallDisk::Tmpfs => {
+            let mut c = Command::new("unshare");
+            c.args(["--user", "--map-root-user", "--mount", "sh", "-c"]);
+            c
+        }
+        SmallDisk::FileSizeLimit => {
+            let mut c = Command::new("sh");
+            c.arg("-c");
+            c
+        }
+    };
+    wrapped.arg(script).arg("sh").arg(command.get_program()).args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    run(wrapped)
+}
+
+#[test]
+fn a_disk_that_fills_during_download_or_preparation_stops_cleanly_and_a_rerun_completes() {
+    let mut disks = vec![SmallDisk::FileSizeLimit];
+    if tmpfs_available() {
+        disks.push(SmallDisk::Tmpfs);
+    } else {
+        eprintln!("no tmpfs in a user namespace here: the full disk is a file size limit only");
+    }
+    for disk in disks {
+        let (hub, train_bytes) = hub();
+        let dirs = dirs();
+        let listing = dirs.runs.with_extension("listing");
+        // 1 MiB: the 2.5 MB training shard does not fit.
+        let (ok, stderr) =
+            on_small_disk(&train(&hub, &dirs, "full", &[]), disk, &dirs.data, 1024, &listing);
+        assert!(!ok, "{disk:?}: {stderr}");
+        assert!(
+            stderr.contains("is full") && stderr.contains(TRAIN) && stderr.contains("rerun"),
+            "{disk:?}: {stderr}"
+        );
+        if disk == SmallDisk::Tmpfs {
+            let left = std::fs::read_to_string(&listing).unwrap();
+            assert!(!left.contains("snapshots"), "{left}");
+        } else {
+            assert!(!snapshot(&dirs).join(TRAIN).exists());
+        }
+        let (ok, stderr) = run(train(&hub, &dirs, "downloaded", &["--quiet"]));
+        assert!(ok, "{disk:?}: {stderr}");
+        assert_eq!(std::fs::read(snapshot(&dirs).join(TRAIN)).unwrap(), train_bytes);
+
+        // The shards are in; now the prepared tokens do not fit in 1 MiB.
+        std::fs::remove_dir_all(&dirs.cache).unwrap();
+        let (ok, stderr) = on_small_disk(
+            &train(&hub, &dirs, "preparing", &["--quiet"]),
+            disk,
+            &dirs.cache,
+            1024,
+            &listing,
+        );
+        assert!(!ok, "{disk:?}: {stderr}");
+        assert!(
+            stderr.contains("disk is full") && stderr.contains(".tokens"),
+            "{disk:?}: {stderr}"
+        );
+        let left: Vec<String> = if disk == SmallDisk::Tmpfs {
+            std::fs::read_to_string(&listing).unwrap().lines().map(String::from).collect()
+        } else {
+            std::fs::read_dir(&dirs.cache)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        };
+        assert!(!left.iter().any(|f| f.contains(".tokens")), "{disk:?}: {left:?}");
+        let (ok, stderr) = run(train(&hub, &dirs, "prepared", &["--quiet"]));
+        assert!(ok, "{disk:?}: {stderr}");
+    }
+}
