@@ -86,11 +86,7 @@ fn wanted_patterns(spec: &DatasetSpec) -> Result<Vec<Pattern>> {
 /// [`DatasetSpec::split_reader`]. Shards placed there by hand in the hub layout are used as they are.
 pub fn snapshot_dir(spec: &DatasetSpec, cache_dir: &Path) -> Option<PathBuf> {
     let (repo, revision) = (spec.repo_id.as_ref()?, spec.revision.as_ref()?);
-    Some(
-        repo_dir(repo, cache_dir)
-            .join("snapshots")
-            .join(revision),
-    )
+    Some(repo_dir(repo, cache_dir).join("snapshots").join(revision))
 }
 
 fn repo_dir(repo_id: &str, cache_dir: &Path) -> PathBuf {
@@ -100,11 +96,9 @@ fn repo_dir(repo_id: &str, cache_dir: &Path) -> PathBuf {
 /// Whether every file of the dataset was downloaded and checked by an earlier [`download`]:
 /// then the dataset needs no network.
 pub fn is_downloaded(spec: &DatasetSpec, cache_dir: &Path) -> bool {
-    let (Some(repo_id), Some(revision), Some(root)) = (
-        &spec.repo_id,
-        &spec.revision,
-        snapshot_dir(spec, cache_dir),
-    ) else {
+    let (Some(repo_id), Some(revision), Some(root)) =
+        (&spec.repo_id, &spec.revision, snapshot_dir(spec, cache_dir))
+    else {
         return false;
     };
     Record::load(&repo_dir(repo_id, cache_dir), revision).is_some_and(|r| r.is_complete_in(&root))
@@ -205,13 +199,12 @@ impl Target<'_> {
             .into_json()
             .map_err(|e| self.failure("the repository's listing is not valid JSON", &e))?;
         if listing.sha != self.revision {
-            return Err(self.failure(
-                "the hub resolved the pinned revision to another commit",
-                &format!(
-                    "it answered {}; the registry pins commits, so this hub does not serve the revision the paper used",
-                    listing.sha
+            return Err(DataError::Hub {
+                message: format!(
+                    "{} resolved revision {} of `{}` (dataset `{}`) to commit {}: the registry pins commits, and this hub does not serve the pinned one",
+                    self.endpoint, self.revision, self.repo_id, self.spec.name, listing.sha
                 ),
-            ));
+            });
         }
         let patterns = wanted_patterns(self.spec)?;
         let strict = MatchOptions {
@@ -221,7 +214,11 @@ impl Target<'_> {
         let mut files: Vec<Expected> = listing
             .siblings
             .into_iter()
-            .filter(|s| patterns.iter().any(|p| p.matches_with(&s.rfilename, strict)))
+            .filter(|s| {
+                patterns
+                    .iter()
+                    .any(|p| p.matches_with(&s.rfilename, strict))
+            })
             .map(|s| Expected {
                 size: s.lfs.as_ref().map(|l| l.size).or(s.size),
                 sha256: s.lfs.map(|l| l.sha256),
@@ -261,12 +258,7 @@ impl Target<'_> {
 
     /// Downloads one file (resuming a partial download) and checks it; a file that fails the
     /// check is deleted.
-    fn fetch(
-        &self,
-        repo: &ApiRepo,
-        file: &Expected,
-        progress: progress::Shard<'_>,
-    ) -> Result<()> {
+    fn fetch(&self, repo: &ApiRepo, file: &Expected, progress: progress::Shard<'_>) -> Result<()> {
         let path = self.root.join(&file.path);
         if path.exists() || path.is_symlink() {
             match check::check(&path, file) {

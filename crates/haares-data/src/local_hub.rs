@@ -211,7 +211,9 @@ impl Drop for LocalHub {
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     // A panicking request thread leaves the state as consistent as any request does.
-    state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn header(name: &str, value: &str) -> Header {
@@ -262,7 +264,11 @@ fn answer(
         url: url.clone(),
         range: range.clone(),
     });
-    let path = url.split('?').next().unwrap_or_default().replace("%2F", "/");
+    let path = url
+        .split('?')
+        .next()
+        .unwrap_or_default()
+        .replace("%2F", "/");
     let peer = request.remote_addr().copied();
     let response = if let Some(rest) = path.strip_prefix("/api/datasets/") {
         listing(rest, state)
@@ -351,8 +357,10 @@ impl Read for Held<'_> {
             return Ok(read);
         }
         let start = Instant::now();
-        while matches!(lock(self.state).faults.get(&self.file_path), Some(Fault::Hold(_)))
-            && !self.stop.load(Ordering::Relaxed)
+        while matches!(
+            lock(self.state).faults.get(&self.file_path),
+            Some(Fault::Hold(_))
+        ) && !self.stop.load(Ordering::Relaxed)
             && start.elapsed() < Duration::from_secs(60)
         {
             std::thread::sleep(Duration::from_millis(20));
@@ -399,7 +407,10 @@ fn content(
     let probe = end - start == 1 && start == 0;
     let body = bytes[start..end].to_vec();
     let headers = vec![
-        header("Content-Range", &format!("bytes {start}-{}/{size}", end - 1)),
+        header(
+            "Content-Range",
+            &format!("bytes {start}-{}/{size}", end - 1),
+        ),
         header("Accept-Ranges", "bytes"),
     ];
     let code = if range.is_some() { 206 } else { 200 };
@@ -500,7 +511,11 @@ fn forward(
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                if cuts.lock().unwrap_or_else(|p| p.into_inner()).remove(&marker) {
+                if cuts
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&marker)
+                {
                     break;
                 }
             }

@@ -110,7 +110,12 @@ impl PreparedWriter {
         Self::create_within(path, vocab_size, chunk_len, None)
     }
 
-    fn create_within(path: &Path, vocab_size: usize, chunk_len: usize, space: Space) -> Result<Self> {
+    fn create_within(
+        path: &Path,
+        vocab_size: usize,
+        chunk_len: usize,
+        space: Space,
+    ) -> Result<Self> {
         let width = TokenWidth::for_vocab(vocab_size)?;
         if !(2..=u16::MAX as usize).contains(&chunk_len) {
             return Err(DataError::format(
@@ -155,7 +160,10 @@ impl PreparedWriter {
             ));
         }
         let io = |e| DataError::io(&self.tokens_path, e);
-        let tokens = self.tokens.as_mut().expect("a writer is not used after finish");
+        let tokens = self
+            .tokens
+            .as_mut()
+            .expect("a writer is not used after finish");
         for &id in &chunk.tokens {
             if id as usize >= self.vocab_size {
                 return Err(DataError::Tokenizer(format!(
@@ -394,7 +402,10 @@ mod tests {
         // 1,000 chunks are 16,000 bytes; the buffered writer's first 8 KiB do not fit.
         let (message, left) = fill(4_000, 1_000);
         assert!(message.contains("corpus-train-char.tokens"), "{message}");
-        assert!(message.contains("disk is full") && message.contains("rerun"), "{message}");
+        assert!(
+            message.contains("disk is full") && message.contains("rerun"),
+            "{message}"
+        );
         assert!(left.is_empty(), "{left:?}");
     }
 

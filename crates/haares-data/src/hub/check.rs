@@ -55,7 +55,11 @@ impl Record {
 
     /// Whether the record is complete and each of its files is still under `root` at its size.
     pub fn is_complete_in(&self, root: &Path) -> bool {
-        self.complete && self.files.values().all(|file| has_size(&root.join(&file.path), file))
+        self.complete
+            && self
+                .files
+                .values()
+                .all(|file| has_size(&root.join(&file.path), file))
     }
 
     /// Whether `file` was checked as the listing now describes it and is still under `root`.
@@ -103,14 +107,20 @@ fn sha256_of(path: &Path) -> std::io::Result<String> {
         }
         hasher.update(&buffer[..read]);
     }
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 /// Deletes a file `hf-hub` downloaded: the snapshot's link and the blob it points to, so that
 /// the next download fetches it again.
 pub(super) fn remove_download(link: &Path) {
     if let Ok(target) = std::fs::read_link(link) {
-        let blob = link.parent().map_or(target.clone(), |dir| dir.join(&target));
+        let blob = link
+            .parent()
+            .map_or(target.clone(), |dir| dir.join(&target));
         let _ = std::fs::remove_file(blob);
     }
     let _ = std::fs::remove_file(link);

@@ -55,9 +55,7 @@ impl Downloads {
 
     /// The progress of the download of `file`, the `index`-th.
     pub fn shard(&self, index: usize, file: &Expected) -> Shard<'_> {
-        let bar = self
-            .multi
-            .add(ProgressBar::new(file.size.unwrap_or(0)));
+        let bar = self.multi.add(ProgressBar::new(file.size.unwrap_or(0)));
         bar.set_style(style(
             "{prefix} {msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
         ));

@@ -64,7 +64,10 @@ impl World {
         hub.publish(
             REPO,
             PINNED,
-            files.iter().map(|(p, b)| (p.to_string(), b.clone())).collect(),
+            files
+                .iter()
+                .map(|(p, b)| (p.to_string(), b.clone()))
+                .collect(),
         );
         Self {
             hub,
@@ -81,7 +84,7 @@ impl World {
     }
 
     fn download(&self, spec: &DatasetSpec) -> Result<PathBuf, String> {
-        download(spec, &self.options()).map_err(|e| e.to_string())
+        download(spec, &self.options()).map_err(|e| shown(e.to_string()))
     }
 
     /// The repository paths whose content was requested (not the one-byte probes).
@@ -123,6 +126,12 @@ impl World {
         out.sort();
         out
     }
+}
+
+/// What the user reads, shown with `--nocapture`.
+fn shown(message: String) -> String {
+    eprintln!("{message}\n");
+    message
 }
 
 fn root(world: &World, spec: &DatasetSpec) -> PathBuf {
@@ -208,7 +217,7 @@ fn a_revision_the_hub_does_not_hold_or_resolves_elsewhere_is_refused() {
     let branch = spec("main", first(1));
     let message = world.download(&branch).unwrap_err();
     assert!(
-        message.contains("another commit") && message.contains(NEWER),
+        message.contains("to commit") && message.contains(NEWER),
         "{message}"
     );
     assert_eq!(world.fetched(), Vec::<String>::new());
@@ -238,7 +247,10 @@ fn a_server_error_or_a_missing_file_names_the_file_and_a_rerun_completes() {
     world.hub.heal();
     world.hub.clear_requests();
     let root = world.download(&spec).unwrap();
-    assert_eq!(std::fs::read(root.join("data/train-1.parquet")).unwrap(), bytes);
+    assert_eq!(
+        std::fs::read(root.join("data/train-1.parquet")).unwrap(),
+        bytes
+    );
     // The first shard, checked before the fault, is not fetched again.
     assert_eq!(world.fetched(), ["data/train-1.parquet"]);
 }
@@ -253,7 +265,10 @@ fn a_dropped_connection_resumes_within_the_run_and_in_the_next_one() {
     assert!(bytes.len() > 5 * cut, "{}", bytes.len());
     world.hub.fail(path, Fault::Cut(cut));
     let message = world.download(&spec).unwrap_err();
-    assert!(message.contains(path) && message.contains("resumes"), "{message}");
+    assert!(
+        message.contains(path) && message.contains("resumes"),
+        "{message}"
+    );
     assert!(!root(&world, &spec).join(path).exists());
     // Each attempt resumed where the last one was cut: the retries asked for the later bytes.
     assert_eq!(
@@ -261,7 +276,10 @@ fn a_dropped_connection_resumes_within_the_run_and_in_the_next_one() {
         (0..5).map(|i| i * cut as u64).collect::<Vec<_>>()
     );
     let kept = 5 * cut;
-    assert!(message.contains(&format!("{kept} of {} bytes", bytes.len())), "{message}");
+    assert!(
+        message.contains(&format!("{kept} of {} bytes", bytes.len())),
+        "{message}"
+    );
 
     world.hub.heal();
     world.hub.clear_requests();
@@ -294,7 +312,9 @@ fn a_file_served_at_the_wrong_size_is_deleted_never_used() {
         // Only `hf-hub`'s lock file is left of it.
         let blobs = world.cached();
         assert!(
-            !blobs.iter().any(|f| f.contains("/blobs/") && !f.ends_with(".lock")),
+            !blobs
+                .iter()
+                .any(|f| f.contains("/blobs/") && !f.ends_with(".lock")),
             "{blobs:?}"
         );
     }
@@ -336,7 +356,10 @@ fn files_placed_by_hand_are_checked_and_used_offline_unless_a_download_began() {
     // Different bytes placed by hand: refused, and left where the user put them.
     std::fs::write(root.join(path), b"not the hub's file").unwrap();
     let message = world.download(&spec).unwrap_err();
-    assert!(message.contains("placed by hand") && message.contains(path), "{message}");
+    assert!(
+        message.contains("placed by hand") && message.contains(path),
+        "{message}"
+    );
     assert!(root.join(path).exists());
     // The hub's bytes placed by hand: checked and used, nothing fetched.
     std::fs::write(root.join(path), &bytes).unwrap();
@@ -364,5 +387,8 @@ fn files_placed_by_hand_are_checked_and_used_offline_unless_a_download_began() {
     let message = download(&spec, &unreachable(two.cache.path()))
         .unwrap_err()
         .to_string();
-    assert!(message.contains("listing the repository failed"), "{message}");
+    assert!(
+        message.contains("listing the repository failed"),
+        "{message}"
+    );
 }

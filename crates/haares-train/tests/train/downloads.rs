@@ -80,7 +80,10 @@ fn train(hub: &LocalHub, dirs: &Dirs, run: &str, extra: &[&str]) -> Command {
 
 fn run(mut command: Command) -> (bool, String) {
     let Output { status, stderr, .. } = command.output().unwrap();
-    (status.success(), String::from_utf8_lossy(&stderr).into_owned())
+    (
+        status.success(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -89,12 +92,24 @@ fn train_downloads_the_served_shards_and_reports_progress_unless_quiet() {
     let dirs = dirs();
     let (ok, stderr) = run(train(&hub, &dirs, "first", &[]));
     assert!(ok, "{stderr}");
-    assert_eq!(std::fs::read(snapshot(&dirs).join(TRAIN)).unwrap(), train_bytes);
+    assert_eq!(
+        std::fs::read(snapshot(&dirs).join(TRAIN)).unwrap(),
+        train_bytes
+    );
     assert!(!snapshot(&dirs).join("README.md").exists());
     // Not a terminal: a line per downloaded shard and per prepared shard.
-    assert!(stderr.contains(&format!("downloaded [1/2] {TRAIN}")), "{stderr}");
-    assert!(stderr.contains(&format!("downloaded [2/2] {VALIDATION}")), "{stderr}");
-    assert!(stderr.contains("prepared ") && stderr.contains("tokens/s"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("downloaded [1/2] {TRAIN}")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("downloaded [2/2] {VALIDATION}")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("prepared ") && stderr.contains("tokens/s"),
+        "{stderr}"
+    );
 
     // Again, quiet, with a fresh token cache: no request to the hub, no progress line.
     hub.clear_requests();
@@ -102,18 +117,28 @@ fn train_downloads_the_served_shards_and_reports_progress_unless_quiet() {
     let (ok, stderr) = run(train(&hub, &dirs, "second", &["--quiet"]));
     assert!(ok, "{stderr}");
     assert_eq!(hub.requests(), vec![]);
-    assert!(!stderr.contains("downloaded") && !stderr.contains("prepared"), "{stderr}");
+    assert!(
+        !stderr.contains("downloaded") && !stderr.contains("prepared"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn a_run_killed_mid_download_is_resumed_by_the_next() {
-    let (hub, train_bytes) = hub();
+    // The second shard is held: when the run is killed, the snapshot already holds the first, and
+    // the next run must still fetch the rest, resuming it.
+    let (hub, _) = hub();
+    let validation = std::fs::read(embedded_corpus_dir().join(VALIDATION)).unwrap();
     let dirs = dirs();
-    let held = 1 << 20;
-    assert!(train_bytes.len() > 2 * held);
-    hub.fail(TRAIN, Fault::Hold(held));
+    let held = 128 * 1024;
+    assert!(validation.len() > 2 * held);
+    hub.fail(VALIDATION, Fault::Hold(held));
     let mut command = train(&hub, &dirs, "killed", &["--quiet"]);
-    let mut child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     // Wait until the held bytes are in the partial file, then kill the run as Slurm would.
     let blobs = dirs.data.join("datasets--roneneldan--TinyStories/blobs");
     let partial = || -> u64 {
@@ -125,28 +150,45 @@ fn a_run_killed_mid_download_is_resumed_by_the_next() {
             .map(|e| e.metadata().unwrap().len())
             .sum()
     };
+    // The first shard's partial file is renamed once it is complete, so after that the partial
+    // bytes are the second shard's.
+    let first_done = || snapshot(&dirs).join(TRAIN).exists();
     let start = Instant::now();
-    while partial() < held as u64 / 2 {
-        assert!(start.elapsed() < Duration::from_secs(60), "the download never started");
+    while !first_done() || partial() < held as u64 / 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the download never started"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     child.kill().unwrap();
     child.wait().unwrap();
     let kept = partial();
-    assert!(!snapshot(&dirs).join(TRAIN).exists());
+    assert!(snapshot(&dirs).join(TRAIN).exists());
+    assert!(!snapshot(&dirs).join(VALIDATION).exists());
 
     hub.heal();
     hub.clear_requests();
     let (ok, stderr) = run(train(&hub, &dirs, "resumed", &["--quiet"]));
     assert!(ok, "{stderr}");
-    assert_eq!(std::fs::read(snapshot(&dirs).join(TRAIN)).unwrap(), train_bytes);
+    assert_eq!(
+        std::fs::read(snapshot(&dirs).join(VALIDATION)).unwrap(),
+        validation
+    );
     let resumed_at = format!("bytes={kept}-");
+    let requests = hub.requests();
     assert!(
-        hub.requests()
+        requests
             .iter()
-            .any(|r| r.url.ends_with(TRAIN) && r.range.as_deref() == Some(&resumed_at)),
-        "{:?}",
-        hub.requests()
+            .any(|r| r.url.ends_with(VALIDATION) && r.range.as_deref() == Some(&resumed_at)),
+        "{requests:?}"
+    );
+    // The first shard, checked before the kill, is not fetched again.
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.url.contains("/cdn/") && r.url.ends_with(TRAIN)),
+        "{requests:?}"
     );
 }
 
@@ -170,7 +212,13 @@ fn tmpfs_available() -> bool {
 
 /// Runs `command` with `dir` on a disk of `kib` KiB; with a tmpfs, `listing` receives the files
 /// left on it when the command ended (the tmpfs goes with its namespace).
-fn on_small_disk(command: &Command, disk: SmallDisk, dir: &Path, kib: u64, listing: &Path) -> (bool, String) {
+fn on_small_disk(
+    command: &Command,
+    disk: SmallDisk,
+    dir: &Path,
+    kib: u64,
+    listing: &Path,
+) -> (bool, String) {
     let script = match disk {
         SmallDisk::Tmpfs => format!(
             "mkdir -p '{d}' && mount -t tmpfs -o size={kib}k tmpfs '{d}' && \
@@ -192,7 +240,11 @@ fn on_small_disk(command: &Command, disk: SmallDisk, dir: &Path, kib: u64, listi
             c
         }
     };
-    wrapped.arg(script).arg("sh").arg(command.get_program()).args(command.get_args());
+    wrapped
+        .arg(script)
+        .arg("sh")
+        .arg(command.get_program())
+        .args(command.get_args());
     for (key, value) in command.get_envs() {
         match value {
             Some(value) => wrapped.env(key, value),
@@ -215,8 +267,13 @@ fn a_disk_that_fills_during_download_or_preparation_stops_cleanly_and_a_rerun_co
         let dirs = dirs();
         let listing = dirs.runs.with_extension("listing");
         // 1 MiB: the 2.5 MB training shard does not fit.
-        let (ok, stderr) =
-            on_small_disk(&train(&hub, &dirs, "full", &[]), disk, &dirs.data, 1024, &listing);
+        let (ok, stderr) = on_small_disk(
+            &train(&hub, &dirs, "full", &[]),
+            disk,
+            &dirs.data,
+            1024,
+            &listing,
+        );
         assert!(!ok, "{disk:?}: {stderr}");
         assert!(
             stderr.contains("is full") && stderr.contains(TRAIN) && stderr.contains("rerun"),
@@ -230,7 +287,10 @@ fn a_disk_that_fills_during_download_or_preparation_stops_cleanly_and_a_rerun_co
         }
         let (ok, stderr) = run(train(&hub, &dirs, "downloaded", &["--quiet"]));
         assert!(ok, "{disk:?}: {stderr}");
-        assert_eq!(std::fs::read(snapshot(&dirs).join(TRAIN)).unwrap(), train_bytes);
+        assert_eq!(
+            std::fs::read(snapshot(&dirs).join(TRAIN)).unwrap(),
+            train_bytes
+        );
 
         // The shards are in; now the prepared tokens do not fit in 1 MiB.
         std::fs::remove_dir_all(&dirs.cache).unwrap();
@@ -247,7 +307,11 @@ fn a_disk_that_fills_during_download_or_preparation_stops_cleanly_and_a_rerun_co
             "{disk:?}: {stderr}"
         );
         let left: Vec<String> = if disk == SmallDisk::Tmpfs {
-            std::fs::read_to_string(&listing).unwrap().lines().map(String::from).collect()
+            std::fs::read_to_string(&listing)
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect()
         } else {
             std::fs::read_dir(&dirs.cache)
                 .into_iter()
@@ -256,7 +320,10 @@ fn a_disk_that_fills_during_download_or_preparation_stops_cleanly_and_a_rerun_co
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .collect()
         };
-        assert!(!left.iter().any(|f| f.contains(".tokens")), "{disk:?}: {left:?}");
+        assert!(
+            !left.iter().any(|f| f.contains(".tokens")),
+            "{disk:?}: {left:?}"
+        );
         let (ok, stderr) = run(train(&hub, &dirs, "prepared", &["--quiet"]));
         assert!(ok, "{disk:?}: {stderr}");
     }
