@@ -43,11 +43,12 @@ pub(super) fn explain(
         None => "the next run downloads it again".into(),
     };
     match error {
-        ApiError::TooManyRetries(inner) => format!(
-            "{} (after {} attempts)",
-            explain(inner, file, kept, target),
-            super::RETRIES + 1
-        ),
+        ApiError::TooManyRetries(inner) => {
+            format!(
+                "{} (after the run's retries)",
+                explain(inner, file, kept, target)
+            )
+        }
         ApiError::RequestError(e) => match &**e {
             ureq::Error::Status(404, _) => format!(
                 "{name} is not in `{repo}` at revision {revision} on {endpoint} (404 Not Found): the dataset's pinned revision or file pattern does not match this hub; nothing was written"

@@ -343,6 +343,13 @@ fn a_file_that_changed_under_its_revision_mid_download_is_caught_by_its_hash() {
     assert!(!root(&world, &spec).join(path).is_symlink());
     let root = world.download(&spec).unwrap();
     assert_eq!(std::fs::read(root.join(path)).unwrap(), new);
+    // Changed again after a complete, checked download: the next run asks nothing and keeps the
+    // checked copy (a pinned commit's files do not change; its prepared tokens stay valid).
+    world.hub.replace(REPO, PINNED, path, shard(2, 400));
+    world.hub.clear_requests();
+    assert_eq!(world.download(&spec).unwrap(), root);
+    assert_eq!(world.hub.requests(), vec![]);
+    assert_eq!(std::fs::read(root.join(path)).unwrap(), new);
 }
 
 #[test]
