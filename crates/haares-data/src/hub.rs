@@ -101,7 +101,8 @@ pub fn is_downloaded(spec: &DatasetSpec, cache_dir: &Path) -> bool {
     else {
         return false;
     };
-    Record::load(&repo_dir(repo_id, cache_dir), revision).is_some_and(|r| r.is_complete_in(&root))
+    Record::load(&repo_dir(repo_id, cache_dir), revision)
+        .is_some_and(|r| r.is_complete_in(&root, &format!("{:?}", spec.rule)))
 }
 
 /// Downloads every shard the dataset's split rule reads, at its pinned revision, and returns the
@@ -136,8 +137,9 @@ pub fn download(spec: &DatasetSpec, options: &HubOptions) -> Result<PathBuf> {
         root,
         endpoint,
     };
+    let rule = format!("{:?}", spec.rule);
     let mut record = Record::load(&target.repo_dir, revision).unwrap_or_default();
-    if record.is_complete_in(&target.root) {
+    if record.is_complete_in(&target.root, &rule) {
         return Ok(target.root);
     }
     let api = ApiBuilder::from_env()
@@ -169,6 +171,7 @@ pub fn download(spec: &DatasetSpec, options: &HubOptions) -> Result<PathBuf> {
         record.save(&target.repo_dir, revision)?;
     }
     record.complete = true;
+    record.rule = rule;
     record.save(&target.repo_dir, revision)?;
     downloads.finish();
     Ok(target.root)

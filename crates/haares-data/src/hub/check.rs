@@ -25,8 +25,12 @@ pub(super) struct Expected {
 /// the hub's own folders in `datasets--owner--name/checked/<revision>.json`.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct Record {
-    /// Whether every file the split rule reads is in `files`.
+    /// Whether every file the split rule `rule` reads is in `files`.
     pub complete: bool,
+    /// The split rule the record was completed for (its `Debug` form): another rule over the
+    /// same revision may read other files.
+    #[serde(default)]
+    pub rule: String,
     /// The checked files by repository path.
     pub files: BTreeMap<String, Expected>,
 }
@@ -53,9 +57,11 @@ impl Record {
         crate::write_atomically(&path, text.as_bytes())
     }
 
-    /// Whether the record is complete and each of its files is still under `root` at its size.
-    pub fn is_complete_in(&self, root: &Path) -> bool {
+    /// Whether the record is complete for `rule` and each of its files is still under `root` at
+    /// its size.
+    pub fn is_complete_in(&self, root: &Path, rule: &str) -> bool {
         self.complete
+            && self.rule == rule
             && self
                 .files
                 .values()

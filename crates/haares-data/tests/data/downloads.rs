@@ -194,6 +194,11 @@ fn the_pinned_revision_and_the_shards_its_rule_reads_are_fetched_once() {
     world.hub.clear_requests();
     assert_eq!(world.download(&spec).unwrap(), root);
     assert_eq!(world.hub.requests(), vec![]);
+    // A rule that reads one shard more fetches that one only.
+    let four = self::spec(PINNED, first(4));
+    assert!(!is_downloaded(&four, world.cache.path()));
+    assert_eq!(world.download(&four).unwrap(), root);
+    assert_eq!(world.fetched(), ["a/train-00003.parquet"]);
 }
 
 #[test]
