@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod analytic;
+pub mod backends;
 pub mod cost;
 pub mod first_step;
 pub mod flops;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use haares_bench::analytic::{params_table, sources_table};
+use haares_bench::backends::dispatch;
 use haares_bench::cost::paired::{PairedArgs, run_paired, write_paired_run};
 use haares_bench::cost::peer::PeerMatmul;
 use haares_bench::cost::worker::{KernelLog, RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
@@ -13,7 +14,7 @@ use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
 use haares_bench::flops::flops_table;
 use haares_bench::gpu_check::cli::{GpuCheckArgs, gpu_check};
 use haares_train::TrainError;
-use haares_train::backend::{BackendKind, dispatch};
+use haares_train::backend::BackendKind;
 use std::path::PathBuf;
 use std::time::Instant;
 

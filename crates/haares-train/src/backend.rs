@@ -1,5 +1,12 @@
 //! Backends chosen at run time (`--backend`), compiled in by cargo features.
 
+#[cfg(any(
+    feature = "flex",
+    feature = "ndarray",
+    feature = "wgpu-backend",
+    feature = "cuda-backend"
+))]
+use burn::backend::Autodiff;
 use haares_core::TrainingBackend;
 use std::fmt;
 use std::str::FromStr;
@@ -64,15 +71,16 @@ impl BackendKind {
         }
     }
 
-    /// Whether this build includes the backend.
+    /// Whether this build includes the backend: its library part (the `*-backend` features for
+    /// the GPU backends), whether or not [`dispatch`] has an arm for it.
     pub fn compiled_in(self) -> bool {
         match self {
             Self::Flex => cfg!(feature = "flex"),
             Self::Ndarray => cfg!(feature = "ndarray"),
-            Self::Wgpu => cfg!(feature = "wgpu"),
-            Self::Cuda => cfg!(feature = "cuda"),
-            Self::WgpuFusion => cfg!(all(feature = "wgpu", feature = "fusion")),
-            Self::CudaFusion => cfg!(all(feature = "cuda", feature = "fusion")),
+            Self::Wgpu => cfg!(feature = "wgpu-backend"),
+            Self::Cuda => cfg!(feature = "cuda-backend"),
+            Self::WgpuFusion => cfg!(all(feature = "wgpu-backend", feature = "fusion")),
+            Self::CudaFusion => cfg!(all(feature = "cuda-backend", feature = "fusion")),
         }
     }
 }
@@ -118,12 +126,12 @@ impl FromStr for BackendKind {
 /// kernel per shape, chosen by a fixed rule) exactly when it was compiled without autotuning.
 /// False in a build without a cube backend. Reports say which build measured them.
 pub fn autotune() -> bool {
-    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    #[cfg(any(feature = "cuda-backend", feature = "wgpu-backend"))]
     {
         use burn_cubecl::kernel::matmul::MatmulStrategy;
         !matches!(MatmulStrategy::default(), MatmulStrategy::Cube)
     }
-    #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+    #[cfg(not(any(feature = "cuda-backend", feature = "wgpu-backend")))]
     {
         false
     }
@@ -141,11 +149,11 @@ pub fn autotune_text(autotune: bool) -> &'static str {
 /// wgpu as the runners use it: Burn's cube backend without kernel fusion. Burn 0.21's fused
 /// kernels gave wrong logits in the portability tests (docs/deviations.md); unfused, wgpu matches
 /// the f64 reference to f32 rounding.
-#[cfg(feature = "wgpu")]
+#[cfg(feature = "wgpu-backend")]
 pub type WgpuUnfused = burn_cubecl::CubeBackend<cubecl::wgpu::WgpuRuntime, f32, i32, u32>;
 
 /// CUDA as the runners use it: without kernel fusion, like [`WgpuUnfused`].
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-backend")]
 pub type CudaUnfused = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
 
 /// A job generic over the backend, run by [`dispatch`].
@@ -160,68 +168,118 @@ pub trait BackendJob {
     ) -> Result<Self::Output>;
 }
 
-/// Runs `job` on the backend `kind` (which [`BackendKind::from_str`] has checked is compiled in).
-/// On the CPU backends the job runs on a thread of a Rayon pool ([`on_cpu_pool`]). On the cube backends CubeCL's kernel caches are first set to the machine's shared directory
-/// ([`crate::kernel_cache`]), unless the process configured CubeCL already, and the device is
-/// started once: a missing driver or device is a [`TrainError::Device`] saying what to install.
+/// Runs `job` on the backend `kind` (which [`BackendKind::from_str`] has checked is compiled in):
+/// [`on_flex`], [`on_ndarray`], [`on_wgpu`], … for each backend of this crate's runner features
+/// (`flex`, `ndarray`, `wgpu`, `cuda`, `fusion`). A job is compiled once per backend here, so a
+/// crate that runs its own jobs picks its backends itself from the `on_*` functions and the
+/// `*-backend` features (haares-bench's `dispatch`).
 pub fn dispatch<J: BackendJob + Send>(kind: BackendKind, job: J) -> Result<J::Output>
 where
     J::Output: Send,
 {
-    use burn::backend::Autodiff;
     match kind {
         #[cfg(feature = "flex")]
-        BackendKind::Flex => {
-            on_cpu_pool(|| job.run::<Autodiff<burn::backend::Flex>>(Default::default(), kind))
-        }
+        BackendKind::Flex => on_flex(job),
         #[cfg(feature = "ndarray")]
-        BackendKind::Ndarray => {
-            on_cpu_pool(|| job.run::<Autodiff<burn::backend::NdArray>>(Default::default(), kind))
-        }
+        BackendKind::Ndarray => on_ndarray(job),
         #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => {
-            share_kernel_caches();
-            probe::<WgpuUnfused>(WGPU_MISSING)?;
-            job.run::<Autodiff<WgpuUnfused>>(Default::default(), kind)
-        }
+        BackendKind::Wgpu => on_wgpu(job),
         #[cfg(feature = "cuda")]
-        BackendKind::Cuda => {
-            share_kernel_caches();
-            probe::<CudaUnfused>(CUDA_MISSING)?;
-            job.run::<Autodiff<CudaUnfused>>(Default::default(), kind)
-        }
+        BackendKind::Cuda => on_cuda(job),
         #[cfg(all(feature = "wgpu", feature = "fusion"))]
-        BackendKind::WgpuFusion => {
-            share_kernel_caches();
-            probe::<burn::backend::Wgpu>(WGPU_MISSING)?;
-            job.run::<Autodiff<burn::backend::Wgpu>>(Default::default(), kind)
-        }
+        BackendKind::WgpuFusion => on_wgpu_fusion(job),
         #[cfg(all(feature = "cuda", feature = "fusion"))]
-        BackendKind::CudaFusion => {
-            share_kernel_caches();
-            probe::<burn::backend::Cuda>(CUDA_MISSING)?;
-            job.run::<Autodiff<burn::backend::Cuda>>(Default::default(), kind)
-        }
+        BackendKind::CudaFusion => on_cuda_fusion(job),
         #[allow(unreachable_patterns)]
-        other => Err(TrainError::Config(format!(
-            "backend `{other}` is not compiled into this build"
-        ))),
+        other => {
+            drop(job);
+            Err(not_dispatched(other))
+        }
     }
 }
 
+/// What [`dispatch`] says for a backend its features leave out. [`BackendKind::from_str`]
+/// accepts a backend whose library part is compiled in (`wgpu-backend`), so a binary built with
+/// that alone (the test build's) names the feature its runner lacks.
+pub fn not_dispatched(kind: BackendKind) -> TrainError {
+    TrainError::Config(format!(
+        "backend `{kind}` is not compiled into this runner; rebuild with `--features {}`",
+        kind.features()
+    ))
+}
+
+/// Runs `job` on Flex, on a thread of the CPU pool ([`on_cpu_pool`]).
+#[cfg(feature = "flex")]
+pub fn on_flex<J: BackendJob + Send>(job: J) -> Result<J::Output>
+where
+    J::Output: Send,
+{
+    let kind = BackendKind::Flex;
+    on_cpu_pool(|| job.run::<Autodiff<burn::backend::Flex>>(Default::default(), kind))
+}
+
+/// Runs `job` on NdArray, on a thread of the CPU pool ([`on_cpu_pool`]).
+#[cfg(feature = "ndarray")]
+pub fn on_ndarray<J: BackendJob + Send>(job: J) -> Result<J::Output>
+where
+    J::Output: Send,
+{
+    let kind = BackendKind::Ndarray;
+    on_cpu_pool(|| job.run::<Autodiff<burn::backend::NdArray>>(Default::default(), kind))
+}
+
+/// Runs `job` on wgpu without fusion ([`WgpuUnfused`]): CubeCL's kernel caches are first set
+/// to the machine's shared directory ([`crate::kernel_cache`]), unless the process configured
+/// CubeCL already, and the device is started once, so that a missing driver or device is a
+/// [`TrainError::Device`] saying what to install.
+#[cfg(feature = "wgpu-backend")]
+pub fn on_wgpu<J: BackendJob>(job: J) -> Result<J::Output> {
+    on_cube::<WgpuUnfused, J>(job, BackendKind::Wgpu, WGPU_MISSING)
+}
+
+/// Runs `job` on CUDA without fusion ([`CudaUnfused`]), started as [`on_wgpu`] starts wgpu.
+#[cfg(feature = "cuda-backend")]
+pub fn on_cuda<J: BackendJob>(job: J) -> Result<J::Output> {
+    on_cube::<CudaUnfused, J>(job, BackendKind::Cuda, CUDA_MISSING)
+}
+
+/// Runs `job` on Burn's wgpu backend with kernel fusion, started as [`on_wgpu`] starts wgpu.
+#[cfg(all(feature = "wgpu-backend", feature = "fusion"))]
+pub fn on_wgpu_fusion<J: BackendJob>(job: J) -> Result<J::Output> {
+    on_cube::<burn::backend::Wgpu, J>(job, BackendKind::WgpuFusion, WGPU_MISSING)
+}
+
+/// Runs `job` on Burn's CUDA backend with kernel fusion, started as [`on_wgpu`] starts wgpu.
+#[cfg(all(feature = "cuda-backend", feature = "fusion"))]
+pub fn on_cuda_fusion<J: BackendJob>(job: J) -> Result<J::Output> {
+    on_cube::<burn::backend::Cuda, J>(job, BackendKind::CudaFusion, CUDA_MISSING)
+}
+
+#[cfg(any(feature = "cuda-backend", feature = "wgpu-backend"))]
+fn on_cube<B, J>(job: J, kind: BackendKind, missing: &str) -> Result<J::Output>
+where
+    B: burn::tensor::backend::Backend,
+    Autodiff<B>: TrainingBackend,
+    J: BackendJob,
+{
+    share_kernel_caches();
+    probe::<B>(missing)?;
+    job.run::<Autodiff<B>>(Default::default(), kind)
+}
+
 /// What a wgpu backend that cannot start says.
-#[cfg(feature = "wgpu")]
+#[cfg(feature = "wgpu-backend")]
 const WGPU_MISSING: &str = "wgpu found no usable adapter: install a Vulkan, Metal or DX12 driver \
      (Debian: `apt-get install mesa-vulkan-drivers` for the lavapipe software device)";
 
 /// What a CUDA backend that cannot start says.
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-backend")]
 const CUDA_MISSING: &str = "CUDA could not start: this needs an NVIDIA GPU and its driver \
      (`libcuda.so`, `nvidia-smi` lists the GPU); the message above says what was missing";
 
 /// Points CubeCL at the shared kernel caches; without them a run still trains (each process then
 /// compiles its own kernels), so a failure is a warning.
-#[cfg(any(feature = "cuda", feature = "wgpu"))]
+#[cfg(any(feature = "cuda-backend", feature = "wgpu-backend"))]
 fn share_kernel_caches() {
     use crate::kernel_cache::{KernelEvents, configure_cube_runtime};
     if let Err(error) = configure_cube_runtime(KernelEvents::Quiet) {
@@ -232,7 +290,7 @@ fn share_kernel_caches() {
 /// Starts a GPU backend with one tiny tensor: CubeCL panics (in its device thread) when the
 /// driver or the device is missing, which would otherwise end the process with a panic deep in a
 /// job. Here it becomes a [`TrainError::Device`] saying what to install.
-#[cfg(any(feature = "cuda", feature = "wgpu"))]
+#[cfg(any(feature = "cuda-backend", feature = "wgpu-backend"))]
 fn probe<B: burn::tensor::backend::Backend>(missing: &str) -> Result<()> {
     use burn::tensor::Tensor;
     let device = B::Device::default();

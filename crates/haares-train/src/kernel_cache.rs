@@ -59,7 +59,7 @@ pub enum KernelEvents {
     ToLogCrateWithTimes,
 }
 
-#[cfg(any(feature = "cuda", feature = "wgpu"))]
+#[cfg(any(feature = "cuda-backend", feature = "wgpu-backend"))]
 mod cube {
     use super::{KernelEvents, kernel_cache_dir};
     use crate::error::{Result, TrainError};
@@ -138,5 +138,5 @@ mod cube {
     }
 }
 
-#[cfg(any(feature = "cuda", feature = "wgpu"))]
+#[cfg(any(feature = "cuda-backend", feature = "wgpu-backend"))]
 pub use cube::configure_cube_runtime;

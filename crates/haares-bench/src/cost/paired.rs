@@ -13,9 +13,10 @@
 use std::path::Path;
 use std::time::Instant;
 
+use crate::backends::dispatch;
 use haares_core::method::method_rank;
 use haares_core::{ModelConfig, TrainingBackend};
-use haares_train::backend::{BackendJob, BackendKind, dispatch};
+use haares_train::backend::{BackendJob, BackendKind};
 use serde::{Deserialize, Serialize};
 
 use super::stats::{MedianInterval, median, median_interval};

@@ -1,4 +1,5 @@
-//! How CPU jobs run (`cpu.rs`): on a thread of a Rayon pool that their parallel operations share.
+//! How jobs are dispatched: CPU jobs on a thread of a Rayon pool that their parallel operations
+//! share (`cpu.rs`), and what a backend without a runner arm says.
 
 use haares_core::TrainingBackend;
 use haares_train::backend::{BackendJob, BackendKind, dispatch};
@@ -40,4 +41,19 @@ fn a_panic_in_the_pool_reaches_the_caller() {
     let outcome = std::panic::catch_unwind(|| on_cpu_pool(|| panic!("inside the pool")));
     let message = outcome.unwrap_err();
     assert_eq!(message.downcast_ref::<&str>(), Some(&"inside the pool"));
+}
+
+/// The test build has the library's wgpu (`wgpu-backend`, for the AdamW kernel's tests) without
+/// the runner's `wgpu`: a backend the parser accepts that `dispatch` has no arm for names the
+/// feature to rebuild with, before any device starts.
+#[test]
+#[cfg(all(feature = "wgpu-backend", not(feature = "wgpu")))]
+fn a_backend_without_a_runner_arm_names_the_feature() {
+    let kind: BackendKind = "wgpu".parse().unwrap();
+    let error = dispatch(kind, WhereItRan).unwrap_err().to_string();
+    assert!(
+        error.contains("backend `wgpu` is not compiled into this runner")
+            && error.contains("--features wgpu"),
+        "{error}"
+    );
 }

@@ -23,7 +23,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime};
 
 use super::cube_kernels::{adamw_kernel, sum_of_squares_kernel};
-#[cfg(all(test, feature = "wgpu"))]
+#[cfg(all(test, feature = "wgpu-backend"))]
 use super::rule::UpdateRule;
 use super::rule::{F32Rule, Moments, Pending};
 
@@ -39,7 +39,7 @@ type Cube<R, BT> = CubeBackend<R, f32, i32, BT>;
 /// One parameter's update through [`update_batch`]: the updated parameter, with `moments`
 /// updated, when `B` is one of the runners' cube backends and every tensor is f32; `None`
 /// (nothing changed) otherwise. Only the wgpu tests call it.
-#[cfg(all(test, feature = "wgpu"))]
+#[cfg(all(test, feature = "wgpu-backend"))]
 pub(crate) fn update<B: Backend>(
     rule: &UpdateRule,
     value: &Tensor<B, 1>,
@@ -61,11 +61,11 @@ pub(crate) fn update<B: Backend>(
 /// The updated parameters, in order, with every `moments` updated, when `B` is one of the
 /// runners' cube backends and every tensor is f32; `None` (nothing changed) otherwise.
 pub(crate) fn update_batch<B: Backend>(pending: &mut [Pending<B>]) -> Option<Vec<Tensor<B, 1>>> {
-    #[cfg(feature = "wgpu")]
+    #[cfg(feature = "wgpu-backend")]
     if let Some(updated) = update_batch_as::<B, cubecl::wgpu::WgpuRuntime, u32>(pending) {
         return Some(updated);
     }
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-backend")]
     if let Some(updated) = update_batch_as::<B, cubecl::cuda::CudaRuntime, u8>(pending) {
         return Some(updated);
     }
@@ -77,11 +77,11 @@ pub(crate) fn update_batch<B: Backend>(pending: &mut [Pending<B>]) -> Option<Vec
 /// took three per gradient. `None` (nothing launched) unless `B` is one of the runners' cube
 /// backends and every gradient is f32.
 pub(crate) fn squared_norms<B: Backend>(gradients: &[Tensor<B, 1>]) -> Option<Tensor<B, 1>> {
-    #[cfg(feature = "wgpu")]
+    #[cfg(feature = "wgpu-backend")]
     if let Some(norms) = squared_norms_as::<B, cubecl::wgpu::WgpuRuntime, u32>(gradients) {
         return Some(norms);
     }
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-backend")]
     if let Some(norms) = squared_norms_as::<B, cubecl::cuda::CudaRuntime, u8>(gradients) {
         return Some(norms);
     }
@@ -272,7 +272,7 @@ fn launch_update<R: CubeRuntime>(
 
 /// The kernels against the plain operations on wgpu (lavapipe in CI): `cargo test -p haares-train
 /// --features wgpu --lib`.
-#[cfg(all(test, feature = "wgpu"))]
+#[cfg(all(test, feature = "wgpu-backend"))]
 mod wgpu_tests {
     use burn::tensor::{Tensor, TensorData};
 

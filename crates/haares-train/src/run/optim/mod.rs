@@ -15,17 +15,17 @@ use haares_core::checkpoint::ParamVisitor;
 
 #[cfg(test)]
 mod checks;
-#[cfg(any(feature = "cuda", feature = "wgpu"))]
+#[cfg(any(feature = "cuda-backend", feature = "wgpu-backend"))]
 mod cube;
-#[cfg(any(feature = "cuda", feature = "wgpu"))]
+#[cfg(any(feature = "cuda-backend", feature = "wgpu-backend"))]
 mod cube_kernels;
-#[cfg(all(feature = "cuda", feature = "wgpu"))]
+#[cfg(all(feature = "cuda-backend", feature = "wgpu-backend"))]
 mod cube_sources;
 #[cfg(feature = "flex")]
 mod flex;
 mod rule;
 
-#[cfg(all(feature = "cuda", feature = "wgpu"))]
+#[cfg(all(feature = "cuda-backend", feature = "wgpu-backend"))]
 pub use cube_sources::optimizer_cuda_sources;
 pub use rule::{AdamWSettings, Moments};
 use rule::{Pending, UpdateRule, update_plain};
@@ -172,9 +172,9 @@ impl<B: Backend> AdamW<B> {
                 },
             )
             .unzip();
-        #[cfg(any(feature = "cuda", feature = "wgpu"))]
+        #[cfg(any(feature = "cuda-backend", feature = "wgpu-backend"))]
         let batched = cube::update_batch(&mut pending);
-        #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+        #[cfg(not(any(feature = "cuda-backend", feature = "wgpu-backend")))]
         let batched: Option<Vec<Tensor<B, 1>>> = None;
         let values = match batched {
             Some(values) => values,
@@ -243,9 +243,9 @@ fn global_norm<B: Backend>(gradients: &NamedGradients<B>) -> f64 {
         return 0.0;
     }
     let tensors: Vec<Tensor<B, 1>> = gradients.iter().map(|(_, g)| g.clone()).collect();
-    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    #[cfg(any(feature = "cuda-backend", feature = "wgpu-backend"))]
     let squares = cube::squared_norms(&tensors);
-    #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
+    #[cfg(not(any(feature = "cuda-backend", feature = "wgpu-backend")))]
     let squares = None;
     let squares = squares
         .unwrap_or_else(|| Tensor::cat(tensors.into_iter().map(|g| g.square().sum()).collect(), 0));

@@ -122,7 +122,7 @@ pub(crate) fn update_plain<B: Backend>(
 
 /// The rule's constants as f32, converted as Burn's backends convert a scalar operand (`as
 /// f32`): what the fast paths (`flex.rs`, `cube.rs`) compute with.
-#[cfg(any(feature = "flex", feature = "cuda", feature = "wgpu"))]
+#[cfg(any(feature = "flex", feature = "cuda-backend", feature = "wgpu-backend"))]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct F32Rule {
     pub(crate) beta1: f32,
@@ -136,7 +136,7 @@ pub(crate) struct F32Rule {
     pub(crate) clip: Option<f32>,
 }
 
-#[cfg(any(feature = "flex", feature = "cuda", feature = "wgpu"))]
+#[cfg(any(feature = "flex", feature = "cuda-backend", feature = "wgpu-backend"))]
 impl F32Rule {
     pub(crate) fn new(rule: &UpdateRule) -> Self {
         Self {
@@ -155,7 +155,7 @@ impl F32Rule {
     /// Whether one launch can take this rule beside a batch of `first`'s constants whose
     /// decaying parameters decay by `decay`: the same constants, and the same decay factor if
     /// this parameter decays (one that does not takes factor 1 instead).
-    #[cfg(any(feature = "cuda", feature = "wgpu"))]
+    #[cfg(any(feature = "cuda-backend", feature = "wgpu-backend"))]
     pub(crate) fn joins(&self, first: &Self, decay: Option<f32>) -> bool {
         let decays_alike = match (self.decay, decay) {
             (Some(own), Some(batch)) => own == batch,
