@@ -152,7 +152,7 @@ pub fn autotune_text(autotune: bool) -> &'static str {
 #[cfg(feature = "wgpu-backend")]
 pub type WgpuUnfused = burn_cubecl::CubeBackend<cubecl::wgpu::WgpuRuntime, f32, i32, u32>;
 
-/// CUDA as the runners use it: without kernel fusion, like [`WgpuUnfused`].
+/// CUDA as the runners use it: without kernel fusion, like `WgpuUnfused`.
 #[cfg(feature = "cuda-backend")]
 pub type CudaUnfused = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
 
@@ -169,7 +169,7 @@ pub trait BackendJob {
 }
 
 /// Runs `job` on the backend `kind` (which [`BackendKind::from_str`] has checked is compiled in):
-/// [`on_flex`], [`on_ndarray`], [`on_wgpu`], … for each backend of this crate's runner features
+/// `on_flex`, `on_ndarray`, `on_wgpu`, … for each backend of this crate's runner features
 /// (`flex`, `ndarray`, `wgpu`, `cuda`, `fusion`). A job is compiled once per backend here, so a
 /// crate that runs its own jobs picks its backends itself from the `on_*` functions and the
 /// `*-backend` features (haares-bench's `dispatch`).
@@ -237,7 +237,7 @@ pub fn on_wgpu<J: BackendJob>(job: J) -> Result<J::Output> {
     on_cube::<WgpuUnfused, J>(job, BackendKind::Wgpu, WGPU_MISSING)
 }
 
-/// Runs `job` on CUDA without fusion ([`CudaUnfused`]), started as [`on_wgpu`] starts wgpu.
+/// Runs `job` on CUDA without fusion ([`CudaUnfused`]), started as `on_wgpu` starts wgpu.
 #[cfg(feature = "cuda-backend")]
 pub fn on_cuda<J: BackendJob>(job: J) -> Result<J::Output> {
     on_cube::<CudaUnfused, J>(job, BackendKind::Cuda, CUDA_MISSING)
@@ -249,7 +249,7 @@ pub fn on_wgpu_fusion<J: BackendJob>(job: J) -> Result<J::Output> {
     on_cube::<burn::backend::Wgpu, J>(job, BackendKind::WgpuFusion, WGPU_MISSING)
 }
 
-/// Runs `job` on Burn's CUDA backend with kernel fusion, started as [`on_wgpu`] starts wgpu.
+/// Runs `job` on Burn's CUDA backend with kernel fusion, started as `on_wgpu` starts wgpu.
 #[cfg(all(feature = "cuda-backend", feature = "fusion"))]
 pub fn on_cuda_fusion<J: BackendJob>(job: J) -> Result<J::Output> {
     on_cube::<burn::backend::Cuda, J>(job, BackendKind::CudaFusion, CUDA_MISSING)

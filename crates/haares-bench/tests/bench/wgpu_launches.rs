@@ -24,9 +24,13 @@ fn launches(json: &serde_json::Value) -> Vec<(String, u64, [u64; 3])> {
         .collect()
 }
 
+/// `first-step` counts a steady step's launches by phase and by depth; with `--kernel-times` it
+/// times every launch on the device and counts the same launches as a counting worker: timing a
+/// kernel must not change which kernels a step launches. (One test, so that the counting run at
+/// 2 layers serves both: every worker compiles its shaders anew.)
 #[test]
 #[ignore = "needs a wgpu adapter: cargo test --workspace -- --ignored wgpu"]
-fn first_step_counts_the_launches_of_a_steady_step_by_phase_and_depth() {
+fn first_step_counts_the_launches_of_a_steady_step_by_phase_and_depth_and_times_them() {
     let dir = tempfile::tempdir().unwrap();
     let (json, stdout) = first_step(
         &dir.path().join("first-step"),
@@ -58,6 +62,45 @@ fn first_step_counts_the_launches_of_a_steady_step_by_phase_and_depth() {
         "{stdout}"
     );
     assert!(stdout.contains("| per added layer |"), "{stdout}");
+    let (timed, timed_stdout) = first_step(
+        &dir.path().join("timed"),
+        "2",
+        "haares",
+        &["--kernel-times"],
+    );
+    let counted_at_2: Vec<_> = counts
+        .iter()
+        .filter(|(method, layers, _)| method == "haares" && *layers == 2)
+        .cloned()
+        .collect();
+    assert_eq!(
+        launches(&timed),
+        counted_at_2,
+        "the same launches, timed or not"
+    );
+    let second = &timed["samples"][0][1]["anatomy"]["kernels"]["second_step"];
+    for phase in second.as_array().unwrap() {
+        let total = phase["device_ns"].as_u64().unwrap();
+        assert!(total > 0, "a phase without device time: {phase}");
+        let by_name = phase["device_ns_by_name"].as_object().unwrap();
+        let summed: u64 = by_name.values().map(|ns| ns.as_u64().unwrap()).sum();
+        assert_eq!(summed, total, "the kernels' times add up to the phase's");
+        for name in by_name.keys() {
+            assert!(
+                phase["launched_by_name"][name].as_u64().unwrap() > 0,
+                "{name}"
+            );
+        }
+    }
+    for sample in json["samples"].as_array().unwrap() {
+        let untimed = &sample[1]["anatomy"]["kernels"]["second_step"][1];
+        assert_eq!(untimed["device_ns"], 0, "a counting worker times nothing");
+    }
+    assert!(
+        timed_stdout.contains("Device time of a steady step's kernels"),
+        "{timed_stdout}"
+    );
+    assert!(timed_stdout.contains("| HAARES | 2 |"), "{timed_stdout}");
 }
 
 #[test]
@@ -145,45 +188,4 @@ fn first_step(
     assert!(ok, "{stderr}");
     let text = std::fs::read_to_string(out.with_extension("json")).unwrap();
     (serde_json::from_str(&text).unwrap(), stdout)
-}
-
-/// `first-step --kernel-times` times every launch on the device and counts the same launches as a
-/// counting worker: timing a kernel must not change which kernels a step launches.
-#[test]
-#[ignore = "needs a wgpu adapter: cargo test --workspace -- --ignored wgpu"]
-fn first_step_times_each_kernel_of_a_steady_step_on_the_device() {
-    let dir = tempfile::tempdir().unwrap();
-    let (counted, _) = first_step(&dir.path().join("counted"), "2", "haares", &[]);
-    let (timed, stdout) = first_step(
-        &dir.path().join("timed"),
-        "2",
-        "haares",
-        &["--kernel-times"],
-    );
-    assert_eq!(
-        launches(&timed),
-        launches(&counted),
-        "the same launches, timed or not"
-    );
-    let second = &timed["samples"][0][1]["anatomy"]["kernels"]["second_step"];
-    for phase in second.as_array().unwrap() {
-        let total = phase["device_ns"].as_u64().unwrap();
-        assert!(total > 0, "a phase without device time: {phase}");
-        let by_name = phase["device_ns_by_name"].as_object().unwrap();
-        let summed: u64 = by_name.values().map(|ns| ns.as_u64().unwrap()).sum();
-        assert_eq!(summed, total, "the kernels' times add up to the phase's");
-        for name in by_name.keys() {
-            assert!(
-                phase["launched_by_name"][name].as_u64().unwrap() > 0,
-                "{name}"
-            );
-        }
-    }
-    let untimed = &counted["samples"][0][1]["anatomy"]["kernels"]["second_step"][1];
-    assert_eq!(untimed["device_ns"], 0, "a counting worker times nothing");
-    assert!(
-        stdout.contains("Device time of a steady step's kernels"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("| HAARES | 2 |"), "{stdout}");
 }
