@@ -1,6 +1,6 @@
 //! The backends this crate measures on: its own features, not haares-train's runner's.
 
-use haares_train::backend::{BackendJob, BackendKind};
+use haares_train::backend::{self, BackendJob, BackendKind};
 use haares_train::error::Result;
 
 /// Runs `job` on `kind`: the CPU backends through [`haares_train::backend::dispatch`], each GPU
@@ -11,18 +11,16 @@ pub fn dispatch<J: BackendJob + Send>(kind: BackendKind, job: J) -> Result<J::Ou
 where
     J::Output: Send,
 {
-    #[allow(unused_imports)]
-    use haares_train::backend as on;
     match kind {
         #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => on::on_wgpu(job),
+        BackendKind::Wgpu => backend::on_wgpu(job),
         #[cfg(feature = "cuda")]
-        BackendKind::Cuda => on::on_cuda(job),
+        BackendKind::Cuda => backend::on_cuda(job),
         #[cfg(all(feature = "wgpu", feature = "fusion"))]
-        BackendKind::WgpuFusion => on::on_wgpu_fusion(job),
+        BackendKind::WgpuFusion => backend::on_wgpu_fusion(job),
         #[cfg(all(feature = "cuda", feature = "fusion"))]
-        BackendKind::CudaFusion => on::on_cuda_fusion(job),
-        other if other.is_cube() => Err(on::not_dispatched(other)),
-        cpu => on::dispatch(cpu, job),
+        BackendKind::CudaFusion => backend::on_cuda_fusion(job),
+        other if other.is_cube() => Err(backend::not_dispatched(other)),
+        cpu => backend::dispatch(cpu, job),
     }
 }

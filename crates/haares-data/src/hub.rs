@@ -89,6 +89,12 @@ pub fn snapshot_dir(spec: &DatasetSpec, cache_dir: &Path) -> Option<PathBuf> {
     Some(repo_dir(repo, cache_dir).join("snapshots").join(revision))
 }
 
+/// The split rule as the download record stores it: a record made under another rule does not
+/// say that this rule's files are all there.
+fn rule_key(spec: &DatasetSpec) -> String {
+    format!("{:?}", spec.rule)
+}
+
 fn repo_dir(repo_id: &str, cache_dir: &Path) -> PathBuf {
     cache_dir.join(format!("datasets--{}", repo_id.replace('/', "--")))
 }
@@ -102,7 +108,7 @@ pub fn is_downloaded(spec: &DatasetSpec, cache_dir: &Path) -> bool {
         return false;
     };
     Record::load(&repo_dir(repo_id, cache_dir), revision)
-        .is_some_and(|r| r.is_complete_in(&root, &format!("{:?}", spec.rule)))
+        .is_some_and(|r| r.is_complete_in(&root, &rule_key(spec)))
 }
 
 /// Downloads every shard the dataset's split rule reads, at its pinned revision, and returns the
@@ -137,7 +143,7 @@ pub fn download(spec: &DatasetSpec, options: &HubOptions) -> Result<PathBuf> {
         root,
         endpoint,
     };
-    let rule = format!("{:?}", spec.rule);
+    let rule = rule_key(spec);
     let mut record = Record::load(&target.repo_dir, revision).unwrap_or_default();
     if record.is_complete_in(&target.root, &rule) {
         return Ok(target.root);

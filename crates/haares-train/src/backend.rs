@@ -214,8 +214,7 @@ pub fn on_flex<J: BackendJob + Send>(job: J) -> Result<J::Output>
 where
     J::Output: Send,
 {
-    let kind = BackendKind::Flex;
-    on_cpu_pool(|| job.run::<Autodiff<burn::backend::Flex>>(Default::default(), kind))
+    on_cpu::<burn::backend::Flex, J>(job, BackendKind::Flex)
 }
 
 /// Runs `job` on NdArray, on a thread of the CPU pool ([`on_cpu_pool`]).
@@ -224,8 +223,18 @@ pub fn on_ndarray<J: BackendJob + Send>(job: J) -> Result<J::Output>
 where
     J::Output: Send,
 {
-    let kind = BackendKind::Ndarray;
-    on_cpu_pool(|| job.run::<Autodiff<burn::backend::NdArray>>(Default::default(), kind))
+    on_cpu::<burn::backend::NdArray, J>(job, BackendKind::Ndarray)
+}
+
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+fn on_cpu<B, J>(job: J, kind: BackendKind) -> Result<J::Output>
+where
+    B: burn::tensor::backend::Backend,
+    Autodiff<B>: TrainingBackend,
+    J: BackendJob + Send,
+    J::Output: Send,
+{
+    on_cpu_pool(|| job.run::<Autodiff<B>>(Default::default(), kind))
 }
 
 /// Runs `job` on wgpu without fusion ([`WgpuUnfused`]): CubeCL's kernel caches are first set
