@@ -17,6 +17,8 @@
 # leaves a list that says what it built from. A checkout with uncommitted changes is left as it
 # is and the list removed, since what gets built there is not what git says; the next clean run
 # then treats every file as new. scripts/ci/source-times-test.sh checks each of these cases.
+# The target directory must be CI's own: a build into it from another checkout, which does not
+# go through this script, leaves units that the list does not describe.
 #
 # Usage: bash scripts/ci/source-times.sh   (from the checkout; uses $CARGO_TARGET_DIR like cargo)
 set -euo pipefail

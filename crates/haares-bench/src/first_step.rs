@@ -165,7 +165,7 @@ pub fn first_step_table(run: &FirstStepRun) -> String {
             kernels.join(" | "),
         );
     }
-    out + &depth_growth(run) + &launches_by_depth(run) + &kernel_times_table(run)
+    out + &depth_growth(run) + &launches_by_depth(run) + &kernel_times_table(&run.samples)
 }
 
 /// `total (a + b + c)`.
@@ -306,8 +306,9 @@ fn growth_verdict(by_depth: &[(usize, KernelTally)]) -> String {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::kernel_times::tests::sample_with;
 
     fn tally(compiled: &[(&str, usize)], autotuned: usize) -> KernelTally {
         KernelTally {
@@ -325,35 +326,6 @@ pub(crate) mod tests {
             ..KernelTally::default()
         });
         sample_with(method, launched)
-    }
-
-    /// A worker's sample whose second step's phases tallied `launched`.
-    pub(crate) fn sample_with(method: &str, launched: [KernelTally; 3]) -> TrainSample {
-        TrainSample {
-            method: method.into(),
-            startup_s: 0.1,
-            total_s: 1.0,
-            step_s: vec![0.5, 0.2],
-            peak_rss_bytes: None,
-            peak_allocated_bytes: None,
-            device_in_use_bytes: None,
-            device_reserved_bytes: None,
-            anatomy: Some(crate::cost::anatomy::Anatomy {
-                backend_start_s: 0.05,
-                model_init_s: 0.05,
-                phase_s: vec![[0.2, 0.2, 0.1], [0.1, 0.07, 0.03]],
-                kernels: Some(crate::cost::anatomy::KernelAnatomy {
-                    backend_start: KernelTally::default(),
-                    model_init: KernelTally::default(),
-                    first_step: Default::default(),
-                    second_step: Some(launched),
-                    later_steps: KernelTally::default(),
-                }),
-            }),
-            validation: None,
-            first_loss: 5.5,
-            last_loss: 5.4,
-        }
     }
 
     #[test]

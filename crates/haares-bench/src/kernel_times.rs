@@ -11,18 +11,18 @@
 use std::fmt::Write as _;
 
 use crate::cost::summary::method_with_path;
-use crate::first_step::FirstStepRun;
+use crate::cost::worker::TrainSample;
 use crate::kernel_events::KernelTally;
 
 /// Kernels named per row of the table, largest device time first.
 const LARGEST: usize = 5;
 
 /// The markdown table: per method and depth, the second step's device time by phase, its
-/// launches, the mean device time per launch, and the kernels that took most of it. Empty when
-/// no worker logged times.
-pub fn kernel_times_table(run: &FirstStepRun) -> String {
+/// launches, the mean device time per launch, and the kernels that took most of it, from a first
+/// step's `(layers, sample)` pairs. Empty when no worker logged times.
+pub fn kernel_times_table(samples: &[(usize, TrainSample)]) -> String {
     let mut rows = String::new();
-    for (layers, sample) in &run.samples {
+    for (layers, sample) in samples {
         let Some(second) = sample
             .anatomy
             .as_ref()
@@ -82,11 +82,8 @@ fn largest_kernels(step: &KernelTally) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::first_step::FirstStepSpec;
-    use crate::first_step::tests::sample_with;
-    use haares_core::ModelFamily;
 
     /// A phase's tally: `(kernel, launches, device µs)` each.
     fn phase(kernels: &[(&str, usize, u64)]) -> KernelTally {
@@ -100,19 +97,33 @@ mod tests {
         tally
     }
 
-    fn run(samples: Vec<(usize, crate::cost::worker::TrainSample)>) -> FirstStepRun {
-        let spec = FirstStepSpec {
-            backend: "wgpu".into(),
-            family: ModelFamily::Small,
-            layers: vec![12],
-            blocks: 4,
-            batch: 2,
-            seq: 16,
-            steps: 2,
-            methods: vec!["standard".into()],
-            kernel_times: true,
-        };
-        FirstStepRun { spec, samples }
+    /// A worker's sample whose second step's phases tallied `launched`.
+    pub(crate) fn sample_with(method: &str, launched: [KernelTally; 3]) -> TrainSample {
+        TrainSample {
+            method: method.into(),
+            startup_s: 0.1,
+            total_s: 1.0,
+            step_s: vec![0.5, 0.2],
+            peak_rss_bytes: None,
+            peak_allocated_bytes: None,
+            device_in_use_bytes: None,
+            device_reserved_bytes: None,
+            anatomy: Some(crate::cost::anatomy::Anatomy {
+                backend_start_s: 0.05,
+                model_init_s: 0.05,
+                phase_s: vec![[0.2, 0.2, 0.1], [0.1, 0.07, 0.03]],
+                kernels: Some(crate::cost::anatomy::KernelAnatomy {
+                    backend_start: KernelTally::default(),
+                    model_init: KernelTally::default(),
+                    first_step: Default::default(),
+                    second_step: Some(launched),
+                    later_steps: KernelTally::default(),
+                }),
+            }),
+            validation: None,
+            first_loss: 5.5,
+            last_loss: 5.4,
+        }
     }
 
     #[test]
@@ -122,7 +133,7 @@ mod tests {
             phase(&[("matmul", 8, 4000), ("attention_grad", 2, 1500)]),
             phase(&[("adamw", 1, 1000)]),
         ];
-        let table = kernel_times_table(&run(vec![(12, sample_with("standard", second))]));
+        let table = kernel_times_table(&[(12, sample_with("standard", second))]);
         // 3.5 + 5.5 + 1.0 ms over 17 launches: 588.2 µs each; matmul 7 of 10 ms.
         let expected = "| Standard Residual | 12 | 10.0 (3.5 + 5.5 + 1.0) | 17 | 588.2 | \
                         `matmul` 70% (12), `attention_grad` 15% (2), `adamw` 10% (1), \
@@ -137,9 +148,9 @@ mod tests {
             tally
         });
         assert_eq!(
-            kernel_times_table(&run(vec![(12, sample_with("standard", counted))])),
+            kernel_times_table(&[(12, sample_with("standard", counted))]),
             ""
         );
-        assert_eq!(kernel_times_table(&run(Vec::new())), "");
+        assert_eq!(kernel_times_table(&[]), "");
     }
 }

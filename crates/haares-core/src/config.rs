@@ -6,6 +6,9 @@ use burn::config::Config;
 use serde::{Deserialize, Serialize};
 
 use crate::error::HaaresError;
+use crate::limits::{
+    MAX_CONTEXT, MAX_FF_WIDTH, MAX_HEADS, MAX_LAYERS, MAX_ROTARY_TABLE, MAX_VOCAB, MAX_WIDTH,
+};
 pub use crate::method::{
     DetailBias, DetailSource, HaaresOptions, ResidualMethod, layer_scale_init,
 };
@@ -108,7 +111,7 @@ impl ModelConfig {
         if let Some((field, _)) = positive.iter().find(|(_, value)| *value == 0) {
             return Err(HaaresError::config(field, "must be at least 1"));
         }
-        crate::limits::check_limits(self)?;
+        self.check_limits()?;
         if !self.d_model.is_multiple_of(self.n_heads) {
             return Err(HaaresError::config(
                 "n_heads",
@@ -153,6 +156,73 @@ impl ModelConfig {
             }
         }
         self.method.validate()
+    }
+
+    /// Refuses a config beyond any bound of [`crate::limits`]; the error names the field, its
+    /// bound and the reason.
+    fn check_limits(&self) -> crate::Result<()> {
+        let bounds = [
+            (
+                "n_layers",
+                self.n_layers,
+                MAX_LAYERS,
+                "deeper than any published Transformer",
+            ),
+            (
+                "d_model",
+                self.d_model,
+                MAX_WIDTH,
+                "wider than any published Transformer",
+            ),
+            (
+                "d_ff",
+                self.d_ff,
+                MAX_FF_WIDTH,
+                "wider than any published MLP",
+            ),
+            (
+                "n_heads",
+                self.n_heads,
+                MAX_HEADS,
+                "more heads than any published Transformer",
+            ),
+            (
+                "vocab_size",
+                self.vocab_size,
+                MAX_VOCAB,
+                "larger than any published vocabulary",
+            ),
+            (
+                "max_seq_len",
+                self.max_seq_len,
+                MAX_CONTEXT,
+                "longer than any published context",
+            ),
+        ];
+        for (field, value, bound, reason) in bounds {
+            if value > bound {
+                return Err(HaaresError::config(
+                    field,
+                    format!(
+                        "{value} is above the bound of {bound} ({reason}; haares_core::limits). A model \
+                     file whose config says so is damaged or was not written for this model"
+                    ),
+                ));
+            }
+        }
+        let table = self.max_seq_len.saturating_mul(self.d_model);
+        if table > MAX_ROTARY_TABLE {
+            return Err(HaaresError::config(
+                "max_seq_len",
+                format!(
+                    "the RoPE tables would hold max_seq_len · d_model = {} · {} = {table} entries each, \
+                 above the bound of {MAX_ROTARY_TABLE} (haares_core::limits::MAX_ROTARY_TABLE); \
+                 choose a shorter max_seq_len",
+                    self.max_seq_len, self.d_model
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

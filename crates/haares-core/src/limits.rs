@@ -1,14 +1,11 @@
-//! Upper bounds on a model's sizes, checked by [`ModelConfig::validate`] before anything is
-//! allocated.
+//! Upper bounds on a model's sizes, checked by
+//! [`ModelConfig::validate`](crate::ModelConfig::validate) before anything is allocated.
 //!
 //! A model file carries its config as metadata, and a config that lies (a million layers, a
 //! vocabulary of 2^30) would otherwise cost its memory before any check could compare it with the
 //! file's tensors. Each bound is far above every published model of its kind, so that no real
 //! model is refused, and low enough that a config at the bounds fails its check against the file
 //! before it costs more than the file itself (docs/decisions.md, "Model files are untrusted").
-
-use crate::config::ModelConfig;
-use crate::error::{HaaresError, Result};
 
 /// Most layers L: DeepNet (Wang et al., 2022) trained 1,000-layer Transformers, the deepest
 /// published; the paper's deepest model has 48.
@@ -36,69 +33,3 @@ pub const MAX_CONTEXT: usize = 1 << 20;
 /// context). The context is the one size a file's tensors do not pin down, so it is this product
 /// that bounds what a lying config can cost beyond the file.
 pub const MAX_ROTARY_TABLE: usize = 1 << 26;
-
-/// Refuses a config beyond any bound above; the error names the field, its bound and the reason.
-pub fn check_limits(config: &ModelConfig) -> Result<()> {
-    let bounds = [
-        (
-            "n_layers",
-            config.n_layers,
-            MAX_LAYERS,
-            "deeper than any published Transformer",
-        ),
-        (
-            "d_model",
-            config.d_model,
-            MAX_WIDTH,
-            "wider than any published Transformer",
-        ),
-        (
-            "d_ff",
-            config.d_ff,
-            MAX_FF_WIDTH,
-            "wider than any published MLP",
-        ),
-        (
-            "n_heads",
-            config.n_heads,
-            MAX_HEADS,
-            "more heads than any published Transformer",
-        ),
-        (
-            "vocab_size",
-            config.vocab_size,
-            MAX_VOCAB,
-            "larger than any published vocabulary",
-        ),
-        (
-            "max_seq_len",
-            config.max_seq_len,
-            MAX_CONTEXT,
-            "longer than any published context",
-        ),
-    ];
-    for (field, value, bound, reason) in bounds {
-        if value > bound {
-            return Err(HaaresError::config(
-                field,
-                format!(
-                    "{value} is above the bound of {bound} ({reason}; haares_core::limits). A model \
-                     file whose config says so is damaged or was not written for this model"
-                ),
-            ));
-        }
-    }
-    let table = config.max_seq_len.saturating_mul(config.d_model);
-    if table > MAX_ROTARY_TABLE {
-        return Err(HaaresError::config(
-            "max_seq_len",
-            format!(
-                "the RoPE tables would hold max_seq_len · d_model = {} · {} = {table} entries each, \
-                 above the bound of {MAX_ROTARY_TABLE} (haares_core::limits::MAX_ROTARY_TABLE); \
-                 choose a shorter max_seq_len",
-                config.max_seq_len, config.d_model
-            ),
-        ));
-    }
-    Ok(())
-}

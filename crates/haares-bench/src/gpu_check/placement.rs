@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use haares_train::run::learner::RunSummary;
 use haares_train::run::metrics::{MetricsLine, read_metrics};
+use haares_train::run::summary::RunSummary;
 use serde_json::json;
 
 use super::StageStatus;

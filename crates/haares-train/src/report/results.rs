@@ -5,9 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::Result;
-use crate::run::learner::RunSummary;
+use crate::run::summary::{RunSummary, finished_summary};
 use crate::study::PlannedRun;
-use crate::study::sweep::finished_summary;
 
 /// The baseline every paired reduction is taken against.
 pub const BASELINE: &str = "block-attnres";

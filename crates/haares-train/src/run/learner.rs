@@ -12,7 +12,6 @@ use burn::tensor::backend::Backend;
 use haares_core::{HaaresModel, ModelConfig};
 use haares_data::batching::BatchIterator;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::{Deserialize, Serialize};
 
 use crate::config::RunConfig;
 use crate::data::RunData;
@@ -23,6 +22,7 @@ use crate::run::loss::{Validation, validate, validation_pass};
 use crate::run::metrics::{MetricsLine, MetricsLog, RoutingLine, StepLog, peak_memory_bytes};
 use crate::run::optim::AdamW;
 use crate::run::step::{Replica, Stepped};
+use crate::run::summary::{RunSummary, summary_path};
 
 /// Burn backends seed one process-wide generator: seeding and initialising under one lock keeps
 /// a model's initial weights a function of its seed alone, also when tests run in parallel.
@@ -55,35 +55,6 @@ pub struct TrainOptions {
     pub bars: Option<indicatif::MultiProgress>,
 }
 
-/// What a finished run leaves in `summary.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunSummary {
-    /// The run's config.
-    pub config: RunConfig,
-    /// Vocabulary size of the tokeniser.
-    pub vocab_size: usize,
-    /// Trainable parameters (every tensor).
-    pub parameters: usize,
-    /// Steps trained.
-    pub steps: usize,
-    /// Best validation loss on the grid (eq:endpoint).
-    pub best_val_loss: f64,
-    /// Step of the best validation loss.
-    pub best_step: usize,
-    /// Every validation pass, `(step, loss)`.
-    pub val_curve: Vec<(usize, f64)>,
-    /// Training target tokens per second from step 0 (startup included, validation excluded).
-    pub tokens_per_s: f64,
-    /// Training seconds.
-    pub train_seconds: f64,
-    /// The backend that ran it.
-    pub backend: String,
-    /// The devices it trained on, as the backend names them (one, or the replicas of a
-    /// data-parallel run); empty in summaries written before they were recorded.
-    #[serde(default)]
-    pub devices: Vec<String>,
-}
-
 /// How a call to [`train`] ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -99,11 +70,6 @@ pub enum Outcome {
 /// The routing log of a run: one line per validation pass (routed methods only).
 pub fn routing_path(run_dir: &Path) -> std::path::PathBuf {
     run_dir.join("routing.jsonl")
-}
-
-/// The summary file of a finished run.
-pub fn summary_path(run_dir: &Path) -> std::path::PathBuf {
-    run_dir.join("summary.json")
 }
 
 /// Trains `config` on `data` in `run_dir`, resuming from its last checkpoint if there is one.

@@ -1,7 +1,8 @@
 //! Running one training run: the learner loop ([`learner`]), the training step for one device
 //! and for many ([`step`], [`data_parallel`]), the loss ([`loss`]), AdamW ([`optim`], with
 //! Flex's one-pass update beside its reference rule), the logs ([`metrics`]), checkpoints
-//! ([`checkpoint`]) and the run directory's lock ([`lock`]).
+//! ([`checkpoint`]), the run directory's lock ([`lock`]) and what a finished run leaves
+//! ([`summary`]).
 
 pub mod checkpoint;
 pub mod data_parallel;
@@ -11,3 +12,4 @@ pub mod loss;
 pub mod metrics;
 pub mod optim;
 pub mod step;
+pub mod summary;

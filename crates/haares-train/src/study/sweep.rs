@@ -12,7 +12,8 @@ use crate::error::{Result, TrainError};
 use crate::report::write_report;
 use crate::run::checkpoint::config_difference;
 use crate::run::data_parallel::resolve_devices;
-use crate::run::learner::{Outcome, RunSummary, TrainOptions, summary_path, train_on};
+use crate::run::learner::{Outcome, TrainOptions, train_on};
+use crate::run::summary::{RunSummary, finished_summary};
 use crate::study::placement::{Placement, train_queue};
 use crate::study::{PlannedRun, Study};
 
@@ -52,18 +53,6 @@ pub struct SweepJob {
     /// Place each run on one of the devices, this many runs at a time on each
     /// (`--runs-per-device`; GPU backends only), instead of training each run on all of them.
     pub runs_per_device: Option<usize>,
-}
-
-/// The summary of a finished run in `run_dir`, if there is one.
-pub fn finished_summary(run_dir: &Path) -> Result<Option<RunSummary>> {
-    let path = summary_path(run_dir);
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            TrainError::Checkpoint(format!("`{}` is not a run summary: {e}", path.display()))
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(TrainError::io(&path, e)),
-    }
 }
 
 /// The sweep's statuses in one line: trained, finished earlier, locked, failed.

@@ -8,7 +8,8 @@ use haares_data::chunking::{CHUNK_LEN, Chunk};
 use haares_data::prepared::PreparedWriter;
 use haares_train::RunConfig;
 use haares_train::data::{self, DataPaths, RunData, Tokenizer};
-use haares_train::run::learner::{Outcome, RunSummary, TrainOptions, train};
+use haares_train::run::learner::{Outcome, TrainOptions, train};
+use haares_train::run::summary::RunSummary;
 
 pub type B = Autodiff<NdArray>;
 

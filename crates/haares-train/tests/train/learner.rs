@@ -157,7 +157,7 @@ fn a_killed_run_resumes_to_the_uninterrupted_run_step_for_step() {
             y.val_loss
         );
     }
-    let steps = |s: &haares_train::run::learner::RunSummary| {
+    let steps = |s: &haares_train::run::summary::RunSummary| {
         s.val_curve.iter().map(|(k, _)| *k).collect::<Vec<_>>()
     };
     assert_eq!(steps(&resumed), steps(&reference));

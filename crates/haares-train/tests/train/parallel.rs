@@ -10,10 +10,11 @@ use haares_train::backend::BackendKind;
 use haares_train::data::RunData;
 use haares_train::error::TrainError;
 use haares_train::run::data_parallel::resolve_devices;
-use haares_train::run::learner::{Outcome, RunSummary, TrainOptions, init_model, train_on};
+use haares_train::run::learner::{Outcome, TrainOptions, init_model, train_on};
 use haares_train::run::metrics::{MetricsLine, read_metrics};
 use haares_train::run::optim::AdamW;
 use haares_train::run::step::Replica;
+use haares_train::run::summary::RunSummary;
 
 use crate::common::{B, sotu, tiny_config, train_to_end};
 

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use haares_train::RunConfig;
 use haares_train::report::write_report;
-use haares_train::run::learner::{RunSummary, summary_path};
+use haares_train::run::summary::{RunSummary, summary_path};
 use haares_train::study::{Overrides, PlannedRun, parse_study};
 
 const STUDY: &str = r#"
