@@ -36,9 +36,10 @@ fi
 now="$(date +%s.%N)"
 next="$(mktemp "$list.XXXXXX")"
 trap 'rm -f "$next"' EXIT
-# Lines of the list: blob hash, seconds since the epoch, path (tab-separated; git quotes a path
-# with a tab or newline in it, so a path stays one field).
-git ls-files --stage | awk -F '\t' -v now="$now" -v list="$list" '
+# Lines of the list: blob hash, seconds since the epoch, path (tab-separated). Paths as they are
+# (no octal quoting of non-ASCII names, which `touch` would not find); git still quotes a path
+# with a tab or newline in it, and `touch` then fails the run rather than skip the file.
+git -c core.quotePath=false ls-files --stage | awk -F '\t' -v now="$now" -v list="$list" '
     BEGIN {
         while ((getline line < list) > 0) {
             split(line, field, "\t")

@@ -226,6 +226,7 @@ where
     on_cpu::<burn::backend::NdArray, J>(job, BackendKind::Ndarray)
 }
 
+/// Runs `job` on the CPU backend `B` under autodiff, on a thread of the CPU pool.
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 fn on_cpu<B, J>(job: J, kind: BackendKind) -> Result<J::Output>
 where
