@@ -6,7 +6,7 @@ use burn::tensor::{Tensor, backend::Backend};
 use haares_base::SplitMix64;
 
 use crate::method::DetailSource;
-use crate::routing_ops::{RmsMatching, RoutingBackend};
+use crate::ops::{HaaresBackend, RmsMatching};
 
 /// The first-half size `k = ⌈m/2⌉` of a block of `m` events (odd `m`: the early half takes the
 /// extra event).
@@ -66,14 +66,14 @@ pub fn detail_signs(source: DetailSource, blocks: usize, events_per_block: usize
 /// detail *is* the cumulative tensor until the first `−1`.
 ///
 /// An accumulator made by [`forming_mean_squares`](Self::forming_mean_squares) asks the backend
-/// for each sum's mean square with the sum ([`RoutingBackend::signed_sum_with_mean_square`]: the
+/// for each sum's mean square with the sum ([`SourceWriteBackend::signed_sum_with_mean_square`](crate::ops::SourceWriteBackend::signed_sum_with_mean_square): the
 /// sum's own launch on the GPU backends) and keeps it beside the sum, for the source the sum is
 /// read as; one made by [`new`](Self::new) forms none (the reference path reads no cached mean
 /// square).
 ///
 /// One made by [`matching_details`](Self::matching_details) also forms RMS matching's multiplier
 /// for the detail (eq:rmsmatch) with each write after the first, the sums, their mean squares and
-/// the multiplier in one [`RoutingBackend::pair_write`] (one launch on the GPU backends, where
+/// the multiplier in one [`SourceWriteBackend::pair_write`](crate::ops::SourceWriteBackend::pair_write) (one launch on the GPU backends, where
 /// they are three), and keeps it for [`matched_detail`](Self::matched_detail).
 #[derive(Debug, Clone)]
 pub struct BlockAccumulator<B: Backend, const D: usize> {
@@ -99,7 +99,7 @@ struct Sum<B: Backend, const D: usize> {
     mean_square: Option<Tensor<B, D>>,
 }
 
-impl<B: RoutingBackend, const D: usize> Sum<B, D> {
+impl<B: HaaresBackend, const D: usize> Sum<B, D> {
     /// A sum of one term, with no mean square.
     fn of(value: Tensor<B, D>) -> Self {
         Self {
@@ -143,7 +143,7 @@ impl<B: Backend, const D: usize> Default for BlockAccumulator<B, D> {
     }
 }
 
-impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
+impl<B: HaaresBackend, const D: usize> BlockAccumulator<B, D> {
     /// An empty accumulator (the reset state at a block boundary).
     pub fn new() -> Self {
         Self::default()
@@ -201,7 +201,7 @@ impl<B: RoutingBackend, const D: usize> BlockAccumulator<B, D> {
         self.writes += 1;
     }
 
-    /// eq:update through [`RoutingBackend::pair_write`], with the detail's multiplier; `false`
+    /// eq:update through [`SourceWriteBackend::pair_write`](crate::ops::SourceWriteBackend::pair_write), with the detail's multiplier; `false`
     /// (nothing written) before the first write, which has no sum to add to.
     fn write_pair(&mut self, output: &Tensor<B, D>, sign: f64, matching: RmsMatching) -> bool {
         let Some(cumulative) = &self.cumulative else {

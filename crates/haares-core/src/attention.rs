@@ -6,9 +6,9 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::{Tensor, backend::Backend};
 
-use crate::activation_ops::ActivationBackend;
 use crate::mlp::{linear_no_bias, packable, project};
 use crate::rope::RotaryTable;
+use crate::ops::HaaresBackend;
 
 /// Configuration of a [`CausalSelfAttention`].
 #[derive(Config, Debug)]
@@ -52,7 +52,7 @@ pub struct CausalSelfAttention<B: Backend> {
     pub n_heads: usize,
 }
 
-impl<B: ActivationBackend> CausalSelfAttention<B> {
+impl<B: HaaresBackend> CausalSelfAttention<B> {
     /// Attends causally over an already normalised input.
     ///
     /// # Shapes

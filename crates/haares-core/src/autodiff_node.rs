@@ -4,7 +4,8 @@
 
 use burn::backend::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
-use burn::backend::autodiff::ops::{Backward, OpsKind};
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorPrimitive};
@@ -45,4 +46,16 @@ where
         OpsKind::UnTracked(prep) => prep.finish(output),
     };
     from_primitive(node)
+}
+
+/// Registers `gradient` for the parent at `position`, when that parent is tracked.
+pub(crate) fn register<B: Backend, S, const N: usize, const D: usize>(
+    grads: &mut Gradients,
+    ops: &Ops<S, N>,
+    position: usize,
+    gradient: Tensor<B, D>,
+) {
+    if let Some(parent) = &ops.parents[position] {
+        grads.register::<B>(parent.id, gradient.into_primitive().tensor());
+    }
 }

@@ -24,7 +24,7 @@ pub enum RoutingPath {
     Auto,
     /// The literal equation: every slot normalised into a key at every read site.
     Reference,
-    /// The routing operator ([`crate::routing_ops`]): key norm folded into the query, each
+    /// The routing operator ([`crate::ops::routing`]): key norm folded into the query, each
     /// source's mean square computed once and shared, its own backward pass, and CubeCL kernels
     /// on the cube backends.
     Fused,
@@ -32,11 +32,11 @@ pub enum RoutingPath {
 
 impl RoutingPath {
     /// The path this one stands for on backend `B`: `Auto` becomes
-    /// [`RoutingBackend::auto_routing`](crate::RoutingBackend::auto_routing) — the fused path on
+    /// [`RoutingBackend::auto_routing`](crate::ops::RoutingBackend::auto_routing) — the fused path on
     /// the CPU backends and on CUDA, where it was faster in every measurement and passes every
     /// check, and the reference path on wgpu, whose kernels have not been timed on a GPU
     /// (docs/benchmarks.md, "Current results").
-    pub fn resolve<B: crate::RoutingBackend>(self) -> Self {
+    pub fn resolve<B: crate::HaaresBackend>(self) -> Self {
         match self {
             Self::Auto => B::auto_routing(),
             explicit => explicit,

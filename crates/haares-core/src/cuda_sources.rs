@@ -10,7 +10,8 @@
 //! device, so the definitions are built on wgpu's client (lavapipe, on a machine without a GPU)
 //! and compiled by CubeCL's CUDA compiler with the options its CUDA runtime takes on compute
 //! capability 9.0 and up. No kernel here reads a device property while it is defined: its
-//! variants are set by the launch sites' constants, which [`core_kernel_sources`] repeats.
+//! variants are set by the launch sites' constants, which [`core_kernel_sources`](crate::ops::core_kernel_sources)
+//! repeats.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -139,16 +140,4 @@ pub fn int() -> StorageType {
 /// CubeCL's `CubeDim::new` gives it.
 pub fn elementwise_cube() -> CubeDim {
     CubeDim::new_2d(32, 8)
-}
-
-/// The CUDA sources of every kernel of this crate, at the variants the backbone and the
-/// residual methods launch on CUDA: the fused attention's at each of `head_dims`, the other
-/// activations', and the routing operator's (docs/benchmarks.md lists them).
-///
-/// # Errors
-/// As [`CudaSources::new`] and [`CudaSources::add`], or a head width the fused attention does
-/// not take.
-pub fn core_kernel_sources(sources: &mut CudaSources, head_dims: &[usize]) -> Result<(), String> {
-    crate::activation_ops::cuda_sources(sources, head_dims)?;
-    crate::routing_ops::cuda_sources(sources)
 }

@@ -5,13 +5,13 @@ use burn::module::{Module, Param};
 use burn::tensor::{Tensor, backend::Backend};
 use serde::{Deserialize, Serialize};
 
-use crate::activation_ops::ActivationBackend;
 use crate::attention::{CausalSelfAttention, CausalSelfAttentionConfig};
 use crate::config::{ModelConfig, ResidualMethod, layer_scale_init};
 use crate::mlp::{SwiGluMlp, SwiGluMlpConfig};
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::rope::RotaryTable;
 use crate::router::{DepthRouter, DepthRouterConfig};
+use crate::ops::HaaresBackend;
 
 /// Which sublayer a residual event runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -142,7 +142,7 @@ impl<B: Backend> Layer<B> {
     }
 }
 
-impl<B: ActivationBackend> Layer<B> {
+impl<B: HaaresBackend> Layer<B> {
     /// eq:sublayer: `u = f(Norm(x))` for the given sublayer.
     ///
     /// # Shapes

@@ -51,7 +51,6 @@
 pub struct ReadmeDoctests;
 
 pub mod accumulator;
-pub mod activation_ops;
 pub mod analysis;
 pub mod attention;
 mod autodiff_node;
@@ -67,23 +66,22 @@ pub mod method;
 pub mod mlp;
 pub mod model;
 pub mod norm;
+pub mod ops;
 pub mod rms_match;
 pub mod rope;
 pub mod router;
-pub mod routing_ops;
 pub mod routing_stats;
 #[cfg(feature = "flex")]
 mod simd;
 pub mod source_bank;
 pub mod telemetry;
 
-pub use activation_ops::ActivationBackend;
 pub use checkpoint::LoadOptions;
 pub use config::{ModelConfig, ModelFamily, RoutingPath};
 pub use error::{HaaresError, Result};
 pub use method::{DetailBias, DetailSource, HaaresOptions, ResidualMethod};
 pub use model::HaaresModel;
-pub use routing_ops::{RoutingBackend, SlotRows, TrainingBackend};
+pub use ops::{HaaresBackend, SlotRows, TrainingBackend};
 pub use routing_stats::{GroupMass, RoutingStatistics, RoutingTally, SiteStatistics};
 pub use source_bank::{SlotKind, Source, SourceBank};
 pub use telemetry::{ReadSite, RoutingTrace, SiteTrace, SlotGroup, SlotId};

@@ -4,8 +4,8 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
+use crate::ops::HaaresBackend;
 
-use crate::activation_ops::ActivationBackend;
 
 /// Configuration of a [`SwiGluMlp`].
 #[derive(Config, Debug)]
@@ -44,7 +44,7 @@ pub(crate) fn linear_no_bias<B: Backend>(
         .init(device)
 }
 
-/// `x W (+ b)` by `layer` for token rows `x`, one product ([`ActivationBackend::matmul`]).
+/// `x W (+ b)` by `layer` for token rows `x`, one product ([`MatmulBackend::matmul`](crate::ops::MatmulBackend::matmul)).
 ///
 /// The model's projections take `[batch·seq, d]` rows, reshaped once per sublayer: a single
 /// product (where Burn's `Linear` multiplies `[batch, seq, d]` batch row by batch row, and sums
@@ -54,7 +54,7 @@ pub(crate) fn linear_no_bias<B: Backend>(
 /// # Shapes
 /// - x: `[tokens, d_in]`
 /// - output: `[tokens, d_out]`
-pub fn project<B: ActivationBackend>(layer: &Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
+pub fn project<B: HaaresBackend>(layer: &Linear<B>, x: Tensor<B, 2>) -> Tensor<B, 2> {
     let product = B::matmul(x, layer.weight.val());
     match &layer.bias {
         Some(bias) => product + bias.val().unsqueeze::<2>(),
@@ -63,7 +63,7 @@ pub fn project<B: ActivationBackend>(layer: &Linear<B>, x: Tensor<B, 2>) -> Tens
 }
 
 /// The weights of bias-free projections of one input, to multiply side by side
-/// ([`ActivationBackend::projections`]), where the backend `packs` them (docs/decisions.md,
+/// ([`ProjectionBackend::projections`](crate::ops::ProjectionBackend::projections)), where the backend `packs` them (docs/decisions.md,
 /// decision 23); `None` keeps the separate products.
 pub(crate) fn packable<B: Backend>(
     layers: &[&Linear<B>],
@@ -84,9 +84,9 @@ pub struct SwiGluMlp<B: Backend> {
     pub w_down: Linear<B>,
 }
 
-impl<B: ActivationBackend> SwiGluMlp<B> {
+impl<B: HaaresBackend> SwiGluMlp<B> {
     /// Applies the MLP to an already normalised input, the gated product as one operation
-    /// ([`ActivationBackend::swiglu`]).
+    /// ([`SwigluBackend::swiglu`](crate::ops::SwigluBackend::swiglu)).
     ///
     /// # Shapes
     /// - x: `[batch, seq, d]`

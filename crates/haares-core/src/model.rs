@@ -13,7 +13,7 @@ use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::rms_match::{rms_match, rms_match_source};
 use crate::rope::RotaryTable;
 use crate::router::{DepthRouter, DepthRouterConfig, RouterOutput};
-use crate::routing_ops::{RmsMatching, RoutingBackend};
+use crate::ops::{HaaresBackend, RmsMatching};
 use crate::source_bank::{Source, SourceBank, rows};
 use crate::telemetry::{ReadSite, RoutingTrace, SiteTrace, SlotId};
 
@@ -116,7 +116,7 @@ impl<B: Backend> HaaresModel<B> {
     }
 }
 
-impl<B: RoutingBackend> HaaresModel<B> {
+impl<B: HaaresBackend> HaaresModel<B> {
     /// Next-token logits for a batch of token ids, after checking the batch: rank-2 shape,
     /// sequence length at most `max_seq_len`, every id below `vocab_size`.
     ///

@@ -7,8 +7,8 @@
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::tensor::{Tensor, backend::Backend};
+use crate::ops::HaaresBackend;
 
-use crate::ActivationBackend;
 
 /// Configuration of an [`RmsNorm`].
 #[derive(Config, Debug)]
@@ -40,9 +40,9 @@ pub struct RmsNorm<B: Backend> {
     pub epsilon: f64,
 }
 
-impl<B: ActivationBackend> RmsNorm<B> {
+impl<B: HaaresBackend> RmsNorm<B> {
     /// Normalises `x` over its last dimension, as one operation
-    /// ([`ActivationBackend::rms_norm`]: one kernel per direction on the cube backends).
+    /// ([`NormBackend::rms_norm`](crate::ops::NormBackend::rms_norm): one kernel per direction on the cube backends).
     ///
     /// # Shapes
     /// - x: `[..., d]`

@@ -3,7 +3,7 @@
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::norm::rms;
-use crate::routing_ops::RoutingBackend;
+use crate::ops::HaaresBackend;
 use crate::source_bank::{Source, rows};
 
 /// eq:rmsmatch: `D̂ = D · sg[clip(RMS(C) / (RMS(D) + ε), 1/γ, γ)]`.
@@ -47,12 +47,12 @@ pub fn rms_match_multiplier<B: Backend, const D: usize>(
 /// matched detail's own mean square is `a² · mean(D²)`, and `D̂ = a·D` is handed over as `D`
 /// with the per-token scale `a` ([`Source::rescaled`]), so it is never formed: the fused router
 /// applies `a` to its per-token scalars. The multiplier and the matched mean square are the
-/// backend's [`RoutingBackend::rms_match_multiplier`] (one kernel on the GPU backends).
+/// backend's [`SourceWriteBackend::rms_match_multiplier`](crate::ops::SourceWriteBackend::rms_match_multiplier) (one kernel on the GPU backends).
 ///
 /// # Shapes
 /// - detail value: `[batch, seq, d]`; cumulative mean square: `[batch, seq, 1]`
 /// - output: the slot `a·D`, with its mean square `[batch, seq, 1]`
-pub fn rms_match_source<B: RoutingBackend>(
+pub fn rms_match_source<B: HaaresBackend>(
     detail: Source<B>,
     cumulative_mean_square: Tensor<B, 3>,
     gamma: f64,

@@ -8,8 +8,8 @@
 
 use burn::module::Module;
 use burn::tensor::{Tensor, TensorData, backend::Backend};
+use crate::ops::HaaresBackend;
 
-use crate::activation_ops::ActivationBackend;
 
 /// Cached cosines and sines of every position and frequency, and the pair rotation (constants,
 /// not parameters).
@@ -71,10 +71,10 @@ impl<B: Backend> RotaryTable<B> {
     }
 }
 
-impl<B: ActivationBackend> RotaryTable<B> {
+impl<B: HaaresBackend> RotaryTable<B> {
     /// Rotates each interleaved pair `(x_{2i}, x_{2i+1})` by the angle of its position, then
     /// scales: `s (x ⊙ cos + (x P) ⊙ sin)`, where `x P` turns every pair a quarter turn, as one
-    /// operation ([`ActivationBackend::rotary`]: one kernel per direction on the cube backends).
+    /// operation ([`RotaryBackend::rotary`](crate::ops::RotaryBackend::rotary): one kernel per direction on the cube backends).
     /// `scale` carries attention's `1/√d_h` on the queries (1 on the keys).
     ///
     /// # Shapes

@@ -3,7 +3,7 @@
 //!
 //! Two paths compute the same read. [`DepthRouter::forward`] is the reference: it follows the
 //! equation literally, normalising every slot into a key at every read site. [`DepthRouter::
-//! forward_fused`] runs the routing operator of [`crate::routing_ops`]: it factors the key norm
+//! forward_fused`] runs the routing operator of [`crate::ops::routing`]: it factors the key norm
 //! out of the dot product — `qᵀ RMSNorm(s) = (q ⊙ w)ᵀ s / RMS_ε(s)` — so it never forms a
 //! normalised key, uses each source's mean square computed once (shared through [`Source`] by
 //! every later read site and by RMS matching), and its own backward pass keeps no `[batch, seq,
@@ -14,10 +14,10 @@ use burn::module::{Module, Param};
 use burn::tensor::activation::softmax;
 use burn::tensor::{ElementConversion, Tensor, backend::Backend};
 
-use crate::ActivationBackend;
 use crate::config::DetailBias;
 use crate::norm::{RmsNorm, RmsNormConfig};
-use crate::routing_ops::{ReadBias, ReadNorm, ReadQuery, RoutingBackend, SlotRows};
+use crate::ops::routing::read::{ReadBias, ReadNorm, ReadQuery};
+use crate::ops::{HaaresBackend, SlotRows};
 use crate::source_bank::{SlotKind, Source, SourceBank, rows};
 
 /// Configuration of a [`DepthRouter`].
@@ -80,7 +80,7 @@ pub struct RouterOutput<B: Backend> {
     pub weights: Tensor<B, 3>,
 }
 
-impl<B: ActivationBackend> DepthRouter<B> {
+impl<B: HaaresBackend> DepthRouter<B> {
     /// Routes over a bank (eq:routingweights).
     ///
     /// # Shapes
@@ -153,9 +153,9 @@ impl<B: Backend> DepthRouter<B> {
     }
 }
 
-impl<B: RoutingBackend> DepthRouter<B> {
+impl<B: HaaresBackend> DepthRouter<B> {
     /// The same read as [`forward`](Self::forward), through the routing operator
-    /// ([`crate::routing_ops`]): scores from the factored key norm, the mixture from the sources
+    /// ([`crate::ops::routing`]): scores from the factored key norm, the mixture from the sources
     /// as they are, both laid out on `[batch·seq, d]` token rows with slot-major weights.
     ///
     /// # Shapes

@@ -1,11 +1,11 @@
-//! SIMD building blocks of the Flex loops (`routing_ops/flex.rs`, `activation_ops/flex.rs`), on
+//! SIMD building blocks of the Flex loops (the `flex.rs` files under `ops/`), on
 //! `macerator`'s vectors: the crate Flex itself uses, which picks AVX-512, AVX2, SSE, NEON or
 //! scalar code at run time. A function marked `#[macerator::with_simd]` is compiled once per
 //! instruction set and inlines these helpers, so even their scalar parts (the exponential below)
 //! are vectorised by the compiler for the set it runs on.
 
 use burn::backend::Flex;
-use burn::tensor::{Element, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{DType, Element, Tensor, TensorData, TensorPrimitive};
 use burn_flex::FlexTensor;
 use macerator::{ReduceAdd, Scalar, Simd, VAdd, VMul, VMulAdd, vload_unaligned, vstore_unaligned};
 
@@ -186,4 +186,26 @@ pub(crate) fn two_scaled_adds<S: Simd>(out: &mut [f32], a: f32, x: &[f32], b: f3
     for ((out, &x), &y) in out[at..].iter_mut().zip(&x[at..]).zip(&y[at..]) {
         *out = *out + a * x + b * y;
     }
+}
+
+/// Flex's buffers behind tensors of one shape, when all are f32, contiguous and not empty.
+pub(crate) fn f32_buffers<const D: usize, const N: usize>(
+    tensors: [&Tensor<Flex, D>; N],
+) -> Option<[FlexTensor; N]> {
+    let dims = tensors[0].dims();
+    let readable = tensors
+        .iter()
+        .all(|tensor| tensor.dims() == dims && tensor.dtype() == DType::F32 && !dims.contains(&0));
+    let buffers = tensors.map(|tensor| tensor.clone().into_primitive().tensor());
+    let contiguous = buffers
+        .iter()
+        .all(|buffer| buffer.as_slice::<f32>().is_some());
+    (readable && contiguous).then_some(buffers)
+}
+
+/// The elements of a buffer [`f32_buffers`] accepted.
+pub(crate) fn slice(buffer: &FlexTensor) -> &[f32] {
+    buffer
+        .as_slice::<f32>()
+        .expect("f32_buffers accepts contiguous f32 buffers only")
 }

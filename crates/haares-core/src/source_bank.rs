@@ -4,7 +4,7 @@
 use burn::tensor::{Tensor, backend::Backend};
 use serde::{Deserialize, Serialize};
 
-use crate::routing_ops::RoutingBackend;
+use crate::ops::HaaresBackend;
 
 /// The role of a source slot; it decides the slot's routing bias (eq:routingweights).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -102,10 +102,10 @@ impl<B: Backend> Source<B> {
     }
 }
 
-impl<B: RoutingBackend> Source<B> {
+impl<B: HaaresBackend> Source<B> {
     /// A source with its token rows and mean square computed now (kept in the autodiff graph, so
     /// gradients flow through them into the value), the mean square by the routing operator's
-    /// [`RoutingBackend::row_mean_square`].
+    /// [`SourceWriteBackend::row_mean_square`](crate::ops::SourceWriteBackend::row_mean_square).
     pub fn with_mean_square(value: Tensor<B, 3>) -> Self {
         let [batch, seq, _] = value.dims();
         let token_rows = rows(value.clone());

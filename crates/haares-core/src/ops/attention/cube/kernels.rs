@@ -1,0 +1,370 @@
+//! The kernels of causal attention's fused pair (`../cube.rs` launches them and describes
+//! their tiling), in a module of their own because CubeCL's `Tensor` is not Burn's.
+//!
+//! Every kernel takes a tile of `rows` positions of one head of one batch row, `groups` threads
+//! to a position, and walks the other side's positions one shared-memory tile at a time in two
+//! phases: first each thread forms the products of its position's row with every `groups`-th row
+//! of the other tile ([`row_against_rows`]) and leaves the weights they give in shared memory
+//! (forward, after the position's threads share the tile's maximum); then each thread
+//! adds the weighted rows of the other tile into the columns it owns, `group`, `group + groups`,
+//! … ([`column_of`]). Rows in shared memory lie `d_h + 1` apart, so that the same element of
+//! neighbouring rows falls in different memory banks.
+
+use burn_cubecl::cubecl;
+use burn_cubecl::cubecl::prelude::*;
+
+/// Where element `e` of head `head` at position `t` of batch row `b` lies in a
+/// `[batch, seq, heads, d_h]` tensor.
+#[cube]
+pub(super) fn at<F: Float>(x: &Tensor<F>, b: usize, t: usize, head: usize, e: usize) -> usize {
+    b * x.stride(0) + t * x.stride(1) + head * x.stride(2) + e * x.stride(3)
+}
+
+/// The tiles of `tile` positions that cover `seq`.
+#[cube]
+pub(super) fn tiles_of(seq: usize, #[comptime] tile: usize) -> usize {
+    seq.div_ceil(tile)
+}
+
+/// Where a thread works: its cube's tile of positions (the first of them, the head and the batch
+/// row; the cubes run over the tiles of a head, then the heads, then the batch rows), and its own
+/// position (`row` of the tile) and group of columns.
+#[derive(CubeType, Clone)]
+pub(super) struct Place {
+    pub first: usize,
+    pub head: usize,
+    pub batch: usize,
+    pub row: usize,
+    pub group: usize,
+}
+
+#[cube]
+pub(super) fn place_of(
+    seq: usize,
+    heads: usize,
+    #[comptime] rows: usize,
+    #[comptime] groups: usize,
+) -> Place {
+    let tiles = tiles_of(seq, rows);
+    let thread = UNIT_POS_X as usize;
+    Place {
+        first: (CUBE_POS % tiles) * rows,
+        head: (CUBE_POS / tiles) % heads,
+        batch: CUBE_POS / (tiles * heads),
+        row: thread / groups,
+        group: thread % groups,
+    }
+}
+
+/// The `k`-th column a thread of group `group` owns.
+#[cube]
+pub(super) fn column_of(group: usize, k: usize, #[comptime] groups: usize) -> usize {
+    group + groups * k
+}
+
+/// Rows `start .. start + count` of head `head` of `x` into `tile`, `d_h + 1` apart, zeros past
+/// the sequence; the cube's `threads` threads share the copy.
+#[cube]
+pub(super) fn load_rows<F: Float>(
+    x: &Tensor<F>,
+    tile: &mut SharedMemory<F>,
+    b: usize,
+    start: usize,
+    head: usize,
+    #[comptime] count: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] threads: usize,
+) {
+    let mut index = UNIT_POS_X as usize;
+    while index < count * head_dim {
+        let (row, e) = (index / head_dim, index % head_dim);
+        let t = start + row;
+        let mut element = F::new(0.0);
+        if t < x.shape(1) {
+            element = x[at(x, b, t, head, e)];
+        }
+        tile[row * (head_dim + 1) + e] = element;
+        index += threads;
+    }
+}
+
+/// [`load_rows`] of two tensors at the same positions.
+#[cube]
+pub(super) fn load_row_pair<F: Float>(
+    first: &Tensor<F>,
+    second: &Tensor<F>,
+    first_tile: &mut SharedMemory<F>,
+    second_tile: &mut SharedMemory<F>,
+    b: usize,
+    start: usize,
+    head: usize,
+    #[comptime] count: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] threads: usize,
+) {
+    load_rows(first, first_tile, b, start, head, count, head_dim, threads);
+    load_rows(
+        second,
+        second_tile,
+        b,
+        start,
+        head,
+        count,
+        head_dim,
+        threads,
+    );
+}
+
+/// The sum of the values the `groups` threads of position `row` left in `shares`.
+#[cube]
+pub(super) fn sum_of_shares<F: Float>(
+    shares: &SharedMemory<F>,
+    row: usize,
+    #[comptime] groups: usize,
+) -> F {
+    let mut sum = F::new(0.0);
+    #[unroll]
+    for g in 0..groups {
+        sum += shares[row * groups + g];
+    }
+    sum
+}
+
+/// Per position `start .. start + count`, its value in the `[batch, seq, heads]` tensor `x`
+/// into `to`, zero past the sequence; the cube's `threads` threads share the copy.
+#[cube]
+pub(super) fn load_per_position<F: Float>(
+    x: &Tensor<F>,
+    to: &mut SharedMemory<F>,
+    b: usize,
+    start: usize,
+    head: usize,
+    #[comptime] count: usize,
+    #[comptime] threads: usize,
+) {
+    let (seq, heads) = (x.shape(1), x.shape(2));
+    let mut index = UNIT_POS_X as usize;
+    while index < count {
+        let t = start + index;
+        let mut element = F::new(0.0);
+        if t < seq {
+            element = x[(b * seq + t) * heads + head];
+        }
+        to[index] = element;
+        index += threads;
+    }
+}
+
+/// `products[j] = Σ_e mine[row, e] · theirs[group + groups·j, e]` for the other tile's rows
+/// below `count`: row `row` of one tile against every `groups`-th row of another, each element
+/// of `row` read once from shared memory.
+#[cube]
+pub(super) fn row_against_rows<F: Float>(
+    mine: &SharedMemory<F>,
+    row: usize,
+    theirs: &SharedMemory<F>,
+    group: usize,
+    products: &mut Array<F>,
+    #[comptime] count: usize,
+    #[comptime] groups: usize,
+    #[comptime] head_dim: usize,
+) {
+    let per_thread = comptime!(count.div_ceil(groups));
+    #[unroll]
+    for j in 0..per_thread {
+        products[j] = F::new(0.0);
+    }
+    for e in 0..head_dim {
+        let element = mine[row * (head_dim + 1) + e];
+        #[unroll]
+        for j in 0..per_thread {
+            let other = column_of(group, j, groups);
+            if other < count {
+                products[j] += element * theirs[other * (head_dim + 1) + e];
+            }
+        }
+    }
+}
+
+/// `accumulator[k] += weight · tile[row, group + groups·k]` for the columns this thread owns.
+#[cube]
+pub(super) fn add_scaled_columns<F: Float>(
+    accumulator: &mut Array<F>,
+    weight: F,
+    tile: &SharedMemory<F>,
+    row: usize,
+    group: usize,
+    #[comptime] groups: usize,
+    #[comptime] head_dim: usize,
+) {
+    #[unroll]
+    for k in 0..comptime!(head_dim.div_ceil(groups)) {
+        let e = column_of(group, k, groups);
+        if e < head_dim {
+            accumulator[k] += weight * tile[row * (head_dim + 1) + e];
+        }
+    }
+}
+
+/// The columns this thread owns of its position's row `row_at` of a contiguous
+/// `[batch, seq, heads, d_h]` tensor, `scale · accumulator`.
+#[cube]
+pub(super) fn write_columns<F: Float>(
+    x: &mut Tensor<F>,
+    accumulator: &Array<F>,
+    scale: F,
+    row_at: usize,
+    group: usize,
+    #[comptime] groups: usize,
+    #[comptime] head_dim: usize,
+) {
+    #[unroll]
+    for k in 0..comptime!(head_dim.div_ceil(groups)) {
+        let e = column_of(group, k, groups);
+        if e < head_dim {
+            x[row_at * head_dim + e] = scale * accumulator[k];
+        }
+    }
+}
+
+/// A zeroed accumulator for the columns one thread owns.
+#[cube]
+pub(super) fn zero_columns<F: Float>(
+    #[comptime] groups: usize,
+    #[comptime] head_dim: usize,
+) -> Array<F> {
+    let per_thread = comptime!(head_dim.div_ceil(groups));
+    let mut columns = Array::<F>::new(per_thread);
+    #[unroll]
+    for k in 0..per_thread {
+        columns[k] = F::new(0.0);
+    }
+    columns
+}
+
+/// The online softmax over the keys each query sees, a tile of `keys` keys at a time; writes
+/// `o / l` and `m + ln l`. The threads of a position share the tile's maximum through shared
+/// memory and each takes the exponentials of its own keys' scores, so each is taken once.
+#[cube(launch)]
+pub(super) fn attention_forward_kernel<F: Float>(
+    query: &Tensor<F>,
+    key: &Tensor<F>,
+    value: &Tensor<F>,
+    output: &mut Tensor<F>,
+    logsumexp: &mut Tensor<F>,
+    #[comptime] head_dim: usize,
+    #[comptime] rows: usize,
+    #[comptime] keys: usize,
+    #[comptime] groups: usize,
+    #[define(F)] _dtype: StorageType,
+) {
+    let (seq, heads) = (output.shape(1), output.shape(2));
+    if CUBE_POS >= output.shape(0) * heads * tiles_of(seq, rows) {
+        terminate!();
+    }
+    let place = place_of(seq, heads, rows, groups);
+    let (first, head, b) = (place.first, place.head, place.batch);
+    let (row, group) = (place.row, place.group);
+    let i = first + row;
+    let threads = comptime!(rows * groups);
+    let per_thread = comptime!(keys.div_ceil(groups));
+    let mut queries = SharedMemory::<F>::new(rows * (head_dim + 1));
+    let mut key_tile = SharedMemory::<F>::new(keys * (head_dim + 1));
+    let mut value_tile = SharedMemory::<F>::new(keys * (head_dim + 1));
+    let mut weights = SharedMemory::<F>::new(rows * (keys + 1));
+    // One value per thread: its share of the tile's maximum, and at the end of its sum.
+    let mut shares = SharedMemory::<F>::new(rows * groups);
+    let mut scores = Array::<F>::new(per_thread);
+    let mut o = zero_columns::<F>(groups, head_dim);
+    load_rows(query, &mut queries, b, first, head, rows, head_dim, threads);
+    // A finite start, so that the first tile's rescaling is `e^{−huge} = 0`, not `e^{NaN}`.
+    let mut most = F::new(-1.0e30);
+    // The part of `l` from this thread's keys.
+    let mut total = F::new(0.0);
+    let end = min(first + rows, seq);
+    let mut start = 0;
+    while start < end {
+        load_row_pair(
+            key,
+            value,
+            &mut key_tile,
+            &mut value_tile,
+            b,
+            start,
+            head,
+            keys,
+            head_dim,
+            threads,
+        );
+        sync_cube();
+        row_against_rows(
+            &queries,
+            row,
+            &key_tile,
+            group,
+            &mut scores,
+            keys,
+            groups,
+            head_dim,
+        );
+        let mut my_most = most;
+        #[unroll]
+        for j in 0..per_thread {
+            let c = column_of(group, j, groups);
+            if c < keys && start + c <= i {
+                my_most = F::max(my_most, scores[j]);
+            }
+        }
+        shares[row * groups + group] = my_most;
+        sync_cube();
+        let mut tile_most = most;
+        #[unroll]
+        for g in 0..groups {
+            tile_most = F::max(tile_most, shares[row * groups + g]);
+        }
+        let shrink = (most - tile_most).exp();
+        total *= shrink;
+        #[unroll]
+        for k in 0..comptime!(head_dim.div_ceil(groups)) {
+            o[k] *= shrink;
+        }
+        #[unroll]
+        for j in 0..per_thread {
+            let c = column_of(group, j, groups);
+            if c < keys {
+                let mut weight = F::new(0.0);
+                if start + c <= i {
+                    weight = (scores[j] - tile_most).exp();
+                }
+                total += weight;
+                weights[row * (keys + 1) + c] = weight;
+            }
+        }
+        most = tile_most;
+        sync_cube();
+        for c in 0..keys {
+            let weight = weights[row * (keys + 1) + c];
+            add_scaled_columns(&mut o, weight, &value_tile, c, group, groups, head_dim);
+        }
+        sync_cube();
+        start += keys;
+    }
+    shares[row * groups + group] = total;
+    sync_cube();
+    let sum = sum_of_shares(&shares, row, groups);
+    if i < seq {
+        let row_at = (b * seq + i) * heads + head;
+        write_columns(
+            output,
+            &o,
+            F::new(1.0) / sum,
+            row_at,
+            group,
+            groups,
+            head_dim,
+        );
+        if group == 0 {
+            logsumexp[row_at] = most + sum.ln();
+        }
+    }
+}

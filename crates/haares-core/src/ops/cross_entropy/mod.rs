@@ -1,0 +1,90 @@
+//! The weighted cross-entropy of the tied head's logits at their targets (the training
+//! objective's terms; docs/decisions.md, decision 11):
+//!
+//! ```text
+//! loss_r = w_r (lse_r − x_r,target_r),  lse_r = ln Σ_k e^{x_rk}     ∂x_rk = g_r w_r (e^{x_rk − lse_r} − [k = target_r])
+//! ```
+//!
+//! Where a backend fuses it, one operation that keeps only the logits and each row's
+//! log-sum-exp; elsewhere Burn's `log_softmax` and `gather`.
+//!
+//! - [`naive`]: the reference.
+//! - `cube.rs`: one cube per row of logits, one launch each way.
+//! - `autodiff.rs`: one graph node.
+//!
+//! `tests/core/cross_entropy.rs` checks every path against the reference and against f64.
+
+mod autodiff;
+#[cfg(feature = "cube")]
+pub(super) mod cube;
+pub mod naive;
+#[cfg(all(feature = "cuda", feature = "wgpu"))]
+pub(super) mod sources;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor};
+
+/// A backend that computes the tied head's weighted cross-entropy, fused where it can. Every Burn
+/// backend can implement it with the defaults, the plain operations of [`naive`].
+pub trait CrossEntropyBackend: Backend {
+    /// The cross-entropy of every row of the tied head's logits at its target, weighted:
+    /// `w_r (ln Σ_k e^{x_rk} − x_r,target_r)` (the training objective's terms; docs/decisions.md,
+    /// decision 11, with the pad mask as the weights). Where the backend fuses it
+    /// ([`fuses_cross_entropy`](Self::fuses_cross_entropy)) it is
+    /// [`cross_entropy_forward`](Self::cross_entropy_forward), and the autodiff backend makes it
+    /// one node whose backward pass is [`cross_entropy_backward`](Self::cross_entropy_backward);
+    /// elsewhere it is the plain operations ([`naive::cross_entropy`]). Targets must lie in the
+    /// vocabulary.
+    ///
+    /// # Shapes
+    /// - logits: `[rows, vocab]`
+    /// - targets, weights, output: `[rows]`
+    fn cross_entropy(
+        logits: Tensor<Self, 2>,
+        targets: Tensor<Self, 1, Int>,
+        weights: Tensor<Self, 1>,
+    ) -> Tensor<Self, 1> {
+        match Self::fuses_cross_entropy() {
+            true => Self::cross_entropy_forward(logits, targets, weights).0,
+            false => naive::cross_entropy(logits, targets, weights),
+        }
+    }
+
+    /// Whether [`cross_entropy`](Self::cross_entropy) runs as the fused pair: the cube backends'
+    /// kernels (`cube.rs`).
+    fn fuses_cross_entropy() -> bool {
+        false
+    }
+
+    /// The fused cross-entropy's forward pass: each row's weighted loss and its log-sum-exp
+    /// `ln Σ_k e^{x_rk}`, which is all its backward pass keeps besides the logits.
+    ///
+    /// # Shapes
+    /// - logits: `[rows, vocab]`
+    /// - targets, weights, losses, log-sum-exp: `[rows]`
+    fn cross_entropy_forward(
+        logits: Tensor<Self, 2>,
+        targets: Tensor<Self, 1, Int>,
+        weights: Tensor<Self, 1>,
+    ) -> (Tensor<Self, 1>, Tensor<Self, 1>) {
+        naive::cross_entropy_forward(logits, targets, weights)
+    }
+
+    /// `∂L/∂logits` of [`cross_entropy_forward`](Self::cross_entropy_forward)'s losses given
+    /// `∂L/∂loss`: `∂x_rk = g_r w_r (e^{x_rk − lse_r} − [k = target_r])`.
+    ///
+    /// # Shapes
+    /// - logits, output: `[rows, vocab]`
+    /// - targets, weights, log-sum-exp, grad: `[rows]`
+    fn cross_entropy_backward(
+        logits: Tensor<Self, 2>,
+        targets: Tensor<Self, 1, Int>,
+        weights: Tensor<Self, 1>,
+        logsumexp: Tensor<Self, 1>,
+        grad: Tensor<Self, 1>,
+    ) -> Tensor<Self, 2> {
+        naive::cross_entropy_backward(logits, targets, weights, logsumexp, grad)
+    }
+}
+
+uses_the_reference!(CrossEntropyBackend on ndarray, flex, fusion);

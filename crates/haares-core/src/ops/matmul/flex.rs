@@ -1,0 +1,158 @@
+//! [`MatmulBackend::matmul`] on Flex: the `gemm` crate's
+//! f32 kernel (the one Flex's own `matmul` calls) writing straight into a buffer of this
+//! crate's, which it fills without reading it first.
+//!
+//! Flex 0.21 allocates every product's output with `FlexTensor::empty`: a zeroed byte vector,
+//! which `Bytes::from_bytes_vec` then copies into a 16-byte-aligned allocation of its own, since
+//! a byte vector's alignment is 1. On the `cpu` preset the zeroing and the copy took ≈ 10% of a
+//! training step (docs/notebook/cpu-speed.md). An f32 buffer is aligned for its elements, which is all
+//! Flex's slices need. Operands are read through their strides, so transposed views (the
+//! backward pass's `Aᵀ` and `Bᵀ`, attention's `Kᵀ`) are not copied first.
+
+use std::mem::MaybeUninit;
+
+use burn::backend::Flex;
+use burn::tensor::{DType, Tensor};
+use burn_flex::FlexTensor;
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+use super::{MatmulBackend, naive};
+use crate::simd::flex_tensor;
+
+impl MatmulBackend for Flex {
+    fn matmul<const D: usize>(lhs: Tensor<Self, D>, rhs: Tensor<Self, D>) -> Tensor<Self, D> {
+        matmul(&lhs, &rhs).unwrap_or_else(|| naive::matmul(lhs, rhs))
+    }
+}
+
+/// Products of at least this many multiply-adds split one matrix over Rayon's threads (`gemm`
+/// then splits its output blocks); below it a matrix is one task.
+const PARALLEL_MATRIX: usize = 192 * 192 * 192;
+
+/// A batch of smaller products is spread over Rayon's threads, a matrix per task, from this
+/// many multiply-adds in all.
+const PARALLEL_BATCH: usize = 128 * 128 * 128;
+
+/// One operand: its elements, the offset of its first, and its strides (in elements).
+struct Operand {
+    buffer: FlexTensor,
+    start: usize,
+    batch_strides: Vec<usize>,
+    row_stride: isize,
+    column_stride: isize,
+}
+
+impl Operand {
+    /// The operand behind `tensor` (no dimension empty), when it is f32 with non-negative
+    /// strides that keep every element inside its buffer.
+    fn new<const D: usize>(tensor: &Tensor<Flex, D>) -> Option<Self> {
+        if tensor.dtype() != DType::F32 {
+            return None;
+        }
+        let buffer = tensor.clone().into_primitive().tensor();
+        let layout = buffer.layout();
+        let strides = layout
+            .strides()
+            .iter()
+            .map(|&stride| usize::try_from(stride).ok())
+            .collect::<Option<Vec<usize>>>()?;
+        let last = (tensor.dims().iter().zip(&strides))
+            .map(|(&size, &stride)| (size - 1) * stride)
+            .sum::<usize>()
+            + layout.start_offset();
+        if last >= buffer.storage::<f32>().len() {
+            return None;
+        }
+        Some(Self {
+            start: layout.start_offset(),
+            batch_strides: strides[..D - 2].to_vec(),
+            row_stride: strides[D - 2] as isize,
+            column_stride: strides[D - 1] as isize,
+            buffer,
+        })
+    }
+
+    /// The offset of matrix `index` of the batch (row-major over the batch dimensions `batch`).
+    fn matrix_offset(&self, mut index: usize, batch: &[usize]) -> usize {
+        let mut offset = self.start;
+        for (&size, &stride) in batch.iter().zip(&self.batch_strides).rev() {
+            offset += (index % size) * stride;
+            index /= size;
+        }
+        offset
+    }
+
+    fn elements(&self) -> &[f32] {
+        self.buffer.storage::<f32>()
+    }
+}
+
+/// `lhs · rhs` over the last two dimensions with equal batch dimensions, or `None` when an
+/// operand is not f32, has a negative stride, or the batch dimensions differ.
+fn matmul<const D: usize>(
+    lhs: &Tensor<Flex, D>,
+    rhs: &Tensor<Flex, D>,
+) -> Option<Tensor<Flex, D>> {
+    let (lhs_dims, rhs_dims) = (lhs.dims(), rhs.dims());
+    if D < 2 || lhs_dims[..D - 2] != rhs_dims[..D - 2] || lhs_dims[D - 1] != rhs_dims[D - 2] {
+        return None;
+    }
+    let (m, k, n) = (lhs_dims[D - 2], lhs_dims[D - 1], rhs_dims[D - 1]);
+    let mut output_dims = lhs_dims;
+    output_dims[D - 1] = n;
+    let batch = &lhs_dims[..D - 2];
+    let matrices: usize = batch.iter().product();
+    let len = matrices * m * n;
+    if k == 0 || len == 0 {
+        // Nothing to multiply: the product is zero (and `gemm` would not write it).
+        return Some(flex_tensor(vec![0.0f32; len], output_dims));
+    }
+    let (lhs, rhs) = (Operand::new(lhs)?, Operand::new(rhs)?);
+    let product = |matrix: usize, out: &mut [MaybeUninit<f32>], parallelism| {
+        let lhs_at = &lhs.elements()[lhs.matrix_offset(matrix, batch)..];
+        let rhs_at = &rhs.elements()[rhs.matrix_offset(matrix, batch)..];
+        // SAFETY: `out` holds the `m × n` row-major output; the operands' offsets and strides
+        // come from their own layouts, so every element `gemm` reads lies in their buffers.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                out.as_mut_ptr().cast::<f32>(),
+                1,
+                n as isize,
+                false,
+                lhs_at.as_ptr(),
+                lhs.column_stride,
+                lhs.row_stride,
+                rhs_at.as_ptr(),
+                rhs.column_stride,
+                rhs.row_stride,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            )
+        }
+    };
+    let per_matrix = m * n * k;
+    let mut output = Vec::with_capacity(len);
+    // `with_capacity` may reserve more than asked: only the first `len` are written.
+    let out = &mut output.spare_capacity_mut()[..len];
+    if per_matrix >= PARALLEL_MATRIX {
+        (out.chunks_mut(m * n).enumerate())
+            .for_each(|(matrix, out)| product(matrix, out, Parallelism::Rayon(0)));
+    } else if matrices > 1 && matrices * per_matrix >= PARALLEL_BATCH {
+        (out.par_chunks_mut(m * n).enumerate())
+            .for_each(|(matrix, out)| product(matrix, out, Parallelism::None));
+    } else {
+        (out.chunks_mut(m * n).enumerate())
+            .for_each(|(matrix, out)| product(matrix, out, Parallelism::None));
+    }
+    // SAFETY: with `k > 0` and `read_dst` false, `gemm` wrote every element of every matrix.
+    unsafe { output.set_len(len) };
+    Some(flex_tensor(output, output_dims))
+}

@@ -1,0 +1,57 @@
+//! The matrix product over the last two dimensions, `[..., m, k] · [..., k, n]`, and
+//! `lhs · rhsᵀ`: every projection of the backbone, attention's two products, RoPE's quarter turn
+//! and the tied head. Its backward pass is two more products, `∂A = ∂C Bᵀ` and `∂B = Aᵀ ∂C`.
+//!
+//! - [`naive`]: Burn's `matmul`.
+//! - `flex.rs`: Flex's `gemm` kernel writing into a buffer of its own.
+//! - `autodiff.rs`: one graph node per product, each operand kept only for the other's gradient.
+//!
+//! `tests/core/matmul.rs` checks every path against the reference.
+
+mod autodiff;
+#[cfg(feature = "flex")]
+mod flex;
+pub mod naive;
+
+use burn::tensor::backend::Backend;
+use burn::tensor::Tensor;
+
+/// A backend that computes the backbone's matrix products. Every Burn backend can implement it with
+/// the defaults, Burn's own product ([`naive`]).
+pub trait MatmulBackend: Backend {
+    /// The matrix product over the last two dimensions, `[..., m, k] · [..., k, n]`, both
+    /// operands with the same leading (batch) dimensions: every projection of the backbone (as
+    /// `[tokens, d_in] · [d_in, d_out]`), attention's two products, RoPE's quarter turn and the
+    /// tied head. Its backward pass is two more products, `∂A = ∂C Bᵀ` and `∂B = Aᵀ ∂C`.
+    ///
+    /// The plain form is Burn's `matmul`. Flex's allocates each output as zeroed bytes and copies
+    /// them into an aligned buffer before writing the product, ≈ 10% of a CPU step; Flex's form
+    /// here writes the product into a buffer of its own (`flex.rs`). A projection written
+    /// as one `[tokens, d_in]` product, where Burn's `Linear` multiplies a `[batch, seq, d_in]`
+    /// input, also takes its weight's gradient in one product, not one per batch row and a sum.
+    ///
+    /// # Shapes
+    /// - lhs: `[..., m, k]`; rhs: `[..., k, n]`
+    /// - output: `[..., m, n]`
+    fn matmul<const D: usize>(lhs: Tensor<Self, D>, rhs: Tensor<Self, D>) -> Tensor<Self, D> {
+        naive::matmul(lhs, rhs)
+    }
+
+    /// `lhs · rhsᵀ` over the last two dimensions: attention's scores `Q Kᵀ` and the tied head's
+    /// `h Eᵀ`. As [`matmul`](Self::matmul) of a transposed view it computes the same; as an
+    /// operation of its own its backward pass writes `∂rhs = ∂Cᵀ lhs` in `rhs`'s own layout,
+    /// where the view's gradient is a transposed view again, which every later use (the heads'
+    /// swap, RoPE's reshapes, the embedding's gradient sum) would copy element by element.
+    ///
+    /// # Shapes
+    /// - lhs: `[..., m, k]`; rhs: `[..., n, k]`
+    /// - output: `[..., m, n]`
+    fn matmul_transposed_rhs<const D: usize>(
+        lhs: Tensor<Self, D>,
+        rhs: Tensor<Self, D>,
+    ) -> Tensor<Self, D> {
+        Self::matmul(lhs, rhs.swap_dims(D - 2, D - 1))
+    }
+}
+
+uses_the_reference!(MatmulBackend on ndarray, cube, fusion);
