@@ -12,10 +12,11 @@ use haares_bench::cost::worker::Trainer;
 use haares_core::ResidualMethod;
 use haares_core::accumulator::BlockAccumulator;
 use haares_core::config::DetailBias;
+use haares_core::ops::SourceWriteBackend;
+use haares_core::ops::routing::write::naive;
 use haares_core::rms_match::rms_match;
 use haares_core::router::DepthRouterConfig;
-use haares_core::routing_ops::naive;
-use haares_core::{ModelFamily, RoutingBackend, RoutingPath, SlotKind, Source, SourceBank};
+use haares_core::{ModelFamily, RoutingPath, SlotKind, Source, SourceBank};
 use haares_train::cpu::on_cpu_pool;
 
 type B = Autodiff<Flex>;

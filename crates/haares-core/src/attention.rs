@@ -7,8 +7,8 @@ use burn::nn::Linear;
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::mlp::{linear_no_bias, packable, project};
-use crate::rope::RotaryTable;
 use crate::ops::HaaresBackend;
+use crate::rope::RotaryTable;
 
 /// Configuration of a [`CausalSelfAttention`].
 #[derive(Config, Debug)]

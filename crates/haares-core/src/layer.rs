@@ -9,9 +9,9 @@ use crate::attention::{CausalSelfAttention, CausalSelfAttentionConfig};
 use crate::config::{ModelConfig, ResidualMethod, layer_scale_init};
 use crate::mlp::{SwiGluMlp, SwiGluMlpConfig};
 use crate::norm::{RmsNorm, RmsNormConfig};
+use crate::ops::HaaresBackend;
 use crate::rope::RotaryTable;
 use crate::router::{DepthRouter, DepthRouterConfig};
-use crate::ops::HaaresBackend;
 
 /// Which sublayer a residual event runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

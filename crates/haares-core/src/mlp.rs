@@ -1,11 +1,10 @@
 //! The SwiGLU MLP of the backbone (App. A): `W_down (SiLU(W_gate x) ⊙ W_up x)`, bias-free.
 
+use crate::ops::HaaresBackend;
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::tensor::{Tensor, backend::Backend};
-use crate::ops::HaaresBackend;
-
 
 /// Configuration of a [`SwiGluMlp`].
 #[derive(Config, Debug)]

@@ -10,10 +10,10 @@ use crate::config::{DetailSource, ModelConfig, RoutingPath};
 use crate::error::{HaaresError, Result};
 use crate::layer::{Layer, Sublayer};
 use crate::norm::{RmsNorm, RmsNormConfig};
+use crate::ops::{HaaresBackend, RmsMatching};
 use crate::rms_match::{rms_match, rms_match_source};
 use crate::rope::RotaryTable;
 use crate::router::{DepthRouter, DepthRouterConfig, RouterOutput};
-use crate::ops::{HaaresBackend, RmsMatching};
 use crate::source_bank::{Source, SourceBank, rows};
 use crate::telemetry::{ReadSite, RoutingTrace, SiteTrace, SlotId};
 

@@ -4,11 +4,10 @@
 //! float type so that an f64 backend reproduces the model exactly (the reference tests need
 //! 1e-9 agreement). On the fp32 training backends the two are the same computation.
 
+use crate::ops::HaaresBackend;
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::tensor::{Tensor, backend::Backend};
-use crate::ops::HaaresBackend;
-
 
 /// Configuration of an [`RmsNorm`].
 #[derive(Config, Debug)]

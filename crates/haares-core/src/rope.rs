@@ -6,10 +6,9 @@
 //! `(2i, 2i+1)` of each head rotate together by `pos · base^(−2i/d_h)` (docs/decisions.md, decision
 //! 5).
 
+use crate::ops::HaaresBackend;
 use burn::module::Module;
 use burn::tensor::{Tensor, TensorData, backend::Backend};
-use crate::ops::HaaresBackend;
-
 
 /// Cached cosines and sines of every position and frequency, and the pair rotation (constants,
 /// not parameters).

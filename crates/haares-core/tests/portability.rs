@@ -10,8 +10,6 @@
 //! one process-wide default float type).
 #![allow(dead_code)] // the shared helpers serve the f64 suite too
 
-#[path = "core/activation_checks.rs"]
-mod activation_checks;
 #[path = "core/attention_checks.rs"]
 mod attention_checks;
 #[path = "core/common.rs"]
@@ -20,18 +18,30 @@ mod common;
 mod cross_entropy_checks;
 #[path = "core/matmul_checks.rs"]
 mod matmul_checks;
-#[path = "core/packed_checks.rs"]
-mod packed_checks;
+#[path = "core/norm_checks.rs"]
+mod norm_checks;
+#[path = "core/projections_checks.rs"]
+mod projections_checks;
+#[path = "core/read_checks.rs"]
+mod read_checks;
 #[path = "core/reference.rs"]
 mod reference;
 #[path = "core/rotary_checks.rs"]
 mod rotary_checks;
+#[path = "core/slot_sums_checks.rs"]
+mod slot_sums_checks;
+#[path = "core/softmax_checks.rs"]
+mod softmax_checks;
+#[path = "core/source_write_checks.rs"]
+mod source_write_checks;
+#[path = "core/swiglu_checks.rs"]
+mod swiglu_checks;
 
 use burn::backend::Autodiff;
 use burn::module::Param;
 use burn::tensor::Tensor;
 use haares_core::checkpoint::ParamVisitor;
-use haares_core::{RoutingBackend, RoutingPath, TrainingBackend};
+use haares_core::{HaaresBackend, RoutingPath, TrainingBackend};
 
 use common::*;
 use reference::{Products, reference_logits_with};
@@ -45,7 +55,7 @@ const F32_TOLERANCE: f64 = 2e-4;
 /// operands truncated instead of rounded): `tf32_rounding_stays_within_the_cuda_tolerance`
 /// measures that on the CPU with the reference's emulated TF32 products, and keeps this bound
 /// above it. A routing fault is still caught here at O(1), and tightly by the kernel and operator
-/// checks (`cube/kernels.rs`), which run no matrix product.
+/// checks (`core/read_checks.rs`, `core/slot_sums_checks.rs`), which run no matrix product.
 const TF32_TOLERANCE: f64 = 3e-2;
 
 /// One whole-model check: a config, its parameters and a batch of tokens.
@@ -99,7 +109,7 @@ fn reference_cases<B: burn::tensor::backend::Backend>(device: &B::Device) -> Vec
 
 /// Every method's logits against the f64 reference; prints each one's relative error, then fails
 /// with every method that exceeds `tolerance`.
-fn forward_matches_the_reference<B: RoutingBackend>(device: &B::Device, tolerance: f64) {
+fn forward_matches_the_reference<B: HaaresBackend>(device: &B::Device, tolerance: f64) {
     let mut failures = Vec::new();
     for case in reference_cases::<B>(device) {
         let (expected, scale) = case.reference(Products::Exact);
@@ -238,20 +248,49 @@ fn ndarray_f32_passes_the_numerical_checks() {
     every_check::<Autodiff<burn::backend::NdArray<f32>>>(&Default::default(), F32_TOLERANCE);
 }
 
-/// The per-slot row primitives on both CPU backends' host loops (`cube/rows.rs`; the cube
-/// backends run the same checks on their kernels below).
+/// Every operation's checks (`core/*_checks.rs`) on the two CPU backends in f32: NdArray, which
+/// runs each operation's reference, and Flex, which runs its loops where it has them. The
+/// cube backends run the same checks on their kernels below; the f64 suite runs them on NdArray
+/// f64 and on Flex (`core/swiglu.rs` and the files beside it).
 #[test]
-fn cpu_row_primitives_match_f64() {
-    rows::mean_squares_and_their_gradients_match::<burn::backend::NdArray<f32>>();
-    rows::added_scaled_rows_match::<burn::backend::NdArray<f32>>();
-    rows::mean_squares_and_their_gradients_match::<burn::backend::Flex>();
-    rows::added_scaled_rows_match::<burn::backend::Flex>();
-    rows::rms_match_multipliers_match::<burn::backend::NdArray<f32>>();
-    rows::rms_match_multipliers_match::<burn::backend::Flex>();
-    rows::signed_sums_with_mean_squares_match::<burn::backend::NdArray<f32>>(false);
-    rows::signed_sums_with_mean_squares_match::<burn::backend::Flex>(false);
-    rows::pair_writes_match::<burn::backend::NdArray<f32>>();
-    rows::pair_writes_match::<burn::backend::Flex>();
+fn cpu_backends_pass_every_operation_check() {
+    use burn::backend::{Flex, NdArray};
+    every_operation_check::<NdArray<f32>>();
+    every_operation_check::<Flex>();
+}
+
+/// The operation checks of one backend, at f32's tolerances: a few roundings of f32 against f64
+/// and against the reference.
+fn every_operation_check<B: HaaresBackend>()
+where
+    Autodiff<B>: HaaresBackend,
+{
+    swiglu_checks::swiglu_agrees_with_f64_and_the_plain_operations::<B>(1e-5);
+    swiglu_checks::swiglu_propagates_nan::<B>();
+    swiglu_checks::swiglu_node_agrees_with_autodiff_of_the_reference::<Autodiff<B>>(2e-5);
+    softmax_checks::causal_softmax_agrees_with_f64_and_the_plain_operations::<B>(1e-5);
+    softmax_checks::causal_softmax_propagates_nan::<B>();
+    softmax_checks::causal_softmax_node_agrees_with_autodiff_of_the_reference::<Autodiff<B>>(2e-5);
+    norm_checks::rms_norm_agrees_with_f64_and_the_plain_operations::<B>(1e-5);
+    norm_checks::rms_norm_node_agrees_with_autodiff_of_the_reference::<Autodiff<B>>(2e-5);
+    rotary_checks::rotary_agrees_with_f64_and_the_plain_operations::<B>(1e-5);
+    rotary_checks::rotary_node_agrees_with_autodiff_of_the_plain_operations::<Autodiff<B>>(1e-5);
+    attention_checks::attention_pair_agrees_with_f64::<B>(2e-5);
+    attention_checks::attention_gradients_agree_with_f64::<Autodiff<B>>(2e-5);
+    projections_checks::packed_primitives_agree_with_f64::<B>(1e-5);
+    projections_checks::packed_sublayers_agree_with_the_separate_projections::<Autodiff<B>>(5e-5);
+    cross_entropy_checks::cross_entropy_pair_agrees_with_f64::<B>(2e-6);
+    cross_entropy_checks::cross_entropy_gradient_agrees_with_f64::<Autodiff<B>>(2e-6);
+    slot_sums_checks::row_dots_match::<B>();
+    slot_sums_checks::weighted_sums_match::<B>();
+    slot_sums_checks::added_scaled_rows_match::<B>();
+    source_write_checks::mean_squares_and_their_gradients_match::<B>();
+    source_write_checks::rms_match_multipliers_match::<B>();
+    source_write_checks::signed_sums_with_mean_squares_match::<B>(false);
+    source_write_checks::pair_writes_match::<B>();
+    read_checks::read_forward_matches_the_composition::<B>();
+    read_checks::read_backward_matches_the_composition::<B>();
+    read_checks::operator_matches_the_reference_read::<Autodiff<B>>();
 }
 
 /// One cube backend's tests: the numerical checks on the whole model and the routing operator's
@@ -308,30 +347,30 @@ macro_rules! cube_backend_tests {
             #[test]
             $(#[$needs_device])?
             fn row_dot_kernels_and_plain_primitive_match_f64_sums() {
-                super::kernels::row_dots_match::<Cube>();
+                super::slot_sums_checks::row_dots_match::<Cube>();
             }
 
             #[test]
             $(#[$needs_device])?
             fn read_kernels_match_the_composition() {
-                super::kernels::read_forward_matches_the_composition::<Cube>();
-                super::kernels::read_backward_matches_the_composition::<Cube>();
+                super::read_checks::read_forward_matches_the_composition::<Cube>();
+                super::read_checks::read_backward_matches_the_composition::<Cube>();
             }
 
             #[test]
             $(#[$needs_device])?
             fn row_kernels_match_f64() {
-                super::rows::mean_squares_and_their_gradients_match::<Cube>();
-                super::rows::added_scaled_rows_match::<Cube>();
-                super::rows::rms_match_multipliers_match::<Cube>();
-                super::rows::signed_sums_with_mean_squares_match::<Cube>(true);
-                super::rows::pair_writes_match::<Cube>();
+                super::source_write_checks::mean_squares_and_their_gradients_match::<Cube>();
+                super::slot_sums_checks::added_scaled_rows_match::<Cube>();
+                super::source_write_checks::rms_match_multipliers_match::<Cube>();
+                super::source_write_checks::signed_sums_with_mean_squares_match::<Cube>(true);
+                super::source_write_checks::pair_writes_match::<Cube>();
             }
 
             #[test]
             $(#[$needs_device])?
             fn weighted_sum_and_total_kernels_and_plain_primitives_match_f64_sums() {
-                super::kernels::weighted_sums_match::<Cube>();
+                super::slot_sums_checks::weighted_sums_match::<Cube>();
             }
 
             /// SwiGLU's, the causal softmax's, RMSNorm's and RoPE's kernels, both directions, against f64 and the
@@ -340,18 +379,28 @@ macro_rules! cube_backend_tests {
             #[test]
             $(#[$needs_device])?
             fn activation_kernels_match_f64_and_the_plain_operations() {
-                use super::activation_checks::*;
-                swiglu_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
-                causal_softmax_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
-                rms_norm_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
-                nan_propagates::<Cube>();
+                use super::{norm_checks, softmax_checks, swiglu_checks};
+                swiglu_checks::swiglu_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
+                softmax_checks::causal_softmax_agrees_with_f64_and_the_plain_operations::<Cube>(
+                    1e-5,
+                );
+                norm_checks::rms_norm_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
+                swiglu_checks::swiglu_propagates_nan::<Cube>();
+                softmax_checks::causal_softmax_propagates_nan::<Cube>();
                 super::rotary_checks::rotary_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
             }
 
             #[test]
             $(#[$needs_device])?
             fn activation_nodes_match_autodiff_of_the_plain_operations() {
-                super::activation_checks::nodes_agree_with_autodiff_of_the_plain_operations::<
+                use super::{norm_checks, softmax_checks, swiglu_checks};
+                swiglu_checks::swiglu_node_agrees_with_autodiff_of_the_reference::<Autodiff<Cube>>(
+                    2e-5,
+                );
+                norm_checks::rms_norm_node_agrees_with_autodiff_of_the_reference::<Autodiff<Cube>>(
+                    2e-5,
+                );
+                softmax_checks::causal_softmax_node_agrees_with_autodiff_of_the_reference::<
                     Autodiff<Cube>,
                 >(2e-5);
                 super::rotary_checks::rotary_node_agrees_with_autodiff_of_the_plain_operations::<
@@ -366,7 +415,7 @@ macro_rules! cube_backend_tests {
             fn attention_kernels_match_f64() {
                 super::attention_checks::attention_pair_agrees_with_f64::<Cube>(2e-5);
                 super::attention_checks::attention_gradients_agree_with_f64::<Autodiff<Cube>>(2e-5);
-                assert!(<Cube as haares_core::ActivationBackend>::fuses_causal_attention(128));
+                assert!(<Cube as haares_core::ops::AttentionBackend>::fuses_causal_attention(128));
             }
 
             /// The packed projections' join and split kernels against f64, and the packed
@@ -374,11 +423,11 @@ macro_rules! cube_backend_tests {
             #[test]
             $(#[$needs_device])?
             fn packed_projection_kernels_match_f64_and_the_separate_projections() {
-                super::packed_checks::packed_primitives_agree_with_f64::<Cube>(1e-5);
-                super::packed_checks::packed_sublayers_agree_with_the_separate_projections::<
+                super::projections_checks::packed_primitives_agree_with_f64::<Cube>(1e-5);
+                super::projections_checks::packed_sublayers_agree_with_the_separate_projections::<
                     Autodiff<Cube>,
                 >(5e-5);
-                assert!(<Cube as haares_core::ActivationBackend>::packs_projections());
+                assert!(<Cube as haares_core::ops::ProjectionBackend>::packs_projections());
             }
 
             /// The weighted cross-entropy's kernels (one launch each way) against f64, and the
@@ -407,7 +456,7 @@ macro_rules! cube_backend_tests {
             #[test]
             $(#[$needs_device])?
             fn the_operator_on_kernels_matches_the_cpu_reference_read_and_its_gradients() {
-                super::kernels::operator_matches_the_reference_read::<Autodiff<Cube>>();
+                super::read_checks::operator_matches_the_reference_read::<Autodiff<Cube>>();
             }
         }
     };
@@ -465,8 +514,3 @@ cube_backend_tests!(
 
 #[path = "f32/checkpoints.rs"]
 mod f32_checkpoints;
-#[cfg(feature = "cube")]
-#[path = "cube/kernels.rs"]
-mod kernels;
-#[path = "cube/rows.rs"]
-mod rows;

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use haares_base::write_atomically;
-use haares_core::cuda_sources::{CudaSources, core_kernel_sources};
+use haares_core::cuda_sources::CudaSources;
+use haares_core::ops::core_kernel_sources;
 use haares_train::run::optim::optimizer_cuda_sources;
 
 fn main() -> ExitCode {

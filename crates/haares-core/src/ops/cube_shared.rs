@@ -60,9 +60,11 @@ pub(crate) fn per_row<R: CubeRuntime>(output: &CubeTensor<R>) -> (CubeCount, Cub
     )
 }
 
-
 /// A contiguous `shape` tensor of `like`'s type on its device.
-pub(crate) fn empty_shaped<R: CubeRuntime>(like: &CubeTensor<R>, shape: Vec<usize>) -> CubeTensor<R> {
+pub(crate) fn empty_shaped<R: CubeRuntime>(
+    like: &CubeTensor<R>,
+    shape: Vec<usize>,
+) -> CubeTensor<R> {
     empty_device_contiguous_dtype::<R>(
         like.client.clone(),
         like.device.clone(),

@@ -6,7 +6,7 @@
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
-use haares_core::ActivationBackend;
+use haares_core::HaaresBackend;
 
 use super::common::{Rng, assert_close_at_scale, tensor_values};
 
@@ -119,7 +119,7 @@ const GRADIENTS: [&str; 3] = ["∂Q", "∂K", "∂V"];
 /// `B`'s forward pass (output and log-sum-exp) and backward pass against f64, to within
 /// `relative` at each tensor's scale; once more with every input a strided view (the heads'
 /// dimension stored first).
-pub fn attention_pair_agrees_with_f64<B: ActivationBackend>(relative: f64) {
+pub fn attention_pair_agrees_with_f64<B: HaaresBackend>(relative: f64) {
     let mut rng = Rng::new(83);
     for shape in SHAPES {
         let case = Case::new(&mut rng, shape);
@@ -170,7 +170,7 @@ fn heads_first_view<B: Backend>(values: &[f64], shape: [usize; 4]) -> Tensor<B, 
 /// with the value tracked or not.
 pub fn attention_gradients_agree_with_f64<B>(relative: f64)
 where
-    B: AutodiffBackend + ActivationBackend,
+    B: AutodiffBackend + HaaresBackend,
 {
     let mut rng = Rng::new(84);
     for shape in SHAPES {

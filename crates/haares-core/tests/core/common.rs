@@ -135,7 +135,7 @@ pub fn model_on<B: burn::tensor::backend::Backend>(
 }
 
 /// [`logits`] on any backend, as f64.
-pub fn logits_on<B: haares_core::RoutingBackend>(
+pub fn logits_on<B: haares_core::HaaresBackend>(
     model: &HaaresModel<B>,
     tokens: &[Vec<usize>],
     device: &B::Device,
@@ -149,7 +149,7 @@ pub fn logits_on<B: haares_core::RoutingBackend>(
 
 /// Causality for every method (docs/decisions.md, decision 1): changing the tokens after position t
 /// moves no logit at positions ≤ t by more than `tolerance`, and visibly moves the later ones.
-pub fn check_causality<B: haares_core::RoutingBackend>(device: &B::Device, tolerance: f64) {
+pub fn check_causality<B: haares_core::HaaresBackend>(device: &B::Device, tolerance: f64) {
     let (seq, t) = (8, 3);
     let mut rng = Rng::new(51);
     for method in all_methods() {
@@ -236,4 +236,74 @@ pub fn random_slot_views<B: burn::tensor::backend::Backend>(
             _ => random_matrix(rng, [tokens, d]),
         })
         .collect()
+}
+
+pub fn tensor<B: burn::tensor::backend::Backend, const D: usize>(
+    values: Vec<f64>,
+    shape: [usize; D],
+) -> Tensor<B, D> {
+    Tensor::from_data(TensorData::new(values, shape), &Default::default())
+}
+
+/// `|a − b| ≤ max(tolerance · |b|, absolute)` for every element.
+pub fn assert_close(actual: &[f64], expected: &[f64], tolerance: f64, absolute: f64, what: &str) {
+    assert_eq!(actual.len(), expected.len(), "{what}: lengths differ");
+    for (at, (a, b)) in actual.iter().zip(expected).enumerate() {
+        let bound = (tolerance * b.abs()).max(absolute);
+        assert!(
+            (a - b).abs() <= bound,
+            "{what}: element {at} is {a:e}, expected {b:e} (bound {bound:e})"
+        );
+    }
+}
+
+/// `max |a − b| ≤ tolerance · max(max |b|, floor)`: for results that cancel, compared at the
+/// tensor's scale.
+pub fn assert_within_scale(
+    actual: &[f64],
+    expected: &[f64],
+    tolerance: f64,
+    floor: f64,
+    what: &str,
+) {
+    let scale = expected.iter().fold(floor, |m, v| m.max(v.abs()));
+    let diff = max_abs_diff(actual, expected);
+    assert!(
+        diff <= tolerance * scale,
+        "{what}: max difference {diff:e} at scale {scale:e}"
+    );
+}
+
+/// `Σ w ⊙ output` for random `w` drawn from `seed`, so that every output element's gradient
+/// differs.
+pub fn weighted_total<B: burn::tensor::backend::Backend, const D: usize>(
+    output: Tensor<B, D>,
+    seed: u64,
+) -> Tensor<B, 1> {
+    let shape = output.dims();
+    let weights = Rng::new(seed).normals(shape.iter().product(), 1.0);
+    (output * tensor::<B, D>(weights, shape)).sum()
+}
+
+pub fn gradient<B: burn::tensor::backend::AutodiffBackend, const D: usize>(
+    tensor: &Tensor<B, D>,
+    grads: &B::Gradients,
+) -> Vec<f64> {
+    tensor_values(tensor.grad(grads).expect("a tracked input has a gradient"))
+}
+
+/// A `shape` tensor of f32 normals of spread `std` drawn from `rng`, on the default device.
+#[allow(dead_code)] // the portability suite's read checks
+pub fn random_on<B: burn::tensor::backend::Backend, const D: usize>(
+    rng: &mut Rng,
+    shape: [usize; D],
+    std: f64,
+) -> Tensor<B, D> {
+    let count = shape.iter().product();
+    let values: Vec<f32> = rng
+        .normals(count, std)
+        .into_iter()
+        .map(|v| v as f32)
+        .collect();
+    Tensor::from_data(TensorData::new(values, shape), &Default::default())
 }

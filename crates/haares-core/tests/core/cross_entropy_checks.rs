@@ -5,7 +5,7 @@
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
-use haares_core::ActivationBackend;
+use haares_core::HaaresBackend;
 
 use super::common::{Rng, assert_close_at_scale, tensor_values};
 
@@ -87,7 +87,7 @@ fn cross_entropy_f64(case: &Case, logits: &[f64]) -> [Vec<f64>; 3] {
 
 /// `B`'s forward pass (losses, log-sum-exp) and backward pass against f64, to within `relative`
 /// at each tensor's scale, for contiguous and transposed logits.
-pub fn cross_entropy_pair_agrees_with_f64<B: ActivationBackend>(relative: f64) {
+pub fn cross_entropy_pair_agrees_with_f64<B: HaaresBackend>(relative: f64) {
     let mut rng = Rng::new(85);
     for shape in SHAPES {
         let case = Case::new(&mut rng, shape);
@@ -113,7 +113,7 @@ pub fn cross_entropy_pair_agrees_with_f64<B: ActivationBackend>(relative: f64) {
 /// plain operations elsewhere): the losses and `∂(Σ g ⊙ losses)/∂logits` against f64.
 pub fn cross_entropy_gradient_agrees_with_f64<B>(relative: f64)
 where
-    B: AutodiffBackend + ActivationBackend,
+    B: AutodiffBackend + HaaresBackend,
 {
     let mut rng = Rng::new(86);
     for shape in SHAPES {

@@ -345,7 +345,7 @@ fn every_method_agrees_across_routing_paths() {
     methods_agree_across_routing_paths::<Ad64>(1e-9);
 }
 
-/// The same on Flex in f32, where the fused path runs Flex's own loops (`routing_ops/flex.rs`)
+/// The same on Flex in f32, where the fused path runs Flex's own loops (`ops/routing/read/flex.rs`)
 /// and adds slot gradients into accumulated ones in place. The tolerance is f32's: in the
 /// random-sign model at L = 3, N = 2, two parameter gradients of either f32 path differ from the
 /// f64 ones by up to 1.2e-4 of their magnitude (measured for both paths; a wrong gradient

@@ -1,4 +1,4 @@
-//! The matrix product (`ActivationBackend::matmul`): Flex's direct `gemm` path against f64
+//! The matrix product (`ops::matmul`): Flex's direct `gemm` path against f64
 //! computed here and against Burn's `matmul`, on every layout and threading path it takes; its
 //! autodiff node and `matmul_transposed_rhs`'s against Burn's autodiff of `matmul`; `project`
 //! against Burn's `Linear`.
@@ -7,9 +7,10 @@ use burn::backend::{Autodiff, Flex};
 use burn::nn::LinearConfig;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor, TensorData};
-use haares_core::ActivationBackend;
-use haares_core::activation_ops::naive;
+use haares_core::HaaresBackend;
 use haares_core::mlp::project;
+use haares_core::ops::MatmulBackend;
+use haares_core::ops::matmul::naive;
 
 use crate::common::{Ad64, Rng, max_abs_diff, tensor_values};
 
@@ -160,7 +161,7 @@ enum Rhs {
 /// The nodes' gradients against Burn's autodiff of `matmul`, with either operand tracked or
 /// both: a projection (`[tokens, d] · [d, d']`), attention's batched `Q Kᵀ` as a view and as its
 /// own operation, and the tied head's `h Eᵀ`.
-fn nodes_agree_with_autodiff_of_matmul<B: AutodiffBackend + ActivationBackend>(tolerance: f64) {
+fn nodes_agree_with_autodiff_of_matmul<B: AutodiffBackend + HaaresBackend>(tolerance: f64) {
     let mut rng = Rng::new(304);
     let cases = [
         ([1, 1, 12, 8], [1, 1, 8, 6], Rhs::AsStored),

@@ -1,5 +1,5 @@
-//! The whole read as one operation (`routing_ops/read.rs`): Flex's token-by-token loops against
-//! the composition of the two operations (`naive::read_forward`, `naive::read_backward`), with
+//! The whole read as one operation (`ops::routing::read`): Flex's token-by-token loops against
+//! the composition of the two operations (`naive::compose`, `naive::compose_backward`), with
 //! and without a bias, scaled and plain slots, a gradient on the weights or none, and slot
 //! gradients added into nothing, into one held only by the call (updated in place) and into one
 //! also held elsewhere (left unchanged); and slots that read the same rows (HAARES's early-half
@@ -7,8 +7,9 @@
 
 use burn::backend::Flex;
 use burn::tensor::{Tensor, TensorData};
-use haares_core::routing_ops::{ReadBackward, ReadBias, ReadQuery, naive};
-use haares_core::{RoutingBackend, SlotRows};
+use haares_core::SlotRows;
+use haares_core::ops::RoutingBackend;
+use haares_core::ops::routing::read::{ReadBackward, ReadBias, ReadQuery, naive};
 
 use crate::common::{Rng, max_abs_diff, tensor_values};
 
@@ -102,7 +103,7 @@ fn flex_reads_agree_with_the_composition() {
                 slots: biased_slots.clone(),
             });
             let fused = Flex::routing_read_forward(&slots, &query, bias.as_ref(), 1e-6, None);
-            let plain = naive::read_forward(&slots, &query, bias.as_ref(), 1e-6, None);
+            let plain = naive::compose(&slots, &query, bias.as_ref(), 1e-6, None);
             assert_agree(fused.mixture.clone(), plain.mixture, &what("mixture"));
             assert_agree(fused.weights.clone(), plain.weights, &what("weights"));
             assert_agree(fused.scores.clone(), plain.scores, &what("scores"));
@@ -151,7 +152,7 @@ fn flex_reads_agree_with_the_composition() {
                 &mean_squares_wanted,
             );
             let plain =
-                naive::read_backward(read, into(&mut vec![]), &wanted, &mean_squares_wanted);
+                naive::compose_backward(read, into(&mut vec![]), &wanted, &mean_squares_wanted);
             // Rows shared with an earlier slot take one gradient, in the earlier slot's entry,
             // where both want one and the later one adds into nothing (s % 3 = 0).
             let mut plain_raws = plain.raws;

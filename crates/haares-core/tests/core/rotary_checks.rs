@@ -1,4 +1,4 @@
-//! RoPE's checks (`ActivationBackend::rotary`), generic over the backend: the operation and its
+//! RoPE's checks (`ops::rotary`), generic over the backend: the operation and its
 //! backward pass against the rotation written out in f64 on the host from App. A's definition
 //! (pair `(2i, 2i+1)` of each head turned by `pos · 10000^(−2i/d_h)`), against the plain
 //! operations, on a strided input, and the node's gradient against Burn's autodiff of the plain
@@ -7,8 +7,8 @@
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
-use haares_core::ActivationBackend;
-use haares_core::activation_ops::naive;
+use haares_core::HaaresBackend;
+use haares_core::ops::rotary::naive;
 use haares_core::rope::RotaryTable;
 
 use super::common::{Rng, max_abs_diff, tensor_values};
@@ -49,7 +49,7 @@ fn assert_within(actual: &[f64], expected: &[f64], tolerance: f64, what: &str) {
 
 /// `B`'s RoPE and its backward pass against f64 and the plain operations (to within `relative`
 /// of the largest value), at scales 1 and `1/√d_h`; and on a strided view.
-pub fn rotary_agrees_with_f64_and_the_plain_operations<B: ActivationBackend>(relative: f64) {
+pub fn rotary_agrees_with_f64_and_the_plain_operations<B: HaaresBackend>(relative: f64) {
     let mut rng = Rng::new(80);
     for shape in SHAPES {
         let [batch, seq, heads, head_dim] = shape;
@@ -96,7 +96,7 @@ pub fn rotary_agrees_with_f64_and_the_plain_operations<B: ActivationBackend>(rel
 /// The node's gradient against Burn's autodiff of the plain operations.
 pub fn rotary_node_agrees_with_autodiff_of_the_plain_operations<B>(tolerance: f64)
 where
-    B: AutodiffBackend + ActivationBackend,
+    B: AutodiffBackend + HaaresBackend,
 {
     let mut rng = Rng::new(81);
     for shape in SHAPES {

@@ -3,8 +3,8 @@
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use haares_core::{ActivationBackend, HaaresModel};
-use haares_core::{RoutingBackend, RoutingStatistics, RoutingTally};
+use haares_core::ops::CrossEntropyBackend;
+use haares_core::{HaaresBackend, HaaresModel, RoutingStatistics, RoutingTally};
 use haares_data::batching::{Batch, validation_batches};
 use haares_data::prepared::PreparedShard;
 
@@ -56,7 +56,7 @@ pub fn real_target_count(batch: &Batch, seq_len: usize) -> usize {
 }
 
 /// Sum of the cross-entropy over real target tokens (a scalar tensor).
-pub fn summed_cross_entropy<B: RoutingBackend>(
+pub fn summed_cross_entropy<B: HaaresBackend>(
     model: &HaaresModel<B>,
     batch: &DeviceBatch<B>,
 ) -> Tensor<B, 1> {
@@ -65,8 +65,8 @@ pub fn summed_cross_entropy<B: RoutingBackend>(
 
 /// Sum of the cross-entropy of `logits` (`[batch, seq, vocab]`) over the batch's real targets:
 /// the pad mask weights each position's term (one fused operation on the cube backends,
-/// [`ActivationBackend::cross_entropy`]).
-fn summed_cross_entropy_of<B: ActivationBackend>(
+/// [`CrossEntropyBackend::cross_entropy`]).
+fn summed_cross_entropy_of<B: CrossEntropyBackend>(
     logits: Tensor<B, 3>,
     batch: &DeviceBatch<B>,
 ) -> Tensor<B, 1> {
@@ -78,7 +78,7 @@ fn summed_cross_entropy_of<B: ActivationBackend>(
 
 /// Mean cross-entropy over the batch's real targets (the training loss). A batch without a real
 /// target has loss 0.
-pub fn mean_cross_entropy<B: RoutingBackend>(
+pub fn mean_cross_entropy<B: HaaresBackend>(
     model: &HaaresModel<B>,
     batch: &DeviceBatch<B>,
 ) -> Tensor<B, 1> {
@@ -86,7 +86,7 @@ pub fn mean_cross_entropy<B: RoutingBackend>(
 }
 
 /// Token-weighted validation loss over `batches`: Σ losses / Σ real targets.
-pub fn validation_loss<B: RoutingBackend>(
+pub fn validation_loss<B: HaaresBackend>(
     model: &HaaresModel<B>,
     batches: impl Iterator<Item = Batch>,
     seq_len: usize,
@@ -106,7 +106,7 @@ pub struct Validation {
 
 /// A validation pass: the token-weighted loss over `batches` and, with `routing` and a routed
 /// model, the routing statistics over the same positions, from the same forward passes.
-pub fn validate<B: RoutingBackend>(
+pub fn validate<B: HaaresBackend>(
     model: &HaaresModel<B>,
     batches: impl Iterator<Item = Batch>,
     seq_len: usize,

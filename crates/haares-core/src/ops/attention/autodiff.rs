@@ -12,8 +12,8 @@ use burn::tensor::Tensor;
 
 use super::AttentionBackend;
 use super::naive;
-use crate::ops::projections::naive::unpack_heads;
 use crate::autodiff_node::{finish, from_primitive, primitive, register};
+use crate::ops::projections::naive::unpack_heads;
 
 impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B, C> {
     fn causal_attention(

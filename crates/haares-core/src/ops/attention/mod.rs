@@ -21,14 +21,14 @@
 //! `tests/core/attention.rs` checks every path against the reference and against f64.
 
 mod autodiff;
-#[cfg(feature = "flex")]
-mod flex;
 #[cfg(feature = "cube")]
 pub(super) mod cube;
+#[cfg(feature = "flex")]
+mod flex;
 pub mod naive;
 
-use burn::tensor::Tensor;
 use crate::ops::{RotaryBackend, SoftmaxBackend};
+use burn::tensor::Tensor;
 
 /// A backend that computes causal attention, fused where it can. Every Burn backend can implement
 /// it with the defaults: the plain composition of [`naive`], which RoPE, the softmax and the

@@ -9,8 +9,8 @@ use burn::tensor::{Int, Tensor};
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::CrossEntropyBackend;
-use crate::ops::cube_shared::{ROW_THREADS, empty_like, per_row, primitive};
 use crate::autodiff_node::from_primitive;
+use crate::ops::cube_shared::{ROW_THREADS, empty_like, per_row, primitive};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 /// Each row's weighted loss and its log-sum-exp.

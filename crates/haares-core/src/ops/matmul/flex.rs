@@ -90,10 +90,7 @@ impl Operand {
 
 /// `lhs · rhs` over the last two dimensions with equal batch dimensions, or `None` when an
 /// operand is not f32, has a negative stride, or the batch dimensions differ.
-fn matmul<const D: usize>(
-    lhs: &Tensor<Flex, D>,
-    rhs: &Tensor<Flex, D>,
-) -> Option<Tensor<Flex, D>> {
+fn matmul<const D: usize>(lhs: &Tensor<Flex, D>, rhs: &Tensor<Flex, D>) -> Option<Tensor<Flex, D>> {
     let (lhs_dims, rhs_dims) = (lhs.dims(), rhs.dims());
     if D < 2 || lhs_dims[..D - 2] != rhs_dims[..D - 2] || lhs_dims[D - 1] != rhs_dims[D - 2] {
         return None;

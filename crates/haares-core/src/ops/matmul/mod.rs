@@ -13,8 +13,8 @@ mod autodiff;
 mod flex;
 pub mod naive;
 
-use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
 
 /// A backend that computes the backbone's matrix products. Every Burn backend can implement it with
 /// the defaults, Burn's own product ([`naive`]).

@@ -15,8 +15,8 @@ pub mod naive;
 #[cfg(all(feature = "cuda", feature = "wgpu"))]
 pub(super) mod sources;
 
-use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
 
 /// A backend that computes affine RMSNorm as one operation each way. Every Burn backend can
 /// implement it with the defaults, the plain operations of [`naive`].

@@ -9,9 +9,9 @@ use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::tensor::Tensor;
 
 use super::ProjectionBackend;
-use crate::ops::MatmulBackend;
 use super::naive;
 use crate::autodiff_node::{finish, from_primitive, primitive, register};
+use crate::ops::MatmulBackend;
 
 impl<B: ProjectionBackend, C: CheckpointStrategy> ProjectionBackend for Autodiff<B, C> {
     fn packs_projections() -> bool {

@@ -20,8 +20,8 @@ pub mod naive;
 #[cfg(all(feature = "cuda", feature = "wgpu"))]
 pub(super) mod sources;
 
+use crate::ops::MatmulBackend;
 use burn::tensor::Tensor;
-use crate::ops::{MatmulBackend};
 
 /// A backend that multiplies the projections of one input side by side, where that saves launches.
 /// Every Burn backend can implement it with the defaults, Burn's `cat` and `narrow` around one

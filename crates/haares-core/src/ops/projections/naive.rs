@@ -11,10 +11,7 @@ pub fn concat_columns<B: Backend>(parts: Vec<Tensor<B, 2>>) -> Tensor<B, 2> {
 
 /// The plain form of [`ProjectionBackend::split_columns`](super::ProjectionBackend::split_columns): consecutive column ranges of `whole`,
 /// `widths[i]` wide.
-pub fn split_columns<B: Backend>(
-    whole: Tensor<B, 2>,
-    widths: &[usize],
-) -> Vec<Tensor<B, 2>> {
+pub fn split_columns<B: Backend>(whole: Tensor<B, 2>, widths: &[usize]) -> Vec<Tensor<B, 2>> {
     let starts = widths.iter().scan(0, |start, &width| {
         *start += width;
         Some(*start - width)

@@ -17,8 +17,8 @@ pub mod naive;
 #[cfg(all(feature = "cuda", feature = "wgpu"))]
 pub(super) mod sources;
 
+use crate::ops::MatmulBackend;
 use burn::tensor::Tensor;
-use crate::ops::{MatmulBackend};
 
 /// A backend that computes RoPE as one operation each way, on separate heads and on a packed
 /// projection. Every Burn backend can implement it with the defaults, the plain operations of

@@ -6,7 +6,9 @@ use burn_cubecl::cubecl::wgpu::WgpuRuntime as W;
 
 use super::cube_shared::MAX_SLOTS_PER_LAUNCH;
 use super::read::cube::QUERY_THREADS;
-use super::read::cube::kernels::{query_gradients_kernel, read_backward_kernel, read_forward_kernel};
+use super::read::cube::kernels::{
+    query_gradients_kernel, read_backward_kernel, read_forward_kernel,
+};
 use super::sums::cube::kernels::{add_scaled_rows_kernel, row_dots_kernel, weighted_sum_kernel};
 use super::write::cube::kernels::{
     pair_write_kernel, rms_match_multiplier_kernel, signed_sum_with_mean_square_kernel,

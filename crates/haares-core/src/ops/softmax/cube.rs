@@ -6,8 +6,8 @@ use burn::tensor::Tensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::SoftmaxBackend;
-use crate::ops::cube_shared::{ROW_THREADS, empty_like, per_row, primitive};
 use crate::autodiff_node::from_primitive;
+use crate::ops::cube_shared::{ROW_THREADS, empty_like, per_row, primitive};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 

@@ -103,4 +103,3 @@ fn causal_softmax_backward_loop<S: Simd>(
         }
     }
 }
-

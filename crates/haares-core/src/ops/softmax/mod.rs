@@ -17,16 +17,16 @@
 //! `tests/core/softmax.rs` checks every path against the reference.
 
 mod autodiff;
-#[cfg(feature = "flex")]
-mod flex;
 #[cfg(feature = "cube")]
 pub(super) mod cube;
+#[cfg(feature = "flex")]
+mod flex;
 pub mod naive;
 #[cfg(all(feature = "cuda", feature = "wgpu"))]
 pub(super) mod sources;
 
-use burn::tensor::backend::Backend;
 use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
 
 /// A backend that computes the causal softmax as one operation each way. Every Burn backend can
 /// implement it with the defaults, the plain operations of [`naive`].

@@ -29,7 +29,9 @@ use super::autodiff_read::read_node;
 use super::naive::{ScoresForward, mixture_backward, scores_backward, scores_forward};
 use super::{MixtureAndWeights, ReadBias, ReadNorm, ReadQuery, RoutingBackend, naive};
 use crate::ops::routing::SlotRows;
-use crate::ops::routing::autodiff_slots::{SLOTS_PER_NODE, SlotsBackward, inner, padding, register};
+use crate::ops::routing::autodiff_slots::{
+    SLOTS_PER_NODE, SlotsBackward, inner, padding, register,
+};
 
 /// Parents of a scores node: every slot's rows and mean square, then the folded query.
 const SCORES_PARENTS: usize = 2 * SLOTS_PER_NODE + 1;

@@ -24,9 +24,11 @@ use burn::tensor::Tensor;
 use super::{
     MixtureAndWeights, NormBackward, ReadBackward, ReadBias, ReadNorm, ReadQuery, RoutingBackend,
 };
-use crate::ops::routing::SlotRows;
-use crate::ops::routing::autodiff_slots::{SLOTS_PER_NODE, SlotsBackward, inner, padding, register};
 use crate::autodiff_node::{finish, primitive};
+use crate::ops::routing::SlotRows;
+use crate::ops::routing::autodiff_slots::{
+    SLOTS_PER_NODE, SlotsBackward, inner, padding, register,
+};
 
 /// Parents of a read node: every slot's rows and mean square (none where the backend
 /// [folds them](RoutingBackend::folds_mean_squares)), the query, the key weight, the bias, the

@@ -89,9 +89,9 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
         wanted: &[bool],
         mean_squares_wanted: &[bool],
     ) -> ReadGradients<Self> {
-        read_backward(read, into, wanted, mean_squares_wanted).unwrap_or_else(
-            |(read, into)| naive::compose_backward(read, into, wanted, mean_squares_wanted),
-        )
+        read_backward(read, into, wanted, mean_squares_wanted).unwrap_or_else(|(read, into)| {
+            naive::compose_backward(read, into, wanted, mean_squares_wanted)
+        })
     }
 }
 

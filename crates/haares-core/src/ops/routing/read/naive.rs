@@ -15,8 +15,8 @@ use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 
 use super::{
-    ReadBackward, ReadBias, ReadForward, ReadGradients, ReadNorm,
-    ReadQuery, RoutingBackend, bias_gradient,
+    ReadBackward, ReadBias, ReadForward, ReadGradients, ReadNorm, ReadQuery, RoutingBackend,
+    bias_gradient,
 };
 use crate::ops::routing::{SlotRows, mean_squares, raws, scales, slot_column};
 

@@ -55,9 +55,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> SlotSumsBa
             .map(|(slot, (into, &wanted))| {
                 wanted.then(|| {
                     let into = into.map(cube_tensor);
-                    from_primitive(add_scaled_rows(
-                        into, &columns, slot, &rows, 1.0,
-                    ))
+                    from_primitive(add_scaled_rows(into, &columns, slot, &rows, 1.0))
                 })
             })
             .collect()

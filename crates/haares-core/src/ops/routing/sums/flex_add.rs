@@ -36,7 +36,11 @@ pub(in crate::ops) enum Target<F> {
 }
 
 impl<F: HostFloat> Target<F> {
-    pub(in crate::ops) fn new(into: Option<Tensor<Flex, 2>>, wanted: bool, shape: [usize; 2]) -> Self {
+    pub(in crate::ops) fn new(
+        into: Option<Tensor<Flex, 2>>,
+        wanted: bool,
+        shape: [usize; 2],
+    ) -> Self {
         match into {
             _ if !wanted => Self::Unwanted,
             None => Self::Fresh(vec![F::default(); shape[0] * shape[1]]),

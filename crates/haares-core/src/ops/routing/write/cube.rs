@@ -64,8 +64,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> SourceWrit
         let d_model = shape[D - 1];
         let tokens = sum.shape().num_elements() / d_model;
         let rows = |tensor: Tensor<Self, D>| cube_tensor(tensor.reshape([tokens, d_model]));
-        let (output, mean_square) =
-            signed_sum_with_mean_square(&rows(sum), &rows(term), sign);
+        let (output, mean_square) = signed_sum_with_mean_square(&rows(sum), &rows(term), sign);
         let mut mean_square_shape = shape;
         mean_square_shape[D - 1] = 1;
         (
@@ -126,7 +125,6 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> SourceWrit
         }
     }
 }
-
 
 /// eq:rmsmatch's multiplier `a = clip(√m_C / (√m_D + ε), 1/γ, γ)` and the matched mean square
 /// `m_D · a²` per token, from `[tokens, 1]` mean squares.

@@ -4,9 +4,9 @@
 use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 
+use crate::ops::cube_shared::kernels::reduce;
 use crate::ops::routing::sums::cube::kernels::partial_dots;
 use crate::ops::routing::sums::cube::kernels::total_slots;
-use crate::ops::cube_shared::kernels::reduce;
 
 /// One cube per token `n`: `dot_s = u · raw_s[n]` with `u = q ⊙ w` reduced in shared memory,
 /// then (one thread) `z'_s = dot_s · c_s / √(m_s + ε)`, `α = softmax_s(z' + b)`, then every

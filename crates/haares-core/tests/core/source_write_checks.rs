@@ -1,40 +1,25 @@
-//! The routing operator's per-slot row kernels on a cube backend (part of `tests/portability.rs`):
-//! a source's mean square and its backward pass, and the scaled rows added to an accumulated
-//! gradient, against f64 host values on strided inputs, with and without an accumulated
-//! gradient, for a row shared by all tokens and one per token; eq:update's signed sum with
-//! the mean square a cube backend forms in the same launch; and a HAARES pair's whole write
-//! (both sums, their mean squares, RMS matching's multiplier).
+//! A source's write's checks (`ops::routing::write`), generic over the backend: a source's mean
+//! square and its backward pass, RMS matching's multiplier, eq:update's signed sum with the mean
+//! square a cube backend forms in the same launch, and a HAARES pair's whole write (both sums,
+//! their mean squares, the multiplier), against f64 host values on strided inputs.
+//! `portability.rs` runs them on NdArray f32, Flex and the cube backends' kernels;
+//! `core/source_write.rs` checks the signed sum's loop and node in f64 too.
 
 use burn::tensor::Tensor;
-use haares_core::RoutingBackend;
+use haares_core::HaaresBackend;
+use haares_core::ops::SourceWriteBackend;
 
 use super::common::{Rng, assert_close_at_scale, random_matrix, random_slot_views, tensor_values};
+use super::slot_sums_checks::host_add_scaled;
 
 /// (tokens, d): a single number, a width that does not divide a cube, a wide one.
 const SHAPES: [(usize, usize); 3] = [(1, 1), (37, 70), (130, 256)];
+
 /// The kernels round each element as the tensor operations do (one product, one addition, one
 /// reduction); this leaves room only for the reduction's order.
 const TOLERANCE: f64 = 1e-5;
 
-/// `into + (factor · column[n]) · row[n or 0, k]` in f64, `[tokens, d]` row-major.
-fn host_add_scaled(
-    into: Option<&[f64]>,
-    column: &[f64],
-    rows: &[f64],
-    d: usize,
-    factor: f64,
-) -> Vec<f64> {
-    let shared = rows.len() == d;
-    (0..column.len() * d)
-        .map(|i| {
-            let (n, k) = (i / d, i % d);
-            let row = rows[if shared { k } else { n * d + k }];
-            into.map_or(0.0, |into| into[i]) + factor * column[n] * row
-        })
-        .collect()
-}
-
-pub fn mean_squares_and_their_gradients_match<B: RoutingBackend>() {
+pub fn mean_squares_and_their_gradients_match<B: HaaresBackend>() {
     let mut rng = Rng::new(2026);
     for (tokens, d) in SHAPES {
         // Contiguous, transposed and narrowed rows.
@@ -76,45 +61,11 @@ pub fn mean_squares_and_their_gradients_match<B: RoutingBackend>() {
     }
 }
 
-pub fn added_scaled_rows_match<B: RoutingBackend>() {
-    let mut rng = Rng::new(2027);
-    let count = 4;
-    for (tokens, d) in SHAPES {
-        // The columns as a strided view: the right half of a wider tensor.
-        let columns: Tensor<B, 2> =
-            random_matrix(&mut rng, [count, 2 * tokens]).narrow(1, tokens, tokens);
-        let column_values = tensor_values(columns.clone());
-        let into: Vec<Option<Tensor<B, 2>>> = random_slot_views::<B>(&mut rng, count, tokens, d)
-            .into_iter()
-            .enumerate()
-            .map(|(slot, earlier)| (slot % 2 == 0).then_some(earlier))
-            .collect();
-        let wanted: Vec<bool> = (0..count).map(|slot| slot != 1).collect();
-        for shared in [true, false] {
-            let rows: Tensor<B, 2> = random_matrix(&mut rng, [if shared { 1 } else { tokens }, d]);
-            let row_values = tensor_values(rows.clone());
-            let sums = B::add_scaled_rows(into.clone(), columns.clone(), rows, &wanted);
-            for (slot, sum) in sums.into_iter().enumerate() {
-                let what = format!("add_scaled_rows, slot {slot}, {tokens} × {d}, shared {shared}");
-                let Some(sum) = sum else {
-                    assert!(!wanted[slot], "{what}: a wanted slot has no gradient");
-                    continue;
-                };
-                assert!(wanted[slot], "{what}: an unwanted slot has a gradient");
-                let earlier = into[slot].clone().map(tensor_values);
-                let column = &column_values[slot * tokens..][..tokens];
-                let expected = host_add_scaled(earlier.as_deref(), column, &row_values, d, 1.0);
-                assert_close_at_scale(&tensor_values(sum), &expected, TOLERANCE, &what);
-            }
-        }
-    }
-}
-
 /// eq:rmsmatch's multiplier and the matched mean square `m_D · a²` against f64, for ratios
 /// inside and on both sides of the clip, and the degenerate cases the formula defines: `C = 0`
 /// gives `1/γ`, `D = 0` gives `γ` (unless `C = 0` too). On the autodiff backend the gradient of
 /// `Σ g ⊙ m_D a²` reaches `m_D` as `g a²`, and none reaches `m_C` (the stop-gradient).
-pub fn rms_match_multipliers_match<B: RoutingBackend>() {
+pub fn rms_match_multipliers_match<B: HaaresBackend>() {
     type Tracked<B> = burn::backend::Autodiff<B>;
     let (gamma, epsilon) = (4.0, 1e-6);
     let mut rng = Rng::new(2028);
@@ -201,12 +152,12 @@ pub fn rms_match_multipliers_match<B: RoutingBackend>() {
     );
 }
 
-/// eq:update's signed sum with its mean square ([`RoutingBackend::signed_sum_with_mean_square`]),
+/// eq:update's signed sum with its mean square (`SourceWriteBackend::signed_sum_with_mean_square`),
 /// on `[1, tokens, d]` views of every layout, for the signs ±1 and a general one: the sum against
 /// f64, the mean square where the backend forms one (`forms_mean_square`; `None` where it does
 /// not), and on the autodiff backend the gradients of `Σ out ⊙ r + Σ m ⊙ g` reaching both inputs
 /// through the sum's node and the mean square's: `∂sum = r + (2/d) g ⊙ out`, `∂term = sign · ∂sum`.
-pub fn signed_sums_with_mean_squares_match<B: RoutingBackend>(forms_mean_square: bool) {
+pub fn signed_sums_with_mean_squares_match<B: HaaresBackend>(forms_mean_square: bool) {
     type Tracked<B> = burn::backend::Autodiff<B>;
     let mut rng = Rng::new(2029);
     for (tokens, d) in SHAPES {
@@ -262,15 +213,15 @@ pub fn signed_sums_with_mean_squares_match<B: RoutingBackend>(forms_mean_square:
     }
 }
 
-/// A HAARES pair's write ([`RoutingBackend::pair_write`]) against f64, on `[1, tokens, d]` views
+/// A HAARES pair's write (`SourceWriteBackend::pair_write`) against f64, on `[1, tokens, d]` views
 /// of every layout: with a detail of its own for the signs ±1, and with the detail still the
 /// cumulative sum. The sums, their mean squares, eq:rmsmatch's multiplier and the matched mean
 /// square `m_D a²`; on the autodiff backend the gradients of
 /// `Σ C'⊙r + Σ D'⊙q + Σ m_C g + Σ m_D h + Σ m_D a² · f + Σ a` reaching `C`, `D` and `u`:
 /// `∂C' = r + (2/d)(g [+ (h + f a²)]) C'`, `∂D' = q + (2/d)(h + f a²) D'` (the bracket where the
 /// detail is the cumulative sum), `∂u = ∂C' + s ∂D'`, and nothing through the multiplier.
-pub fn pair_writes_match<B: RoutingBackend>() {
-    use haares_core::routing_ops::RmsMatching;
+pub fn pair_writes_match<B: HaaresBackend>() {
+    use haares_core::ops::RmsMatching;
     type Tracked<B> = burn::backend::Autodiff<B>;
     let matching = RmsMatching {
         gamma: 1.5,

@@ -1,137 +1,17 @@
-//! The routing operator on a cube backend (part of `tests/portability.rs`): its CubeCL kernels
-//! and its plain tensor-operation primitives (`routing_ops::naive`) against f64 host sums on fresh
-//! random inputs — one slot to several launches' worth, widths below, between and above a cube's
-//! thread count, a row shared by all tokens and one per token, strided (transposed, narrowed)
-//! slots — and the whole operator against the reference read, gradients included.
+//! The read's checks (`ops::routing::read`), generic over the backend: the backend's whole read,
+//! forward and backward, against the reference (the composition of the scores, Burn's softmax
+//! and the mixture), with and without a bias and a norm, on fresh random slots; and the whole
+//! operator through a router on the autodiff backend against the reference read, gradients
+//! included. `portability.rs` runs them on NdArray f32, Flex and the cube backends' kernels;
+//! `core/read.rs` checks Flex's loops in f64 too.
 
 use burn::module::Param;
-use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::Tensor;
 use haares_core::router::DepthRouterConfig;
-use haares_core::routing_ops::naive;
-use haares_core::{DetailBias, RoutingBackend, SourceBank};
+use haares_core::{DetailBias, HaaresBackend, SourceBank};
 
-use super::common::{Rng, max_abs_diff, random_matrix, random_slot_views, tensor_values};
-
-const SLOT_COUNTS: [usize; 5] = [1, 3, 16, 17, 40];
-/// (tokens, d): a single number, widths that do not divide the thread count, several strides.
-/// The last has more tokens than a column sum of the query's gradients has threads.
-const SHAPES: [(usize, usize); 4] = [(1, 1), (37, 70), (130, 256), (300, 33)];
-
-fn random_on<B: Backend, const D: usize>(
-    rng: &mut Rng,
-    shape: [usize; D],
-    std: f64,
-) -> Tensor<B, D> {
-    let count = shape.iter().product();
-    let values: Vec<f32> = rng
-        .normals(count, std)
-        .into_iter()
-        .map(|v| v as f32)
-        .collect();
-    Tensor::from_data(TensorData::new(values, shape), &Default::default())
-}
-
-/// Checks both implementations against the same sum in f64 on the host: the kernel to f32
-/// rounding, the plain primitive loosely, since Burn may run its matrix products in TF32
-/// (CUDA). A layout bug in either shows as an error of the order of the scale.
-fn assert_both_right<B: Backend, const D: usize>(
-    kernel: Tensor<B, D>,
-    plain: Tensor<B, D>,
-    expected: Vec<f64>,
-    what: String,
-) {
-    let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-    for (name, actual, tolerance) in [("kernel", kernel, 1e-5), ("plain primitive", plain, 1e-2)] {
-        assert_eq!(
-            actual.dims().iter().product::<usize>(),
-            expected.len(),
-            "{what}: {name} shape"
-        );
-        let diff = max_abs_diff(&tensor_values(actual), &expected);
-        assert!(
-            diff < tolerance * scale,
-            "{what}: max |{name} − f64 sum| = {diff:e} (scale {scale:.2})"
-        );
-    }
-}
-
-/// `Σ_k slot[n, k] · row[n or 0, k]` per slot and token, in f64: `[S, tokens]` row-major.
-fn host_row_dots<B: Backend>(slots: &[Tensor<B, 2>], rows: &Tensor<B, 2>) -> Vec<f64> {
-    let [shared, d] = rows.dims();
-    let rows = tensor_values(rows.clone());
-    let row = |n: usize| &rows[if shared == 1 { 0 } else { n * d }..][..d];
-    slots
-        .iter()
-        .flat_map(|slot| {
-            let values = tensor_values(slot.clone());
-            let tokens = values.len() / d;
-            (0..tokens)
-                .map(|n| (0..d).map(|k| values[n * d + k] * row(n)[k]).sum::<f64>())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
-/// `Σ_s weights[s, n] · slot_s[n, k]` in f64: `[tokens, d]` row-major.
-fn host_weighted_sum<B: Backend>(slots: &[Tensor<B, 2>], weights: &Tensor<B, 2>) -> Vec<f64> {
-    let [_, tokens] = weights.dims();
-    let weights = tensor_values(weights.clone());
-    let mut sum = vec![0.0; slots[0].dims().iter().product()];
-    for (slot, values) in slots.iter().enumerate() {
-        let values = tensor_values(values.clone());
-        let d = values.len() / tokens;
-        for (index, value) in values.iter().enumerate() {
-            sum[index] += weights[slot * tokens + index / d] * value;
-        }
-    }
-    sum
-}
-
-pub fn row_dots_match<B: RoutingBackend>() {
-    let mut rng = Rng::new(2024);
-    for count in SLOT_COUNTS {
-        for (tokens, d) in SHAPES {
-            let slots = random_slot_views::<B>(&mut rng, count, tokens, d);
-            for shared in [true, false] {
-                let rows = random_matrix(&mut rng, [if shared { 1 } else { tokens }, d]);
-                assert_both_right(
-                    B::row_dots(&slots, rows.clone()),
-                    naive::row_dots(&slots, rows.clone()),
-                    host_row_dots(&slots, &rows),
-                    format!("row_dots, S = {count}, {tokens} × {d}, shared row {shared}"),
-                );
-            }
-        }
-    }
-}
-
-pub fn weighted_sums_match<B: RoutingBackend>() {
-    let mut rng = Rng::new(2025);
-    for count in SLOT_COUNTS {
-        for (tokens, d) in SHAPES {
-            let slots = random_slot_views::<B>(&mut rng, count, tokens, d);
-            // The weights as a strided view: the right half of a wider tensor.
-            let weights = random_matrix(&mut rng, [count, 2 * tokens]).narrow(1, tokens, tokens);
-            let sum = host_weighted_sum(&slots, &weights);
-            let total: Vec<f64> = (0..d)
-                .map(|k| (0..tokens).map(|n| sum[n * d + k]).sum())
-                .collect();
-            assert_both_right(
-                B::weighted_sum(&slots, weights.clone()),
-                naive::weighted_sum(&slots, weights.clone()),
-                sum,
-                format!("weighted_sum, S = {count}, {tokens} × {d}"),
-            );
-            assert_both_right(
-                B::weighted_total(&slots, weights.clone()),
-                naive::weighted_total(&slots, weights.clone()),
-                total,
-                format!("weighted_total, S = {count}, {tokens} × {d}"),
-            );
-        }
-    }
-}
+use super::common::{Rng, max_abs_diff, random_on, tensor_values};
+use super::slot_sums_checks::SHAPES;
 
 /// Each combination of a bias and a norm on a read.
 const BIAS_AND_NORM: [(bool, bool); 4] =
@@ -141,7 +21,7 @@ const BIAS_AND_NORM: [(bool, bool); 4] =
 /// composition beyond) against the composition on the CPU (NdArray's host loops, f32): the
 /// mixture, the weights, the scores and the normalised mixture, with and without a bias and a
 /// norm, slots with and without an RMS scale, one slot to more than a launch takes.
-pub fn read_forward_matches_the_composition<B: RoutingBackend>() {
+pub fn read_forward_matches_the_composition<B: HaaresBackend>() {
     type Cpu = burn::backend::NdArray<f32>;
     let mut rng = Rng::new(2027);
     for count in [1, 3, 16, 17] {
@@ -179,20 +59,20 @@ pub fn read_forward_matches_the_composition<B: RoutingBackend>() {
     }
 }
 
-/// [`RoutingBackend::routing_read_forward`] on `B` of inputs drawn from `seed`: the slots of
+/// `RoutingBackend::routing_read_forward` on `B` of inputs drawn from `seed`: the slots of
 /// [`random_slots`], a query and key weight, a bias, a norm.
-fn read_forward_of<B: RoutingBackend>(
+fn read_forward_of<B: HaaresBackend>(
     seed: u64,
     count: usize,
     tokens: usize,
     d: usize,
     biased: bool,
     normed: bool,
-) -> haares_core::routing_ops::ReadForward<B> {
+) -> haares_core::ops::routing::read::ReadForward<B> {
     let mut rng = Rng::new(seed);
     let slots = random_slots::<B>(&mut rng, count, tokens, d);
     let query = random_query::<B>(&mut rng, d);
-    let bias = haares_core::routing_ops::ReadBias {
+    let bias = haares_core::ops::routing::read::ReadBias {
         value: random_on::<B, 1>(&mut rng, [1], 1.0),
         slots: biased_slots(count),
     };
@@ -207,11 +87,11 @@ fn read_forward_of<B: RoutingBackend>(
 }
 
 /// An RMSNorm's gain around 1 and the paper's ε.
-fn random_norm<B: RoutingBackend>(
+fn random_norm<B: HaaresBackend>(
     rng: &mut Rng,
     d: usize,
-) -> haares_core::routing_ops::ReadNorm<B> {
-    haares_core::routing_ops::ReadNorm {
+) -> haares_core::ops::routing::read::ReadNorm<B> {
+    haares_core::ops::routing::read::ReadNorm {
         gain: random_on::<B, 1>(rng, [d], 0.3).add_scalar(1.0),
         epsilon: 1e-6,
     }
@@ -229,7 +109,7 @@ fn biased_slots(count: usize) -> Vec<bool> {
 /// square's, the query's, the key weight's, the bias's and the norm's gain's, with and without a
 /// gradient reaching the weights (with one, the mean squares' gradients are folded into the
 /// rows', `fold_mean_squares`) and a norm. Five slots fit one launch on lavapipe too.
-pub fn read_backward_matches_the_composition<B: RoutingBackend>() {
+pub fn read_backward_matches_the_composition<B: HaaresBackend>() {
     type Cpu = burn::backend::NdArray<f32>;
     let mut rng = Rng::new(2028);
     for count in [1, 3, 5, 16, 17] {
@@ -261,11 +141,11 @@ pub fn read_backward_matches_the_composition<B: RoutingBackend>() {
     }
 }
 
-/// [`RoutingBackend::routing_read_backward`] on `B` of inputs drawn from `seed`, its gradients
+/// `RoutingBackend::routing_read_backward` on `B` of inputs drawn from `seed`, its gradients
 /// as host vectors: the wanted slots' (every slot but slot 1; even slots add to an accumulated
 /// gradient), the wanted mean squares' (every one but the last), the query's, the key weight's,
 /// the bias's, and with a norm the gain's.
-fn read_backward_of<B: RoutingBackend>(
+fn read_backward_of<B: HaaresBackend>(
     seed: u64,
     (count, tokens, d, weights_reach_the_loss, normed): (usize, usize, usize, bool, bool),
 ) -> Vec<Vec<f64>> {
@@ -298,11 +178,11 @@ fn read_backward_of<B: RoutingBackend>(
     let bias_wanted = count % 2 == 1;
     let fold_mean_squares = weights_reach_the_loss;
     // The read's own mixture: a backend may form it again from the slots and weights.
-    let norm = normed.then(|| haares_core::routing_ops::NormBackward {
+    let norm = normed.then(|| haares_core::ops::routing::read::NormBackward {
         norm: random_norm::<B>(&mut rng, d),
         mixture: B::routing_mixture(&slots, weights.clone()),
     });
-    let read = haares_core::routing_ops::ReadBackward {
+    let read = haares_core::ops::routing::read::ReadBackward {
         slots,
         query,
         epsilon: 1e-6,
@@ -356,11 +236,11 @@ fn read_backward_of<B: RoutingBackend>(
 }
 
 /// A router's query and a key weight around 1 (where a key norm's weight starts).
-fn random_query<B: RoutingBackend>(
+fn random_query<B: HaaresBackend>(
     rng: &mut Rng,
     d: usize,
-) -> haares_core::routing_ops::ReadQuery<B> {
-    haares_core::routing_ops::ReadQuery {
+) -> haares_core::ops::routing::read::ReadQuery<B> {
+    haares_core::ops::routing::read::ReadQuery {
         query: random_on::<B, 1>(rng, [d], 0.5),
         key_weight: random_on::<B, 1>(rng, [d], 0.3).add_scalar(1.0),
     }
@@ -368,7 +248,7 @@ fn random_query<B: RoutingBackend>(
 
 /// `count` slots of `[tokens, d]` rows of different sizes, an RMS scale on every other one, and
 /// positive mean squares.
-fn random_slots<B: RoutingBackend>(
+fn random_slots<B: HaaresBackend>(
     rng: &mut Rng,
     count: usize,
     tokens: usize,
@@ -400,7 +280,7 @@ fn random_slots<B: RoutingBackend>(
 /// query gradients differed by 1.3e-4 of their scale, the rest agreeing to 1e-4. The kernels run
 /// no matrix product, so they must agree with a CPU's f32 sums.
 pub fn operator_matches_the_reference_read<
-    Ad: RoutingBackend + burn::tensor::backend::AutodiffBackend,
+    Ad: HaaresBackend + burn::tensor::backend::AutodiffBackend,
 >() {
     type Cpu = burn::backend::Autodiff<burn::backend::NdArray<f32>>;
     let mut rng = Rng::new(2026);
@@ -442,7 +322,7 @@ pub fn operator_matches_the_reference_read<
 /// weights, every slot's gradient, the query's, the key norm's, the detail bias's (with pairs),
 /// the norm gain's (`normed`: the mixture is the read's output through an RMSNorm), then slot 0's
 /// values.
-fn read_everything<B: RoutingBackend + burn::tensor::backend::AutodiffBackend>(
+fn read_everything<B: HaaresBackend + burn::tensor::backend::AutodiffBackend>(
     seed: u64,
     pairs: usize,
     fused: bool,

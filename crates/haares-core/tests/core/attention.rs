@@ -1,14 +1,19 @@
-//! Attention's swap of heads and positions (`ActivationBackend::swap_heads`): Flex's copy against
-//! Burn's `swap_dims` on inputs laid out every way attention hands them over, and the autodiff
-//! node's gradient against Burn's autodiff of `swap_dims`.
+//! Causal attention (`ops::attention`) on NdArray f64 and Flex f32: the plain pair (the output
+//! with each query's log-sum-exp, and the backward pass from them; the reference of the cube
+//! backends' kernels) and the differentiable operation against f64 written out (the checks:
+//! `attention_checks.rs`); and the swap of heads and positions, Flex's copy against Burn's
+//! `swap_dims` on inputs laid out every way attention hands them over, and the autodiff node's
+//! gradient against Burn's autodiff of `swap_dims`.
 
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
-use haares_core::ActivationBackend;
-use haares_core::activation_ops::naive;
+use haares_core::HaaresBackend;
+use haares_core::ops::AttentionBackend;
+use haares_core::ops::attention::naive;
 
-use crate::common::{Ad64, Rng, tensor_values};
+use crate::attention_checks::{attention_gradients_agree_with_f64, attention_pair_agrees_with_f64};
+use crate::common::{Ad64, B64, Rng, tensor_values};
 
 fn random<B: Backend>(rng: &mut Rng, shape: [usize; 4]) -> Tensor<B, 4> {
     let values = rng.normals(shape.iter().product(), 1.0);
@@ -61,7 +66,7 @@ fn gradient_through<B: AutodiffBackend>(
     tensor_values(x.grad(&grads).expect("a tracked input has a gradient"))
 }
 
-fn node_agrees_with_autodiff_of_swap_dims<B: AutodiffBackend + ActivationBackend>() {
+fn node_agrees_with_autodiff_of_swap_dims<B: AutodiffBackend + HaaresBackend>() {
     let mut rng = Rng::new(62);
     for (label, x) in inputs::<B>(&mut rng) {
         let node = gradient_through(x.clone(), B::swap_heads);
@@ -78,4 +83,15 @@ fn the_node_agrees_with_autodiff_of_swap_dims_on_flex() {
 #[test]
 fn the_node_agrees_with_autodiff_of_swap_dims_in_f64() {
     node_agrees_with_autodiff_of_swap_dims::<Ad64>();
+}
+
+/// Causal attention's plain pair (the output with each query's log-sum-exp, and the backward
+/// pass from them; the reference of the cube backends' kernels) and the differentiable operation
+/// against f64 written out.
+#[test]
+fn causal_attention_agrees_with_f64_on_flex_and_in_f64() {
+    attention_pair_agrees_with_f64::<B64>(1e-12);
+    attention_pair_agrees_with_f64::<Flex>(2e-5);
+    attention_gradients_agree_with_f64::<Ad64>(1e-12);
+    attention_gradients_agree_with_f64::<Autodiff<Flex>>(2e-5);
 }

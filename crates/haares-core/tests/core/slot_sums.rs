@@ -1,16 +1,16 @@
-//! The routing operator's primitives on NdArray (loops over its host arrays, `routing_ops/ndarray.rs`)
-//! and on Flex (SIMD loops over its buffers, `routing_ops/flex.rs`) against the plain
-//! tensor-operation primitives (`routing_ops::naive`), on fresh random inputs: one slot to many,
-//! a row shared by all tokens and one per token, contiguous slots and strided (transposed,
+//! The slot sums (`ops::routing::sums`) on NdArray (loops over its host arrays, `ndarray.rs`)
+//! and on Flex (SIMD loops over its buffers, `flex.rs`) against the reference (the plain
+//! tensor operations, `sums::naive`) in f64 and f32, on fresh random inputs: one slot to many, a
+//! row shared by all tokens and one per token, contiguous slots and strided (transposed,
 //! narrowed) ones, gradients added to an accumulated one held alone or shared, and the row mean
-//! square built on them. (Their f32 instances on the cube backends run in `tests/portability.rs`,
-//! inside the whole model on the fused path.)
+//! square built on them. (`slot_sums_checks.rs` checks every backend, the cube backends' kernels
+//! among them, against f64 host sums; `tests/portability.rs` runs it.)
 
 use burn::backend::{Flex, NdArray};
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor};
-use haares_core::RoutingBackend;
-use haares_core::routing_ops::naive;
+use haares_core::HaaresBackend;
+use haares_core::ops::routing::sums::naive;
 
 use crate::common::{Rng, max_abs_diff, random_matrix, random_slot_views, tensor_values};
 
@@ -75,7 +75,7 @@ impl<B: Backend> Inputs<'_, B> {
     }
 }
 
-fn host_primitives_agree_with_the_plain_ones<B: RoutingBackend>(
+fn host_primitives_agree_with_the_plain_ones<B: HaaresBackend>(
     tolerance: f64,
     prepare: &dyn Fn(Tensor<B, 2>) -> Tensor<B, 2>,
 ) {
@@ -140,7 +140,7 @@ fn host_primitives_agree_with_the_plain_ones<B: RoutingBackend>(
 
 /// `add_scaled_rows` into nothing, into a gradient held only by the call (which may be updated
 /// in place) and into one also held elsewhere (which must be left as it was).
-fn add_scaled_rows_agrees<B: RoutingBackend>(
+fn add_scaled_rows_agrees<B: HaaresBackend>(
     inputs: &mut Inputs<'_, B>,
     columns: Tensor<B, 2>,
     rows: Tensor<B, 2>,

@@ -1,12 +1,13 @@
-//! The block accumulator's write as one operation (`RoutingBackend::signed_sum`): Flex's loop
+//! The block accumulator's write as one operation (`SourceWriteBackend::signed_sum`, `ops::routing::write`): Flex's loop
 //! against the plain operations, and the autodiff node's gradients against Burn's autodiff of the
 //! plain operations, with the term's gradient accumulated before the node's or after it.
 
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor, TensorData};
-use haares_core::RoutingBackend;
-use haares_core::routing_ops::naive;
+use haares_core::HaaresBackend;
+use haares_core::ops::SourceWriteBackend;
+use haares_core::ops::routing::write::naive;
 
 use crate::common::{Ad64, Rng, max_abs_diff, tensor_values};
 
@@ -89,7 +90,7 @@ fn gradients<B: AutodiffBackend>(
 
 fn node_agrees_with_autodiff_of_the_plain_operations<B>(tolerance: f64)
 where
-    B: AutodiffBackend + RoutingBackend,
+    B: AutodiffBackend + HaaresBackend,
 {
     for sign in SIGNS {
         for other_use_first in [true, false] {

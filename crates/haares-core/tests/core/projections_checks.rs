@@ -1,4 +1,4 @@
-//! The packed projections' checks (`activation_ops::packed`), generic over the backend: the
+//! The packed projections' checks (`ops::projections`), generic over the backend: the
 //! joins and splits against f64 written out here, on strided inputs; and each packed sublayer
 //! (attention over one query–key–value product, SwiGLU over one gate–up product) against the
 //! separate projections it replaces, its output and the gradients of the input and of every
@@ -7,12 +7,12 @@
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
-use haares_core::ActivationBackend;
+use haares_core::HaaresBackend;
 use haares_core::rope::RotaryTable;
 
-use super::activation_checks::swiglu_f64;
 use super::common::{Rng, assert_close_at_scale, tensor_values};
 use super::rotary_checks::rotated_f64;
+use super::swiglu_checks::swiglu_f64;
 
 /// `[batch, seq, heads, d_h]`: one pair; odd lengths; the paper's d_h = 32; a head wider than
 /// the cube backends' fused attention takes (128), which they run as the plain operations.
@@ -54,7 +54,7 @@ fn side_by_side(parts: &[Vec<f64>], widths: &[usize], rows: usize) -> Vec<f64> {
 /// `B`'s `concat_columns` and `split_columns` (one to four parts), `rotary_packed`, `rotary_join`
 /// and `swiglu_packed` (both directions) against f64 written out, to within `relative` of the
 /// largest value.
-pub fn packed_primitives_agree_with_f64<B: ActivationBackend>(relative: f64) {
+pub fn packed_primitives_agree_with_f64<B: HaaresBackend>(relative: f64) {
     let mut rng = Rng::new(90);
     for widths in [
         vec![3, 5],
@@ -197,7 +197,7 @@ fn assert_all_close(packed: &Gradients, separate: &Gradients, tolerance: f64, wh
 /// gradient, the input tracked and not.
 pub fn packed_sublayers_agree_with_the_separate_projections<B>(tolerance: f64)
 where
-    B: AutodiffBackend + ActivationBackend,
+    B: AutodiffBackend + HaaresBackend,
 {
     let mut rng = Rng::new(91);
     for shape in HEAD_SHAPES {
