@@ -65,16 +65,19 @@ pub fn detail_signs(source: DetailSource, blocks: usize, events_per_block: usize
 /// element for element (the same additions in the same order), so it is not stored twice: the
 /// detail *is* the cumulative tensor until the first `−1`.
 ///
-/// An accumulator made by [`forming_mean_squares`](Self::forming_mean_squares) asks the backend
-/// for each sum's mean square with the sum ([`SourceWriteBackend::signed_sum_with_mean_square`](crate::ops::SourceWriteBackend::signed_sum_with_mean_square): the
-/// sum's own launch on the GPU backends) and keeps it beside the sum, for the source the sum is
+/// An accumulator made by [`forming_mean_squares`](Self::forming_mean_squares) asks the backend for
+/// each sum's mean square with the sum
+/// ([`SourceWriteBackend::signed_sum_with_mean_square`](crate::ops::SourceWriteBackend::signed_sum_with_mean_square):
+/// the sum's own launch on the GPU backends) and keeps it beside the sum, for the source the sum is
 /// read as; one made by [`new`](Self::new) forms none (the reference path reads no cached mean
 /// square).
 ///
 /// One made by [`matching_details`](Self::matching_details) also forms RMS matching's multiplier
 /// for the detail (eq:rmsmatch) with each write after the first, the sums, their mean squares and
-/// the multiplier in one [`SourceWriteBackend::pair_write`](crate::ops::SourceWriteBackend::pair_write) (one launch on the GPU backends, where
-/// they are three), and keeps it for [`matched_detail`](Self::matched_detail).
+/// the multiplier in one
+/// [`SourceWriteBackend::pair_write`](crate::ops::SourceWriteBackend::pair_write) (one launch on
+/// the GPU backends, where they are three), and keeps it for
+/// [`matched_detail`](Self::matched_detail).
 #[derive(Debug, Clone)]
 pub struct BlockAccumulator<B: Backend, const D: usize> {
     cumulative: Option<Sum<B, D>>,
@@ -201,8 +204,10 @@ impl<B: HaaresBackend, const D: usize> BlockAccumulator<B, D> {
         self.writes += 1;
     }
 
-    /// eq:update through [`SourceWriteBackend::pair_write`](crate::ops::SourceWriteBackend::pair_write), with the detail's multiplier; `false`
-    /// (nothing written) before the first write, which has no sum to add to.
+    /// eq:update through
+    /// [`SourceWriteBackend::pair_write`](crate::ops::SourceWriteBackend::pair_write), with the
+    /// detail's multiplier; `false` (nothing written) before the first write, which has no sum to
+    /// add to.
     fn write_pair(&mut self, output: &Tensor<B, D>, sign: f64, matching: RmsMatching) -> bool {
         let Some(cumulative) = &self.cumulative else {
             return false;

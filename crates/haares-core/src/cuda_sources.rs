@@ -7,10 +7,10 @@
 //! compile.
 //!
 //! CubeCL builds a kernel's definition from a compute client, and a CUDA client needs a CUDA
-//! device, so the definitions are built on wgpu's client (lavapipe, on a machine without a GPU)
-//! and compiled by CubeCL's CUDA compiler with the options its CUDA runtime takes on compute
-//! capability 9.0 and up. No kernel here reads a device property while it is defined: its
-//! variants are set by the launch sites' constants, which [`core_kernel_sources`](crate::ops::core_kernel_sources)
+//! device, so the definitions are built on wgpu's client (lavapipe, on a machine without a GPU) and
+//! compiled by CubeCL's CUDA compiler with the options its CUDA runtime takes on compute capability
+//! 9.0 and up. No kernel here reads a device property while it is defined: its variants are set by
+//! the launch sites' constants, which [`core_kernel_sources`](crate::ops::core_kernel_sources)
 //! repeats.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -43,7 +43,8 @@ pub(crate) fn linear_no_bias<B: Backend>(
         .init(device)
 }
 
-/// `x W (+ b)` by `layer` for token rows `x`, one product ([`MatmulBackend::matmul`](crate::ops::MatmulBackend::matmul)).
+/// `x W (+ b)` by `layer` for token rows `x`, one product
+/// ([`MatmulBackend::matmul`](crate::ops::MatmulBackend::matmul)).
 ///
 /// The model's projections take `[batch·seq, d]` rows, reshaped once per sublayer: a single
 /// product (where Burn's `Linear` multiplies `[batch, seq, d]` batch row by batch row, and sums
@@ -62,8 +63,8 @@ pub fn project<B: HaaresBackend>(layer: &Linear<B>, x: Tensor<B, 2>) -> Tensor<B
 }
 
 /// The weights of bias-free projections of one input, to multiply side by side
-/// ([`ProjectionBackend::projections`](crate::ops::ProjectionBackend::projections)), where the backend `packs` them (docs/decisions.md,
-/// decision 23); `None` keeps the separate products.
+/// ([`ProjectionBackend::projections`](crate::ops::ProjectionBackend::projections)), where the
+/// backend `packs` them (docs/decisions.md, decision 23); `None` keeps the separate products.
 pub(crate) fn packable<B: Backend>(
     layers: &[&Linear<B>],
     packs: bool,

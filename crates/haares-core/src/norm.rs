@@ -41,7 +41,8 @@ pub struct RmsNorm<B: Backend> {
 
 impl<B: HaaresBackend> RmsNorm<B> {
     /// Normalises `x` over its last dimension, as one operation
-    /// ([`NormBackend::rms_norm`](crate::ops::NormBackend::rms_norm): one kernel per direction on the cube backends).
+    /// ([`NormBackend::rms_norm`](crate::ops::NormBackend::rms_norm): one kernel per direction on
+    /// the cube backends).
     ///
     /// # Shapes
     /// - x: `[..., d]`

@@ -42,12 +42,13 @@ pub fn rms_match_multiplier<B: Backend, const D: usize>(
     ratio.clamp(1.0 / gamma, gamma).detach()
 }
 
-/// eq:rmsmatch from the mean squares the fused router already holds: the multiplier
-/// `a = sg[clip(√mean(C²) / (√mean(D²) + ε), 1/γ, γ)]` needs no further pass over `C` or `D`, the
-/// matched detail's own mean square is `a² · mean(D²)`, and `D̂ = a·D` is handed over as `D`
-/// with the per-token scale `a` ([`Source::rescaled`]), so it is never formed: the fused router
-/// applies `a` to its per-token scalars. The multiplier and the matched mean square are the
-/// backend's [`SourceWriteBackend::rms_match_multiplier`](crate::ops::SourceWriteBackend::rms_match_multiplier) (one kernel on the GPU backends).
+/// eq:rmsmatch from the mean squares the fused router already holds: the multiplier `a =
+/// sg[clip(√mean(C²) / (√mean(D²) + ε), 1/γ, γ)]` needs no further pass over `C` or `D`, the
+/// matched detail's own mean square is `a² · mean(D²)`, and `D̂ = a·D` is handed over as `D` with
+/// the per-token scale `a` ([`Source::rescaled`]), so it is never formed: the fused router applies
+/// `a` to its per-token scalars. The multiplier and the matched mean square are the backend's
+/// [`SourceWriteBackend::rms_match_multiplier`](crate::ops::SourceWriteBackend::rms_match_multiplier)
+/// (one kernel on the GPU backends).
 ///
 /// # Shapes
 /// - detail value: `[batch, seq, d]`; cumulative mean square: `[batch, seq, 1]`

@@ -73,8 +73,9 @@ impl<B: Backend> RotaryTable<B> {
 impl<B: HaaresBackend> RotaryTable<B> {
     /// Rotates each interleaved pair `(x_{2i}, x_{2i+1})` by the angle of its position, then
     /// scales: `s (x ⊙ cos + (x P) ⊙ sin)`, where `x P` turns every pair a quarter turn, as one
-    /// operation ([`RotaryBackend::rotary`](crate::ops::RotaryBackend::rotary): one kernel per direction on the cube backends).
-    /// `scale` carries attention's `1/√d_h` on the queries (1 on the keys).
+    /// operation ([`RotaryBackend::rotary`](crate::ops::RotaryBackend::rotary): one kernel per
+    /// direction on the cube backends). `scale` carries attention's `1/√d_h` on the queries (1 on
+    /// the keys).
     ///
     /// # Shapes
     /// - x: `[batch, seq, heads, d_h]` with `seq ≤ max_seq_len` and the table's heads and `d_h`

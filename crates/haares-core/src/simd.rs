@@ -129,8 +129,8 @@ pub(crate) fn max<S: Simd>(values: &[f32]) -> f32 {
 /// (≈ 2.4e38), where libm would give 0 or a denormal (∞).
 ///
 /// Flex's own `exp` and `sigmoid` call libm's scalar `expf` per element, which took 14% of a
-/// training step (docs/notebook/cpu-speed.md). This one is branch-free, so a loop of it vectorises: the
-/// Cody–Waite reduction `x = n·ln 2 + r` with `n` rounded to nearest by adding and subtracting
+/// training step (docs/notebook/cpu-speed.md). This one is branch-free, so a loop of it vectorises:
+/// the Cody–Waite reduction `x = n·ln 2 + r` with `n` rounded to nearest by adding and subtracting
 /// 1.5·2²³, the classic degree-7 polynomial for `e^r` on `|r| ≤ ln 2 / 2` (Cephes' `expf`
 /// coefficients), and `2^n` assembled in the exponent bits.
 #[inline(always)]

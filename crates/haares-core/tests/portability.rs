@@ -373,9 +373,9 @@ macro_rules! cube_backend_tests {
                 super::slot_sums_checks::weighted_sums_match::<Cube>();
             }
 
-            /// SwiGLU's, the causal softmax's, RMSNorm's and RoPE's kernels, both directions, against f64 and the
-            /// plain operations; NaN in, NaN out. The kernels round as f32 does (CubeCL's
-            /// accurate `exp`, no fast math), within a few roundings of Flex's loops.
+            /// SwiGLU's, the causal softmax's, RMSNorm's and RoPE's kernels, both directions,
+            /// against f64 and the plain operations; NaN in, NaN out. The kernels round as f32 does
+            /// (CubeCL's accurate `exp`, no fast math), within a few roundings of Flex's loops.
             #[test]
             $(#[$needs_device])?
             fn activation_kernels_match_f64_and_the_plain_operations() {

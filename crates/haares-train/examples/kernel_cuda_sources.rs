@@ -2,8 +2,9 @@
 //! kernel variant, with `kernels.tsv` listing them (name, variant, threads, file), for NVRTC and
 //! `ptxas -v` on a machine without a GPU (`scripts/cuda-static/report.sh` runs it).
 //!
-//! `cargo run -p haares-train --features cuda,wgpu --example kernel_cuda_sources -- OUT [HEAD_DIMS]`
-//! with `HEAD_DIMS` the fused attention's head widths, comma-separated (default `16,32,64,128`).
+//! `cargo run -p haares-train --features cuda,wgpu --example kernel_cuda_sources -- OUT
+//! [HEAD_DIMS]` with `HEAD_DIMS` the fused attention's head widths, comma-separated (default
+//! `16,32,64,128`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

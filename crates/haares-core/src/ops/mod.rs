@@ -83,7 +83,7 @@ pub use norm::NormBackend;
 pub use projections::ProjectionBackend;
 pub use rotary::RotaryBackend;
 pub use routing::SlotRows;
-pub use routing::read::RoutingBackend;
+pub use routing::read::{RoutingBackend, RoutingPath};
 pub use routing::sums::SlotSumsBackend;
 pub use routing::write::{PairWrite, RmsMatching, SourceWriteBackend};
 pub use softmax::SoftmaxBackend;

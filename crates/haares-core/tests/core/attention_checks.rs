@@ -1,8 +1,8 @@
 //! Causal attention's fused pair, generic over the backend: the forward pass (output and
 //! log-sum-exp) and the backward pass from them against f64 written out here, and the
-//! differentiable operation's gradients against the same. `core/activations.rs` runs them on
-//! NdArray f64 and Flex (the plain operations, `naive`), `portability.rs` on the cube backends'
-//! kernels (wgpu, CUDA).
+//! differentiable operation's gradients against the same. `core/attention.rs` runs them on NdArray
+//! f64 and Flex (the plain operations, `naive`), `portability.rs` on NdArray f32, Flex and the cube
+//! backends' kernels (wgpu, CUDA).
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};

@@ -1,9 +1,9 @@
-//! The packed projections' checks (`ops::projections`), generic over the backend: the
-//! joins and splits against f64 written out here, on strided inputs; and each packed sublayer
-//! (attention over one query–key–value product, SwiGLU over one gate–up product) against the
-//! separate projections it replaces, its output and the gradients of the input and of every
-//! weight. `core/activations.rs` runs them on Flex and NdArray f64, `portability.rs` on the cube
-//! backends' kernels.
+//! The packed projections' checks (`ops::projections`), generic over the backend: the joins and
+//! splits against f64 written out here, on strided inputs; and each packed sublayer (attention over
+//! one query–key–value product, SwiGLU over one gate–up product) against the separate projections
+//! it replaces, its output and the gradients of the input and of every weight.
+//! `core/projections.rs` runs them on Flex and NdArray f64, `portability.rs` on NdArray f32, Flex
+//! and the cube backends' kernels.
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};

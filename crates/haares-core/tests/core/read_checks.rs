@@ -270,15 +270,15 @@ fn random_slots<B: HaaresBackend>(
         .collect()
 }
 
-/// The whole routing operator on the kernels, forward and backward: a fused read on the
-/// autodiff backend `Ad` against the reference read on the CPU (NdArray, f32), in its mixture, its
-/// weights and every gradient (each slot, the query, the key-norm weight, the detail bias), for
-/// one slot, a HAARES bank and the largest bank (97 slots: several kernel launches and autodiff
-/// nodes); the two banks also with the mixture normalised in the read (against the reference
-/// read, then the norm), with the norm gain's gradient. The reference runs on the CPU because on CUDA its matrix products (a row shared by all
-/// tokens, and their gradients) most likely round their inputs to TF32: on an H200 the two reads'
-/// query gradients differed by 1.3e-4 of their scale, the rest agreeing to 1e-4. The kernels run
-/// no matrix product, so they must agree with a CPU's f32 sums.
+/// The whole routing operator on the kernels, forward and backward: a fused read on the autodiff
+/// backend `Ad` against the reference read on the CPU (NdArray, f32), in its mixture, its weights
+/// and every gradient (each slot, the query, the key-norm weight, the detail bias), for one slot, a
+/// HAARES bank and the largest bank (97 slots: several kernel launches and autodiff nodes); the two
+/// banks also with the mixture normalised in the read (against the reference read, then the norm),
+/// with the norm gain's gradient. The reference runs on the CPU because on CUDA its matrix products
+/// (a row shared by all tokens, and their gradients) most likely round their inputs to TF32: on an
+/// H200 the two reads' query gradients differed by 1.3e-4 of their scale, the rest agreeing to
+/// 1e-4. The kernels run no matrix product, so they must agree with a CPU's f32 sums.
 pub fn operator_matches_the_reference_read<
     Ad: HaaresBackend + burn::tensor::backend::AutodiffBackend,
 >() {

@@ -1,9 +1,9 @@
-//! RoPE's checks (`ops::rotary`), generic over the backend: the operation and its
-//! backward pass against the rotation written out in f64 on the host from App. A's definition
-//! (pair `(2i, 2i+1)` of each head turned by `pos · 10000^(−2i/d_h)`), against the plain
-//! operations, on a strided input, and the node's gradient against Burn's autodiff of the plain
-//! operations. `core/activations.rs` runs them on Flex and NdArray f64, `portability.rs` on the
-//! cube backends' kernels.
+//! RoPE's checks (`ops::rotary`), generic over the backend: the operation and its backward pass
+//! against the rotation written out in f64 on the host from App. A's definition (pair `(2i, 2i+1)`
+//! of each head turned by `pos · 10000^(−2i/d_h)`), against the plain operations, on a strided
+//! input, and the node's gradient against Burn's autodiff of the plain operations. `core/rotary.rs`
+//! runs them on Flex and NdArray f64, `portability.rs` on NdArray f32, Flex and the cube backends'
+//! kernels.
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};

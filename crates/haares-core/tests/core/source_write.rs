@@ -1,6 +1,7 @@
-//! The block accumulator's write as one operation (`SourceWriteBackend::signed_sum`, `ops::routing::write`): Flex's loop
-//! against the plain operations, and the autodiff node's gradients against Burn's autodiff of the
-//! plain operations, with the term's gradient accumulated before the node's or after it.
+//! The block accumulator's write as one operation (`SourceWriteBackend::signed_sum`,
+//! `ops::routing::write`): Flex's loop against the plain operations, and the autodiff node's
+//! gradients against Burn's autodiff of the plain operations, with the term's gradient accumulated
+//! before the node's or after it.
 
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::backend::{AutodiffBackend, Backend};

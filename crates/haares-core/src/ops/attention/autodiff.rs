@@ -87,9 +87,9 @@ impl<B: AttentionBackend> Backward<B, 1> for SwapHeadsBackward {
 
 /// [`AttentionBackend::causal_attention_packed`] as one node where the backend fuses attention
 /// at this head width: [`AttentionBackend::rotary_packed`], then the fused attention on views of
-/// its heads, with the packed projection as the one parent (the tables are constants). It keeps
-/// the turned projection, as many values as the separate query, key and value would be. Elsewhere the plain
-/// composition.
+/// its heads, with the packed projection as the one parent (the tables are constants). It keeps the
+/// turned projection, as many values as the separate query, key and value would be. Elsewhere the
+/// plain composition.
 fn packed_attention_node<B: AttentionBackend, C: CheckpointStrategy>(
     qkv: Ad<B, C, 4>,
     tables: [Ad<B, C, 2>; 3],

@@ -1,7 +1,7 @@
-//! Causal attention as a flash-style CubeCL kernel pair: one launch forward, two backward, where the plain operations launch two
-//! matrix products, the softmax and four copies of moved heads forward (7), and four products,
-//! the softmax's backward and six copies backward (11; issue 34: a CUDA step costs its launch
-//! count).
+//! Causal attention as a flash-style CubeCL kernel pair: one launch forward, two backward, where
+//! the plain operations launch two matrix products, the softmax and four copies of moved heads
+//! forward (7), and four products, the softmax's backward and six copies backward (11; issue 34: a
+//! CUDA step costs its launch count).
 //!
 //! Queries, keys and values are read in the projections' own `[batch, seq, heads, d_h]` layout,
 //! through their strides, so the heads are never moved. Each cube takes a tile of consecutive
@@ -248,8 +248,8 @@ mod tests {
     /// devices (CUDA's is 48 KiB). Past it lavapipe once returned wrong gradients without an error.
     const SHARED_BYTES: usize = 32 * 1024;
 
-    /// The shared memory each kernel declares, in elements: its own rows and the other side's, `d_h + 1`
-    /// apart, and the products between them (`cube/kernels.rs`).
+    /// The shared memory each kernel declares, in elements: its own rows and the other side's, `d_h
+    /// + 1` apart, and the products between them (`cube/kernels.rs`).
     fn shared_floats(head_dim: usize) -> [usize; 3] {
         let [forward, query_grad, key_value] = tilings(head_dim);
         let tile = |positions: usize| positions * (head_dim + 1);

@@ -1,9 +1,9 @@
-//! The weighted cross-entropy of the tied head's logits as CubeCL kernels: one cube per row of logits, its threads striding over the
-//! vocabulary, the row's maximum and sum reduced in shared memory. The forward pass is one launch
-//! (each row's loss and log-sum-exp), the backward pass one (`∂x = g w (softmax(x) − onehot)`),
-//! where Burn's `log_softmax`, `gather` and the weighting launch about two dozen kernels in
-//! both directions (a training step's launches outside its layers fell from 45 to 23 with these
-//! two; docs/benchmarks.md).
+//! The weighted cross-entropy of the tied head's logits as CubeCL kernels: one cube per row of
+//! logits, its threads striding over the vocabulary, the row's maximum and sum reduced in shared
+//! memory. The forward pass is one launch (each row's loss and log-sum-exp), the backward pass one
+//! (`∂x = g w (softmax(x) − onehot)`), where Burn's `log_softmax`, `gather` and the weighting
+//! launch about two dozen kernels in both directions (a training step's launches outside its layers
+//! fell from 45 to 23 with these two; docs/benchmarks.md).
 
 use burn::tensor::{Int, Tensor};
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};

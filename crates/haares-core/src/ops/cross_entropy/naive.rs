@@ -4,8 +4,9 @@
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, backend::Backend};
 
-/// The plain form of [`CrossEntropyBackend::cross_entropy`](super::CrossEntropyBackend::cross_entropy): Burn's `log_softmax`, each row's
-/// target entry gathered, weighted and negated.
+/// The plain form of
+/// [`CrossEntropyBackend::cross_entropy`](super::CrossEntropyBackend::cross_entropy): Burn's
+/// `log_softmax`, each row's target entry gathered, weighted and negated.
 pub fn cross_entropy<B: Backend>(
     logits: Tensor<B, 2>,
     targets: Tensor<B, 1, Int>,
@@ -16,8 +17,9 @@ pub fn cross_entropy<B: Backend>(
     -(picked.reshape([rows]) * weights)
 }
 
-/// The plain form of [`CrossEntropyBackend::cross_entropy_forward`](super::CrossEntropyBackend::cross_entropy_forward): each row's weighted
-/// `lse − x_target` and its log-sum-exp `lse = max + ln Σ e^{x − max}`.
+/// The plain form of
+/// [`CrossEntropyBackend::cross_entropy_forward`](super::CrossEntropyBackend::cross_entropy_forward):
+/// each row's weighted `lse − x_target` and its log-sum-exp `lse = max + ln Σ e^{x − max}`.
 pub fn cross_entropy_forward<B: Backend>(
     logits: Tensor<B, 2>,
     targets: Tensor<B, 1, Int>,
@@ -31,7 +33,8 @@ pub fn cross_entropy_forward<B: Backend>(
     (losses, logsumexp.reshape([rows]))
 }
 
-/// The plain form of [`CrossEntropyBackend::cross_entropy_backward`](super::CrossEntropyBackend::cross_entropy_backward):
+/// The plain form of
+/// [`CrossEntropyBackend::cross_entropy_backward`](super::CrossEntropyBackend::cross_entropy_backward):
 /// `g w (e^{x − lse} − onehot(target))` per row.
 pub fn cross_entropy_backward<B: Backend>(
     logits: Tensor<B, 2>,

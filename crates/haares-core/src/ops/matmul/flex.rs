@@ -2,12 +2,12 @@
 //! f32 kernel (the one Flex's own `matmul` calls) writing straight into a buffer of this
 //! crate's, which it fills without reading it first.
 //!
-//! Flex 0.21 allocates every product's output with `FlexTensor::empty`: a zeroed byte vector,
-//! which `Bytes::from_bytes_vec` then copies into a 16-byte-aligned allocation of its own, since
-//! a byte vector's alignment is 1. On the `cpu` preset the zeroing and the copy took ≈ 10% of a
-//! training step (docs/notebook/cpu-speed.md). An f32 buffer is aligned for its elements, which is all
-//! Flex's slices need. Operands are read through their strides, so transposed views (the
-//! backward pass's `Aᵀ` and `Bᵀ`, attention's `Kᵀ`) are not copied first.
+//! Flex 0.21 allocates every product's output with `FlexTensor::empty`: a zeroed byte vector, which
+//! `Bytes::from_bytes_vec` then copies into a 16-byte-aligned allocation of its own, since a byte
+//! vector's alignment is 1. On the `cpu` preset the zeroing and the copy took ≈ 10% of a training
+//! step (docs/notebook/cpu-speed.md). An f32 buffer is aligned for its elements, which is all
+//! Flex's slices need. Operands are read through their strides, so transposed views (the backward
+//! pass's `Aᵀ` and `Bᵀ`, attention's `Kᵀ`) are not copied first.
 
 use std::mem::MaybeUninit;
 

@@ -1,7 +1,7 @@
-//! RMSNorm with its gain as CubeCL kernels: one cube per row, its threads striding over the width, the row's sums reduced in
-//! shared memory. The forward pass is one launch; the backward pass is one launch for `∂x` and
-//! each row's share of `∂w`, and one sum over the rows for `∂w` (a reduction across cubes, which
-//! Burn's own sum does well).
+//! RMSNorm with its gain as CubeCL kernels: one cube per row, its threads striding over the width,
+//! the row's sums reduced in shared memory. The forward pass is one launch; the backward pass is
+//! one launch for `∂x` and each row's share of `∂w`, and one sum over the rows for `∂w` (a
+//! reduction across cubes, which Burn's own sum does well).
 
 use burn::tensor::Tensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};

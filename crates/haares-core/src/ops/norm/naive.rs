@@ -3,7 +3,8 @@
 
 use burn::tensor::{Tensor, backend::Backend};
 
-/// The plain form of [`NormBackend::rms_norm`](super::NormBackend::rms_norm): `x / rms ⊙ w` per row.
+/// The plain form of [`NormBackend::rms_norm`](super::NormBackend::rms_norm): `x / rms ⊙ w` per
+/// row.
 ///
 /// A division, not a multiplication by `recip`: Burn's NdArray computes an f32 `recip` with the
 /// approximate SIMD instruction (≈ 1e-4 relative error) once tensors are large.

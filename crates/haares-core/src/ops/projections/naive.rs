@@ -4,13 +4,15 @@
 
 use burn::tensor::{Tensor, backend::Backend};
 
-/// The plain form of [`ProjectionBackend::concat_columns`](super::ProjectionBackend::concat_columns): Burn's `cat` along the columns.
+/// The plain form of
+/// [`ProjectionBackend::concat_columns`](super::ProjectionBackend::concat_columns): Burn's `cat`
+/// along the columns.
 pub fn concat_columns<B: Backend>(parts: Vec<Tensor<B, 2>>) -> Tensor<B, 2> {
     Tensor::cat(parts, 1)
 }
 
-/// The plain form of [`ProjectionBackend::split_columns`](super::ProjectionBackend::split_columns): consecutive column ranges of `whole`,
-/// `widths[i]` wide.
+/// The plain form of [`ProjectionBackend::split_columns`](super::ProjectionBackend::split_columns):
+/// consecutive column ranges of `whole`, `widths[i]` wide.
 pub fn split_columns<B: Backend>(whole: Tensor<B, 2>, widths: &[usize]) -> Vec<Tensor<B, 2>> {
     let starts = widths.iter().scan(0, |start, &width| {
         *start += width;

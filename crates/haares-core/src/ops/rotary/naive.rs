@@ -6,7 +6,8 @@ use burn::tensor::Tensor;
 use super::RotaryBackend;
 use crate::ops::projections::naive::unpack_heads;
 
-/// The plain form of [`RotaryBackend::rotary`](super::RotaryBackend::rotary): `s (x ⊙ cos + (x P) ⊙ sin)`.
+/// The plain form of [`RotaryBackend::rotary`](super::RotaryBackend::rotary): `s (x ⊙ cos + (x P) ⊙
+/// sin)`.
 ///
 /// Every operand is contiguous and `x P` is one small matrix product, where slicing the pairs
 /// apart would make each elementwise operation walk strided views; the tables are one
@@ -71,8 +72,8 @@ pub(crate) fn turned_heads<B: RotaryBackend>(
     [turn(query, query_scale), turn(key, 1.0), value]
 }
 
-/// The plain form of [`RotaryBackend::rotary_packed`](super::RotaryBackend::rotary_packed): RoPE on the query's and the key's
-/// heads, the three joined along the heads again.
+/// The plain form of [`RotaryBackend::rotary_packed`](super::RotaryBackend::rotary_packed): RoPE on
+/// the query's and the key's heads, the three joined along the heads again.
 pub fn rotary_packed<B: RotaryBackend>(
     qkv: Tensor<B, 4>,
     cos: Tensor<B, 2>,
@@ -84,8 +85,8 @@ pub fn rotary_packed<B: RotaryBackend>(
     Tensor::cat(heads.to_vec(), 2)
 }
 
-/// The plain form of [`RotaryBackend::rotary_join`](super::RotaryBackend::rotary_join): RoPE's backward pass on the query's and
-/// the key's gradients, then the three joined along the heads.
+/// The plain form of [`RotaryBackend::rotary_join`](super::RotaryBackend::rotary_join): RoPE's
+/// backward pass on the query's and the key's gradients, then the three joined along the heads.
 pub fn rotary_join<B: RotaryBackend>(
     [query_grad, key_grad, value_grad]: [Tensor<B, 4>; 3],
     cos: Tensor<B, 2>,

@@ -1,6 +1,6 @@
-//! The causal softmax of the plain attention path as one CubeCL kernel per direction: one cube per query row, its threads striding
-//! over the keys the query may see, with the row's maximum, sum or dot product reduced in shared
-//! memory.
+//! The causal softmax of the plain attention path as one CubeCL kernel per direction: one cube per
+//! query row, its threads striding over the keys the query may see, with the row's maximum, sum or
+//! dot product reduced in shared memory.
 
 use burn::tensor::Tensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};

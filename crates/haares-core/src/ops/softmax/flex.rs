@@ -54,7 +54,8 @@ impl SoftmaxBackend for Flex {
     }
 }
 
-/// Elements per task of the softmax loops: whole `[seq, seq]` matrices, about [`TASK_ELEMENTS`] elements.
+/// Elements per task of the softmax loops: whole `[seq, seq]` matrices, about [`TASK_ELEMENTS`]
+/// elements.
 fn matrices_per_task(seq: usize) -> usize {
     (TASK_ELEMENTS / (seq * seq)).max(1) * seq * seq
 }

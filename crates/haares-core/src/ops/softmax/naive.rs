@@ -29,8 +29,9 @@ pub fn causal_softmax<B: Backend, const D: usize>(scores: Tensor<B, D>) -> Tenso
     softmax(masked.reshape(dims), D - 1)
 }
 
-/// The plain form of [`SoftmaxBackend::causal_softmax_backward`](super::SoftmaxBackend::causal_softmax_backward):
-/// `y ⊙ (∂y − Σ_k y_k ∂y_k)` per row (zero where `y` is).
+/// The plain form of
+/// [`SoftmaxBackend::causal_softmax_backward`](super::SoftmaxBackend::causal_softmax_backward): `y
+/// ⊙ (∂y − Σ_k y_k ∂y_k)` per row (zero where `y` is).
 pub fn causal_softmax_backward<B: Backend, const D: usize>(
     probabilities: Tensor<B, D>,
     grad: Tensor<B, D>,

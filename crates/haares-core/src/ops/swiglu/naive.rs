@@ -26,15 +26,16 @@ pub fn swiglu_backward<B: Backend, const D: usize>(
     (grad * up * silu_slope, up_grad)
 }
 
-/// The plain form of [`SwigluBackend::swiglu_packed`](super::SwigluBackend::swiglu_packed): [`swiglu`](SwigluBackend::swiglu)
-/// of the two halves.
+/// The plain form of [`SwigluBackend::swiglu_packed`](super::SwigluBackend::swiglu_packed):
+/// [`swiglu`](SwigluBackend::swiglu) of the two halves.
 pub fn swiglu_packed<B: SwigluBackend>(gate_up: Tensor<B, 2>) -> Tensor<B, 2> {
     let [gate, up] = unpack_gate_up(gate_up);
     B::swiglu(gate, up)
 }
 
-/// The plain form of [`SwigluBackend::swiglu_packed_backward`](super::SwigluBackend::swiglu_packed_backward): SwiGLU's two gradients,
-/// joined as the halves they belong to.
+/// The plain form of
+/// [`SwigluBackend::swiglu_packed_backward`](super::SwigluBackend::swiglu_packed_backward):
+/// SwiGLU's two gradients, joined as the halves they belong to.
 pub fn swiglu_packed_backward<B: SwigluBackend>(
     gate_up: Tensor<B, 2>,
     grad: Tensor<B, 2>,
@@ -51,10 +52,10 @@ pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 
 /// `σ(x) = 1 / (1 + e^{−x})` in the tensor's own precision.
 ///
-/// In f32, Burn's `sigmoid`: one exponential per element, and a backward pass `σ(1 − σ)·g` that
-/// is finite for every finite `x` (on Flex, the `tanh` it replaces took 15% of a training step;
-/// docs/notebook/cpu-speed.md). Burn's default `sigmoid` (NdArray's) rounds through f32 whatever the
-/// float type, so other precisions use the identity `σ(x) = (1 + tanh(x/2))/2`, which stays in
+/// In f32, Burn's `sigmoid`: one exponential per element, and a backward pass `σ(1 − σ)·g` that is
+/// finite for every finite `x` (on Flex, the `tanh` it replaces took 15% of a training step;
+/// docs/notebook/cpu-speed.md). Burn's default `sigmoid` (NdArray's) rounds through f32 whatever
+/// the float type, so other precisions use the identity `σ(x) = (1 + tanh(x/2))/2`, which stays in
 /// the backend's precision and, unlike `1 / (1 + e^{−x})`, has a finite gradient everywhere.
 pub fn sigmoid<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     match x.dtype() {

@@ -22,8 +22,8 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops};
 use burn::tensor::Tensor;
 
+use super::RoutingPath;
 use crate::autodiff_node::{finish, primitive};
-use crate::config::RoutingPath;
 
 use super::autodiff_read::read_node;
 use super::naive::{ScoresForward, mixture_backward, scores_backward, scores_forward};

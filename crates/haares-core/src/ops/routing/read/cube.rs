@@ -2,21 +2,21 @@
 //! bias, the softmax over slots and the mixture of eq:routingweights forward, all their
 //! gradients backward, one cube per token.
 //!
-//! The composition launches about 30 kernels forward for a read of a few slots: the two slot-sum kernels
-//! (`sums/cube.rs`), and around them the `[S, tokens]` arithmetic (every slot's scale and mean square
-//! gathered into one tensor, twice; the coefficients; the bias; Burn's softmax in five passes).
-//! Here a cube reduces a token's dot products in shared memory, one thread turns them into
+//! The composition launches about 30 kernels forward for a read of a few slots: the two slot-sum
+//! kernels (`sums/cube.rs`), and around them the `[S, tokens]` arithmetic (every slot's scale and
+//! mean square gathered into one tensor, twice; the coefficients; the bias; Burn's softmax in five
+//! passes). Here a cube reduces a token's dot products in shared memory, one thread turns them into
 //! scores and weights, and the cube then mixes the token's row: one launch, and each slot row is
 //! read twice while it is in cache. The backward pass (about 50 launches composed) is one launch
 //! too, plus one that sums the tokens' shares of the query's, the key weight's and the bias's
-//! gradients (a sum across tokens and two products for the query, a product and two sums for
-//! the bias, composed): a token's cube forms both shares of each slot row's gradient in one
-//! update. Both kernels form the folded query `q ⊙ w` and add the bias where they use them, so
-//! the router launches nothing for either. A read with a norm ([`ReadNorm`]) normalises the
-//! token's mixed row in the forward kernel and forms `∂h̃` from `∂y` at the start of the backward
-//! kernel; the query's launch sums the gain's gradient too, so the norm launches nothing either.
+//! gradients (a sum across tokens and two products for the query, a product and two sums for the
+//! bias, composed): a token's cube forms both shares of each slot row's gradient in one update.
+//! Both kernels form the folded query `q ⊙ w` and add the bias where they use them, so the router
+//! launches nothing for either. A read with a norm ([`ReadNorm`]) normalises the token's mixed row
+//! in the forward kernel and forms `∂h̃` from `∂y` at the start of the backward kernel; the query's
+//! launch sums the gain's gradient too, so the norm launches nothing either.
 //! [`compose`](super::naive::compose) and [`compose_backward`](super::naive::compose_backward) stay
-//! the reference (`tests/cube/kernels.rs` checks one against the other).
+//! the reference (`tests/core/read_checks.rs` checks one against the other).
 
 use burn::tensor::Tensor;
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
@@ -24,12 +24,12 @@ use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
+use super::RoutingPath;
 use super::{
     QueryGradients, ReadBackward, ReadBias, ReadForward, ReadGradients, ReadNorm, ReadQuery,
     RoutingBackend, naive,
 };
 use crate::autodiff_node::from_primitive;
-use crate::config::RoutingPath;
 use crate::ops::cube_shared::{ROW_THREADS, empty};
 use crate::ops::routing::cube_shared::{MAX_SLOTS_PER_LAUNCH, cube_tensor, sequence};
 use crate::ops::routing::{SlotRows, slot_column};

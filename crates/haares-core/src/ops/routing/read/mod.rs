@@ -37,8 +37,10 @@ mod flex_backward;
 #[cfg(feature = "flex")]
 mod flex_forward;
 pub mod naive;
+mod path;
 mod types;
 
+pub use path::RoutingPath;
 pub use types::{
     MixtureAndWeights, NormBackward, QueryGradients, ReadBackward, ReadBias, ReadForward,
     ReadGradients, ReadNorm, ReadQuery, bias_gradient,
@@ -47,7 +49,6 @@ pub use types::{
 use burn::tensor::Tensor;
 
 use super::{SlotRows, raws, scales};
-use crate::config::RoutingPath;
 use crate::ops::{NormBackend, SourceWriteBackend};
 
 /// A backend that computes the routing operator's read. Every Burn backend can implement it with
@@ -95,11 +96,11 @@ pub trait RoutingBackend: SourceWriteBackend + NormBackend {
         Self::weighted_sum(&raws, weights * scales(slots))
     }
 
-    /// A whole read: the scores with the folded query `q ⊙ w`, the bias `b` on the slots that
-    /// take it (or none), the softmax over slots and the mixture, and the RMSNorm the mixture
-    /// goes through next where there is one, as one operation (`read.rs`), differentiable in `q`,
-    /// `w`, `b` and the norm's gain themselves. Returns the output (`RMSNorm(h̃)` with a norm,
-    /// `h̃` without) and the weights; by default [`routing_read_forward`](Self::routing_read_forward)'s,
+    /// A whole read: the scores with the folded query `q ⊙ w`, the bias `b` on the slots that take
+    /// it (or none), the softmax over slots and the mixture, and the RMSNorm the mixture goes
+    /// through next where there is one, as one operation (`read.rs`), differentiable in `q`, `w`,
+    /// `b` and the norm's gain themselves. Returns the output (`RMSNorm(h̃)` with a norm, `h̃`
+    /// without) and the weights; by default [`routing_read_forward`](Self::routing_read_forward)'s,
     /// and on the autodiff backend two graph nodes with one backward pass.
     ///
     /// # Shapes

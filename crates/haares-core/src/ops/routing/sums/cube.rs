@@ -6,7 +6,7 @@
 //! one launch where the tensor operations launch a product, a scalar product and an addition;
 //! each element takes the plain operations' f32 steps in their order: the column times `f`, that
 //! times the row, plus `into`. [`naive`](super::naive) is the reference they are tested against
-//! (`tests/cube/kernels.rs`, part of `tests/portability.rs`, on wgpu and CUDA).
+//! (`tests/core/slot_sums_checks.rs`, which `tests/portability.rs` runs on every backend).
 
 use burn::tensor::Tensor;
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;

@@ -12,13 +12,13 @@
 //!
 //! The loops run on `macerator`'s SIMD vectors, chosen at run time (AVX-512, AVX2, SSE, NEON or
 //! scalar), with four accumulators per dot product: a scalar loop cannot be vectorised without
-//! reordering its additions, and was slower than Flex's own operations (docs/notebook/cpu-speed.md). Each
-//! loop splits its tokens into tasks of a fixed size on Rayon's pool, the threads Flex's matrix
-//! products use, so that the other cores no longer wait through the routing operator. (Called
-//! from a thread outside the pool, each loop is handed to the pool and waited for; the runners
-//! start CPU jobs on a pool thread, `haares_train::cpu::on_cpu_pool`.) f32 and f64 tensors whose
-//! elements lie contiguously take these loops; anything else takes the plain primitives.
-//! `tests/core/slot_sums.rs` checks them against the plain primitives.
+//! reordering its additions, and was slower than Flex's own operations
+//! (docs/notebook/cpu-speed.md). Each loop splits its tokens into tasks of a fixed size on Rayon's
+//! pool, the threads Flex's matrix products use, so that the other cores no longer wait through the
+//! routing operator. (Called from a thread outside the pool, each loop is handed to the pool and
+//! waited for; the runners start CPU jobs on a pool thread, `haares_train::cpu::on_cpu_pool`.) f32
+//! and f64 tensors whose elements lie contiguously take these loops; anything else takes the plain
+//! primitives. `tests/core/slot_sums.rs` checks them against the plain primitives.
 
 use std::slice;
 

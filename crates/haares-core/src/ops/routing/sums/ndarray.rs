@@ -1,9 +1,9 @@
 //! The slot sums on Burn's NdArray backend as loops over its host arrays.
 //!
-//! The plain primitives ([`naive`](super::naive)) broadcast `[tokens, 1]` columns over
-//! `[tokens, d]` rows and take matrix–vector products, which NdArray runs about ten times slower
-//! than same-shape elementwise work at these sizes (docs/notebook/routing-operator.md). Here each output row is
-//! one pass over one row of each source, read where it lies (strided views included): a dot
+//! The plain primitives ([`naive`](super::naive)) broadcast `[tokens, 1]` columns over `[tokens,
+//! d]` rows and take matrix–vector products, which NdArray runs about ten times slower than
+//! same-shape elementwise work at these sizes (docs/notebook/routing-operator.md). Here each output
+//! row is one pass over one row of each source, read where it lies (strided views included): a dot
 //! product for [`row_dots`](SlotSumsBackend::row_dots), a scaled add for
 //! [`weighted_sum`](SlotSumsBackend::weighted_sum), a scaled copy for
 //! [`scaled_rows`](SlotSumsBackend::scaled_rows). `tests/core/fused.rs` checks them against the

@@ -23,7 +23,8 @@ pub fn signed_sum<B: Backend, const D: usize>(
 }
 
 /// [`SourceWriteBackend::pair_write`] as its operations: the two signed sums with the mean squares
-/// the backend forms with them (or [`SourceWriteBackend::row_mean_square`] where it forms none), then
+/// the backend forms with them (or [`SourceWriteBackend::row_mean_square`] where it forms none),
+/// then
 /// [`SourceWriteBackend::rms_match_multiplier`].
 pub fn compose<B: SourceWriteBackend, const D: usize>(
     cumulative: Tensor<B, D>,

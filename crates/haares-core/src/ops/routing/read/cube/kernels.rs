@@ -155,21 +155,20 @@ fn scale_at<F: Float>(
 }
 
 /// One cube per token `n`, with `g = ∂L/∂h̃[n]`: `a_s = c_s (g · raw_s[n])` reduced in shared
-/// memory; then (one thread) `∂α_s = a_s (+ ∂L/∂α_s)`, `∂ℓ_s = α_s (∂α_s − Σ_r α_r ∂α_r)`
-/// (the logits' gradient), `w_s = ∂ℓ_s c_s / √(m_s + ε)` and `∂m_s = −½ ∂ℓ_s z'_s / (m_s + ε)`,
-/// and with `bias_wanted` the token's share of `∂b`, `Σ_s ∂ℓ_s` over the slots whose bit in
-/// `biased` is set, written to column `d` of `query_rows`; then every thread, for its `k`,
-/// `∂raw_s[n, k] = into_s[n, k] + α_s c_s g[k] + w_s u[k]` for the wanted slots (rows
-/// `s·tokens + n` of `raw_grads`, with `u = q ⊙ w`) and `Σ_s w_s raw_s[n, k]`, the token's
-/// share of `∂u`. With `fold`, each wanted slot's row also takes its mean square's gradient,
-/// `+ (∂m_s c_s²)(2/d) raw_s[n, k]` ([`ReadBackward::fold_mean_squares`](
-/// super::ReadBackward::fold_mean_squares)), and `mean_square_grads` is not written.
-/// Bit `s` of `scaled`, `accumulated` and `wanted` says whether slot `s` has a scale, a
-/// gradient `into_s` to add to, and a gradient wanted; bit `s` of `merged`, that slot `s`'s rows
-/// are slot `s − 1`'s, whose entry then takes slot `s`'s gradient too (slot `s`'s is not written). With `with_norm`, `grad` is the gradient
-/// of the normalised mixture and `g` above is `∂h̃`, formed first by [`norm_backward_row`] in
-/// slot 0's rows of `raw_grads` (each thread reading back what it wrote before it writes the
-/// slot's gradient there).
+/// memory; then (one thread) `∂α_s = a_s (+ ∂L/∂α_s)`, `∂ℓ_s = α_s (∂α_s − Σ_r α_r ∂α_r)` (the
+/// logits' gradient), `w_s = ∂ℓ_s c_s / √(m_s + ε)` and `∂m_s = −½ ∂ℓ_s z'_s / (m_s + ε)`, and with
+/// `bias_wanted` the token's share of `∂b`, `Σ_s ∂ℓ_s` over the slots whose bit in `biased` is set,
+/// written to column `d` of `query_rows`; then every thread, for its `k`, `∂raw_s[n, k] = into_s[n,
+/// k] + α_s c_s g[k] + w_s u[k]` for the wanted slots (rows `s·tokens + n` of `raw_grads`, with `u
+/// = q ⊙ w`) and `Σ_s w_s raw_s[n, k]`, the token's share of `∂u`. With `fold`, each wanted slot's
+/// row also takes its mean square's gradient, `+ (∂m_s c_s²)(2/d) raw_s[n, k]`
+/// ([`ReadBackward::fold_mean_squares`]( super::ReadBackward::fold_mean_squares)), and
+/// `mean_square_grads` is not written. Bit `s` of `scaled`, `accumulated` and `wanted` says whether
+/// slot `s` has a scale, a gradient `into_s` to add to, and a gradient wanted; bit `s` of `merged`,
+/// that slot `s`'s rows are slot `s − 1`'s, whose entry then takes slot `s`'s gradient too (slot
+/// `s`'s is not written). With `with_norm`, `grad` is the gradient of the normalised mixture and
+/// `g` above is `∂h̃`, formed first by [`norm_backward_row`] in slot 0's rows of `raw_grads` (each
+/// thread reading back what it wrote before it writes the slot's gradient there).
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(in crate::ops) fn read_backward_kernel<F: Float>(
@@ -414,7 +413,8 @@ fn norm_backward_row<F: Float>(
     }
 }
 
-/// Groups of partial sums in [`query_gradients_kernel`]'s reduction; its thread count is a multiple.
+/// Groups of partial sums in [`query_gradients_kernel`]'s reduction; its thread count is a
+/// multiple.
 pub(super) const GROUPS: usize = 16;
 
 /// `∂q = (Σ_n rows[n, k]) w[k]` and `∂w = (Σ_n rows[n, k]) q[k]` (each a `[1, d]` row): the
