@@ -248,51 +248,6 @@ fn ndarray_f32_passes_the_numerical_checks() {
     every_check::<Autodiff<burn::backend::NdArray<f32>>>(&Default::default(), F32_TOLERANCE);
 }
 
-/// Every operation's checks (`core/*_checks.rs`) on the two CPU backends in f32: NdArray, which
-/// runs each operation's reference, and Flex, which runs its loops where it has them. The
-/// cube backends run the same checks on their kernels below; the f64 suite runs them on NdArray
-/// f64 and on Flex (`core/swiglu.rs` and the files beside it).
-#[test]
-fn cpu_backends_pass_every_operation_check() {
-    use burn::backend::{Flex, NdArray};
-    every_operation_check::<NdArray<f32>>();
-    every_operation_check::<Flex>();
-}
-
-/// The operation checks of one backend, at f32's tolerances: a few roundings of f32 against f64
-/// and against the reference.
-fn every_operation_check<B: HaaresBackend>()
-where
-    Autodiff<B>: HaaresBackend,
-{
-    swiglu_checks::swiglu_agrees_with_f64_and_the_plain_operations::<B>(1e-5);
-    swiglu_checks::swiglu_propagates_nan::<B>();
-    swiglu_checks::swiglu_node_agrees_with_autodiff_of_the_reference::<Autodiff<B>>(2e-5);
-    softmax_checks::causal_softmax_agrees_with_f64_and_the_plain_operations::<B>(1e-5);
-    softmax_checks::causal_softmax_propagates_nan::<B>();
-    softmax_checks::causal_softmax_node_agrees_with_autodiff_of_the_reference::<Autodiff<B>>(2e-5);
-    norm_checks::rms_norm_agrees_with_f64_and_the_plain_operations::<B>(1e-5);
-    norm_checks::rms_norm_node_agrees_with_autodiff_of_the_reference::<Autodiff<B>>(2e-5);
-    rotary_checks::rotary_agrees_with_f64_and_the_plain_operations::<B>(1e-5);
-    rotary_checks::rotary_node_agrees_with_autodiff_of_the_plain_operations::<Autodiff<B>>(1e-5);
-    attention_checks::attention_pair_agrees_with_f64::<B>(2e-5);
-    attention_checks::attention_gradients_agree_with_f64::<Autodiff<B>>(2e-5);
-    projections_checks::packed_primitives_agree_with_f64::<B>(1e-5);
-    projections_checks::packed_sublayers_agree_with_the_separate_projections::<Autodiff<B>>(5e-5);
-    cross_entropy_checks::cross_entropy_pair_agrees_with_f64::<B>(2e-6);
-    cross_entropy_checks::cross_entropy_gradient_agrees_with_f64::<Autodiff<B>>(2e-6);
-    slot_sums_checks::row_dots_match::<B>();
-    slot_sums_checks::weighted_sums_match::<B>();
-    slot_sums_checks::added_scaled_rows_match::<B>();
-    source_write_checks::mean_squares_and_their_gradients_match::<B>();
-    source_write_checks::rms_match_multipliers_match::<B>();
-    source_write_checks::signed_sums_with_mean_squares_match::<B>(false);
-    source_write_checks::pair_writes_match::<B>();
-    read_checks::read_forward_matches_the_composition::<B>();
-    read_checks::read_backward_matches_the_composition::<B>();
-    read_checks::operator_matches_the_reference_read::<Autodiff<B>>();
-}
-
 /// One cube backend's tests: the numerical checks on the whole model and the routing operator's
 /// kernels (`kernels` below). With the backend's feature on, the checks must run: a missing device
 /// fails with how to get one, it is never counted as a pass. The backend is the one the runners
@@ -514,3 +469,5 @@ cube_backend_tests!(
 
 #[path = "f32/checkpoints.rs"]
 mod f32_checkpoints;
+#[path = "f32/operations.rs"]
+mod f32_operations;

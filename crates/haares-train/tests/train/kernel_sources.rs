@@ -72,7 +72,7 @@ fn every_launched_kernel_is_in_the_static_cuda_report() {
         .collect();
     assert!(
         missing.is_empty(),
-        "kernels without a CUDA source entry: {missing:?}; add each to its area's cube_sources.rs"
+        "kernels without a CUDA source entry: {missing:?}; add each to its operation's sources.rs (or the trainer's cube_sources.rs)"
     );
 }
 

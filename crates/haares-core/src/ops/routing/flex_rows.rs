@@ -1,6 +1,6 @@
-//! What the routing primitives' loops on Flex share ([`super::flex`], [`super::flex_read`],
-//! [`super::flex_read_grad`], [`super::flex_sums`]): Flex's buffers as slices, a `[tokens, d]`
-//! operand as rows, and the tokens of one task on Rayon's pool.
+//! What the routing operator's loops on Flex share (`sums/flex.rs`, `sums/flex_add.rs`,
+//! `write/flex.rs`, `read/flex_forward.rs`, `read/flex_backward.rs`): Flex's buffers as slices, a
+//! `[tokens, d]` operand as rows, and the tokens of one task on Rayon's pool.
 
 use burn::backend::Flex;
 use burn::tensor::Tensor;

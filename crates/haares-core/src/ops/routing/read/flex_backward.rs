@@ -1,6 +1,6 @@
-//! The backward pass of the whole read on Flex (`flex_read.rs`): per token, every slot row's
-//! gradient, the mixture's share and the scores' together, added to the slot's accumulated
-//! gradient in one update, in fixed-size token tasks on Rayon's pool.
+//! The backward pass of the whole read on Flex (`flex_forward.rs` has the forward pass): per token,
+//! every slot row's gradient, the mixture's share and the scores' together, added to the slot's
+//! accumulated gradient in one update, in fixed-size token tasks on Rayon's pool.
 
 use burn::backend::Flex;
 use burn::tensor::{DType, Tensor};

@@ -1,4 +1,4 @@
-//! The whole read (`read.rs`) on Flex, token by token: a token's slot rows are scored, normalised
+//! The whole read on Flex, token by token: a token's slot rows are scored, normalised
 //! and mixed while they are in cache, and in the backward pass each slot row's gradient, the
 //! mixture's share and the scores' together, is added to the slot's accumulated gradient in one
 //! update (in place when Flex holds that buffer unshared). Per slot and read this moves a slot
@@ -12,7 +12,7 @@
 //! the sums over tokens (the query's and the bias's gradients) are summed per task and then over
 //! tasks in order, so results do not depend on the thread count. f32 reads whose operands all lie
 //! contiguously take these loops; others take the composition ([`compose`] and its backward
-//! pass). This file holds the forward pass, `flex_read_grad.rs` the backward pass.
+//! pass). This file holds the forward pass, `flex_backward.rs` the backward pass.
 
 use burn::backend::Flex;
 use burn::tensor::{DType, Tensor};

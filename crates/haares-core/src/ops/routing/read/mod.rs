@@ -98,7 +98,7 @@ pub trait RoutingBackend: SourceWriteBackend + NormBackend {
 
     /// A whole read: the scores with the folded query `q ⊙ w`, the bias `b` on the slots that take
     /// it (or none), the softmax over slots and the mixture, and the RMSNorm the mixture goes
-    /// through next where there is one, as one operation (`read.rs`), differentiable in `q`, `w`,
+    /// through next where there is one, as one operation, differentiable in `q`, `w`,
     /// `b` and the norm's gain themselves. Returns the output (`RMSNorm(h̃)` with a norm, `h̃`
     /// without) and the weights; by default [`routing_read_forward`](Self::routing_read_forward)'s,
     /// and on the autodiff backend two graph nodes with one backward pass.

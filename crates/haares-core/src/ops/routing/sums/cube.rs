@@ -41,7 +41,7 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> SlotSumsBa
         }
     }
 
-    /// One launch per wanted slot (`cube_rows.rs`), the addition included.
+    /// One launch per wanted slot, the addition included.
     fn add_scaled_rows(
         into: Vec<Option<Tensor<Self, 2>>>,
         columns: Tensor<Self, 2>,

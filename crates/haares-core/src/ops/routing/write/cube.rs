@@ -158,7 +158,7 @@ fn rms_match_multiplier<R: CubeRuntime>(
 
 /// eq:update's `sum + sign · term` on `[tokens, d]` rows and the result's mean square per token
 /// (`[tokens, 1]`), in one launch: one cube per token, each thread summing the squares of the
-/// elements it writes, in the order of the row-dot kernel (`cube_kernels.rs`) that
+/// elements it writes, in the order of the row-dot kernel (`sums/cube/kernels.rs`) that
 /// [`RoutingBackend::row_mean_square`](super::RoutingBackend::row_mean_square) launches.
 fn signed_sum_with_mean_square<R: CubeRuntime>(
     sum: &CubeTensor<R>,

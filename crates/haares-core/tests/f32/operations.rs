@@ -1,0 +1,55 @@
+//! Every operation's checks (`core/*_checks.rs`) on the CPU backends in f32, part of
+//! `tests/portability.rs`; the cube backends run the same checks there, one test per operation.
+
+use burn::backend::Autodiff;
+use haares_core::HaaresBackend;
+
+use crate::{
+    attention_checks, cross_entropy_checks, norm_checks, projections_checks, read_checks,
+    rotary_checks, slot_sums_checks, softmax_checks, source_write_checks, swiglu_checks,
+};
+
+/// Every operation's checks on the two CPU backends in f32: NdArray, which runs each operation's
+/// reference, and Flex, which runs its loops where it has them. The cube backends run the same
+/// checks on their kernels (`cube_backend_tests!`); the f64 suite runs them on NdArray f64 and on
+/// Flex (`core/swiglu.rs` and the files beside it).
+#[test]
+fn cpu_backends_pass_every_operation_check() {
+    use burn::backend::{Flex, NdArray};
+    every_operation_check::<NdArray<f32>>();
+    every_operation_check::<Flex>();
+}
+
+/// The operation checks of one backend, at f32's tolerances: a few roundings of f32 against f64
+/// and against the reference.
+fn every_operation_check<B: HaaresBackend>()
+where
+    Autodiff<B>: HaaresBackend,
+{
+    swiglu_checks::swiglu_agrees_with_f64_and_the_plain_operations::<B>(1e-5);
+    swiglu_checks::swiglu_propagates_nan::<B>();
+    swiglu_checks::swiglu_node_agrees_with_autodiff_of_the_reference::<Autodiff<B>>(2e-5);
+    softmax_checks::causal_softmax_agrees_with_f64_and_the_plain_operations::<B>(1e-5);
+    softmax_checks::causal_softmax_propagates_nan::<B>();
+    softmax_checks::causal_softmax_node_agrees_with_autodiff_of_the_reference::<Autodiff<B>>(2e-5);
+    norm_checks::rms_norm_agrees_with_f64_and_the_plain_operations::<B>(1e-5);
+    norm_checks::rms_norm_node_agrees_with_autodiff_of_the_reference::<Autodiff<B>>(2e-5);
+    rotary_checks::rotary_agrees_with_f64_and_the_plain_operations::<B>(1e-5);
+    rotary_checks::rotary_node_agrees_with_autodiff_of_the_plain_operations::<Autodiff<B>>(1e-5);
+    attention_checks::attention_pair_agrees_with_f64::<B>(2e-5);
+    attention_checks::attention_gradients_agree_with_f64::<Autodiff<B>>(2e-5);
+    projections_checks::packed_primitives_agree_with_f64::<B>(1e-5);
+    projections_checks::packed_sublayers_agree_with_the_separate_projections::<Autodiff<B>>(5e-5);
+    cross_entropy_checks::cross_entropy_pair_agrees_with_f64::<B>(2e-6);
+    cross_entropy_checks::cross_entropy_gradient_agrees_with_f64::<Autodiff<B>>(2e-6);
+    slot_sums_checks::row_dots_match::<B>();
+    slot_sums_checks::weighted_sums_match::<B>();
+    slot_sums_checks::added_scaled_rows_match::<B>();
+    source_write_checks::mean_squares_and_their_gradients_match::<B>();
+    source_write_checks::rms_match_multipliers_match::<B>();
+    source_write_checks::signed_sums_with_mean_squares_match::<B>(false);
+    source_write_checks::pair_writes_match::<B>();
+    read_checks::read_forward_matches_the_composition::<B>();
+    read_checks::read_backward_matches_the_composition::<B>();
+    read_checks::operator_matches_the_reference_read::<Autodiff<B>>();
+}
