@@ -89,25 +89,20 @@ pub use routing::write::{PairWrite, RmsMatching, SourceWriteBackend};
 pub use softmax::SoftmaxBackend;
 pub use swiglu::SwigluBackend;
 
-/// A backend that computes every operation of HAARES and its backbone: the one bound a user of
-/// the modules writes. Every backend that has each operation's trait has it.
-pub trait HaaresBackend:
-    MatmulBackend
-    + ProjectionBackend
-    + SwigluBackend
-    + SoftmaxBackend
-    + NormBackend
-    + RotaryBackend
-    + AttentionBackend
-    + CrossEntropyBackend
-    + SlotSumsBackend
-    + SourceWriteBackend
-    + RoutingBackend
-{
+/// A trait that combines `$first` and `$rest`, implemented for every type that has them all.
+macro_rules! combined_backend {
+    ($(#[$doc:meta])* $name:ident: $first:ident $(+ $rest:ident)*) => {
+        $(#[$doc])*
+        pub trait $name: $first $(+ $rest)* {}
+
+        impl<B: $first $(+ $rest)*> $name for B {}
+    };
 }
 
-impl<B> HaaresBackend for B where
-    B: MatmulBackend
+combined_backend!(
+    /// A backend that computes every operation of HAARES and its backbone: the one bound a user
+    /// of the modules writes. Every backend that has each operation's trait has it.
+    HaaresBackend: MatmulBackend
         + ProjectionBackend
         + SwigluBackend
         + SoftmaxBackend
@@ -118,8 +113,7 @@ impl<B> HaaresBackend for B where
         + SlotSumsBackend
         + SourceWriteBackend
         + RoutingBackend
-{
-}
+);
 
 /// A backend that trains HAARES models: autodiff over a [`HaaresBackend`], so that both the
 /// training model and its `valid()` copy can route.

@@ -214,4 +214,4 @@ pub(in crate::ops) mod kernels;
 /// `PitchedMemoryLayoutPolicy`). wgpu allocates contiguously, so these tests build the pitched
 /// view by hand: its values must be the f64 sums, and its padding must stay untouched.
 #[cfg(all(test, feature = "wgpu"))]
-mod tests;
+mod wgpu_tests;
