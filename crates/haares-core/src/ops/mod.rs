@@ -15,7 +15,7 @@
 //! | [`attention`] | [`AttentionBackend`] | App. A, causal attention |
 //! | [`cross_entropy`] | [`CrossEntropyBackend`] | the training objective |
 //! | [`routing::sums`] | [`SlotSumsBackend`] | eq:routingweights, the sums over slots |
-//! | [`routing::write`] | [`SourceWriteBackend`] | eq:update, eq:rmsmatch |
+//! | [`routing::write`](mod@routing::write) | [`SourceWriteBackend`] | eq:update, eq:rmsmatch |
 //! | [`routing::read`] | [`RoutingBackend`] | eq:routingweights, a whole read |
 //!
 //! [`HaaresBackend`] combines them: it is the one bound a user of the modules writes, and every

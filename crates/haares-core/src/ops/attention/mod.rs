@@ -115,7 +115,7 @@ pub trait AttentionBackend: RotaryBackend + SoftmaxBackend {
     }
 
     /// [`causal_attention`](Self::causal_attention) of a packed `[batch, seq, 3·heads, d_h]`
-    /// projection (the queries' heads, the keys', the values'), with [`rotary`](Self::rotary)
+    /// projection (the queries' heads, the keys', the values'), with [`rotary`](crate::ops::RotaryBackend::rotary)
     /// on the queries, scaled by `query_scale`, and on the keys: `[batch, seq, heads, d_h]`.
     fn causal_attention_packed(
         qkv: Tensor<Self, 4>,

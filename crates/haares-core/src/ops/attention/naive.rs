@@ -7,7 +7,7 @@ use super::AttentionBackend;
 use crate::ops::rotary::naive::turned_heads;
 
 /// The plain form of
-/// [`AttentionBackend::causal_attention`](super::AttentionBackend::causal_attention): the heads
+/// [`AttentionBackend::causal_attention`]: the heads
 /// moved in front of the positions, [`causal_attention_by_head`] (a product, the causal softmax, a
 /// product), and the heads moved back.
 pub fn causal_attention<B: AttentionBackend>(
@@ -44,7 +44,7 @@ pub fn causal_attention_by_head<B: AttentionBackend>(
 }
 
 /// The plain form of
-/// [`AttentionBackend::causal_attention_forward`](super::AttentionBackend::causal_attention_forward):
+/// [`AttentionBackend::causal_attention_forward`]:
 /// the output of
 /// [`causal_attention`] and each query's log-sum-exp `ln Σ_{j ≤ i} e^{s_ij}` over the scores it
 /// sees.
@@ -64,7 +64,7 @@ pub fn causal_attention_forward<B: AttentionBackend>(
 }
 
 /// The plain form of
-/// [`AttentionBackend::causal_attention_backward`](super::AttentionBackend::causal_attention_backward),
+/// [`AttentionBackend::causal_attention_backward`],
 /// with the probabilities recomputed from the scores and the log-sum-exp: `∂V = Pᵀ ∂O`, `∂S = P ⊙
 /// (∂O Vᵀ − Δ)` with `Δ = rowsum(∂O ⊙ O)`, `∂Q = ∂S K` and `∂K = ∂Sᵀ Q`.
 pub fn causal_attention_backward<B: AttentionBackend>(
@@ -100,14 +100,14 @@ fn causal_scores<B: Backend>(query: Tensor<B, 4>, key: Tensor<B, 4>) -> Tensor<B
         .mask_fill(future, f64::NEG_INFINITY)
 }
 
-/// The plain form of [`AttentionBackend::swap_heads`](super::AttentionBackend::swap_heads): Burn's
+/// The plain form of [`AttentionBackend::swap_heads`]: Burn's
 /// view.
 pub fn swap_heads<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 4> {
     x.swap_dims(1, 2)
 }
 
 /// The plain form of
-/// [`AttentionBackend::causal_attention_packed`](super::AttentionBackend::causal_attention_packed):
+/// [`AttentionBackend::causal_attention_packed`]:
 /// the heads unpacked, RoPE on the queries (scaled by `query_scale`) and the keys, then
 /// [`causal_attention`](AttentionBackend::causal_attention).
 pub fn causal_attention_packed<B: AttentionBackend>(

@@ -6,7 +6,7 @@ use burn::tensor::Tensor;
 use super::RotaryBackend;
 use crate::ops::projections::naive::unpack_heads;
 
-/// The plain form of [`RotaryBackend::rotary`](super::RotaryBackend::rotary): `s (x ⊙ cos + (x P) ⊙
+/// The plain form of [`RotaryBackend::rotary`]: `s (x ⊙ cos + (x P) ⊙
 /// sin)`.
 ///
 /// Every operand is contiguous and `x P` is one small matrix product, where slicing the pairs
@@ -22,7 +22,7 @@ pub fn rotary<B: RotaryBackend>(
     turn_pairs(x, cos, sin, quarter_turn, scale, false)
 }
 
-/// The plain form of [`RotaryBackend::rotary_backward`](super::RotaryBackend::rotary_backward):
+/// The plain form of [`RotaryBackend::rotary_backward`]:
 /// `s (∂y ⊙ cos − (∂y P) ⊙ sin)`.
 pub fn rotary_backward<B: RotaryBackend>(
     grad: Tensor<B, 4>,
@@ -72,7 +72,7 @@ pub(crate) fn turned_heads<B: RotaryBackend>(
     [turn(query, query_scale), turn(key, 1.0), value]
 }
 
-/// The plain form of [`RotaryBackend::rotary_packed`](super::RotaryBackend::rotary_packed): RoPE on
+/// The plain form of [`RotaryBackend::rotary_packed`]: RoPE on
 /// the query's and the key's heads, the three joined along the heads again.
 pub fn rotary_packed<B: RotaryBackend>(
     qkv: Tensor<B, 4>,
@@ -85,7 +85,7 @@ pub fn rotary_packed<B: RotaryBackend>(
     Tensor::cat(heads.to_vec(), 2)
 }
 
-/// The plain form of [`RotaryBackend::rotary_join`](super::RotaryBackend::rotary_join): RoPE's
+/// The plain form of [`RotaryBackend::rotary_join`]: RoPE's
 /// backward pass on the query's and the key's gradients, then the three joined along the heads.
 pub fn rotary_join<B: RotaryBackend>(
     [query_grad, key_grad, value_grad]: [Tensor<B, 4>; 3],

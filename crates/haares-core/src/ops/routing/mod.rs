@@ -3,7 +3,7 @@
 //! eq:rmsmatch). Three operations, each a folder:
 //!
 //! - [`sums`]: the five slot sums that touch `S · tokens · d` numbers ([`SlotSumsBackend`]);
-//! - [`write`]: a source's write, its mean square and RMS matching's multiplier
+//! - [`write`](mod@write): a source's write, its mean square and RMS matching's multiplier
 //!   ([`SourceWriteBackend`]);
 //! - [`read`]: a whole read, scores, bias, softmax, mixture and the next RMSNorm
 //!   ([`RoutingBackend`]).

@@ -7,12 +7,12 @@ use burn::tensor::{DType, Tensor, backend::Backend};
 use super::SwigluBackend;
 use crate::ops::projections::naive::unpack_gate_up;
 
-/// The plain form of [`SwigluBackend::swiglu`](super::SwigluBackend::swiglu): `SiLU(gate) ⊙ up`.
+/// The plain form of [`SwigluBackend::swiglu`]: `SiLU(gate) ⊙ up`.
 pub fn swiglu<B: Backend, const D: usize>(gate: Tensor<B, D>, up: Tensor<B, D>) -> Tensor<B, D> {
     silu(gate) * up
 }
 
-/// The plain form of [`SwigluBackend::swiglu_backward`](super::SwigluBackend::swiglu_backward):
+/// The plain form of [`SwigluBackend::swiglu_backward`]:
 /// `∂up = ∂h ⊙ g σ(g)` and `∂gate = ∂h ⊙ up ⊙ (σ(g) + g σ(g) (1 − σ(g)))`.
 pub fn swiglu_backward<B: Backend, const D: usize>(
     gate: Tensor<B, D>,
@@ -26,7 +26,7 @@ pub fn swiglu_backward<B: Backend, const D: usize>(
     (grad * up * silu_slope, up_grad)
 }
 
-/// The plain form of [`SwigluBackend::swiglu_packed`](super::SwigluBackend::swiglu_packed):
+/// The plain form of [`SwigluBackend::swiglu_packed`]:
 /// [`swiglu`](SwigluBackend::swiglu) of the two halves.
 pub fn swiglu_packed<B: SwigluBackend>(gate_up: Tensor<B, 2>) -> Tensor<B, 2> {
     let [gate, up] = unpack_gate_up(gate_up);
@@ -34,7 +34,7 @@ pub fn swiglu_packed<B: SwigluBackend>(gate_up: Tensor<B, 2>) -> Tensor<B, 2> {
 }
 
 /// The plain form of
-/// [`SwigluBackend::swiglu_packed_backward`](super::SwigluBackend::swiglu_packed_backward):
+/// [`SwigluBackend::swiglu_packed_backward`]:
 /// SwiGLU's two gradients, joined as the halves they belong to.
 pub fn swiglu_packed_backward<B: SwigluBackend>(
     gate_up: Tensor<B, 2>,
