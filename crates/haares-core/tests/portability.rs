@@ -406,6 +406,9 @@ macro_rules! cube_backend_tests {
                     &contractions,
                     tolerance,
                 );
+                super::matmul_checks::nodes_agree_with_autodiff_of_matmul::<Autodiff<Cube>>(
+                    tolerance,
+                );
             }
 
             #[test]

@@ -14,6 +14,8 @@ mod errors;
 mod fused;
 mod graph_gate;
 mod matmul;
+#[allow(dead_code)] // its stage-depth checks are the cube backends' (`portability.rs`)
+mod matmul_checks;
 mod method_names;
 mod model_file;
 mod norm;

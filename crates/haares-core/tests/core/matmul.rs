@@ -5,18 +5,14 @@
 
 use burn::backend::{Autodiff, Flex};
 use burn::nn::LinearConfig;
-use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{DType, Tensor, TensorData};
-use haares_core::HaaresBackend;
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Tensor};
 use haares_core::mlp::project;
 use haares_core::ops::MatmulBackend;
 use haares_core::ops::matmul::naive;
 
-use crate::common::{Ad64, Rng, max_abs_diff, tensor_values};
-
-fn tensor<B: Backend, const D: usize>(values: Vec<f64>, shape: [usize; D]) -> Tensor<B, D> {
-    Tensor::from_data(TensorData::new(values, shape), &Default::default())
-}
+use crate::common::{Ad64, Rng, max_abs_diff, tensor, tensor_values};
+use crate::matmul_checks::nodes_agree_with_autodiff_of_matmul;
 
 /// A random `[..., rows, columns]` operand, stored as given or stored transposed (its last two
 /// dimensions swapped) and handed over as a transposed view, as attention's `Kᵀ` and the
@@ -144,88 +140,6 @@ fn flex_matmul_hands_other_operands_to_burn() {
     let ours = Flex::matmul(lhs.clone(), rhs.clone());
     assert_eq!(ours.dtype(), DType::F64);
     assert_eq!(tensor_values(ours), tensor_values(lhs.matmul(rhs)));
-}
-
-/// How a case hands its stored right operand to the product.
-#[derive(Debug, Clone, Copy)]
-enum Rhs {
-    /// `A · B`, `B` stored `[k, n]`.
-    AsStored,
-    /// `A · Bᵀ` through `matmul` of a transposed view, `B` stored `[n, k]` (the view's gradient
-    /// goes back through Burn's `swap_dims`).
-    TransposedView,
-    /// `A · Bᵀ` by `matmul_transposed_rhs`, `B` stored `[n, k]`.
-    TransposedOperation,
-}
-
-/// The nodes' gradients against Burn's autodiff of `matmul`, with either operand tracked or
-/// both: a projection (`[tokens, d] · [d, d']`), attention's batched `Q Kᵀ` as a view and as its
-/// own operation, and the tied head's `h Eᵀ`.
-fn nodes_agree_with_autodiff_of_matmul<B: AutodiffBackend + HaaresBackend>(tolerance: f64) {
-    let mut rng = Rng::new(304);
-    let cases = [
-        ([1, 1, 12, 8], [1, 1, 8, 6], Rhs::AsStored),
-        ([2, 3, 7, 5], [2, 3, 7, 5], Rhs::TransposedView),
-        ([2, 3, 7, 5], [2, 3, 7, 5], Rhs::TransposedOperation),
-        ([1, 1, 12, 8], [1, 1, 10, 8], Rhs::TransposedOperation),
-    ];
-    for (lhs_dims, rhs_dims, form) in cases {
-        let (a, b) = (
-            rng.normals(lhs_dims.iter().product(), 1.0),
-            rng.normals(rhs_dims.iter().product(), 1.0),
-        );
-        let columns = match form {
-            Rhs::AsStored => rhs_dims[3],
-            Rhs::TransposedView | Rhs::TransposedOperation => rhs_dims[2],
-        };
-        let weights = rng.normals(lhs_dims[..3].iter().product::<usize>() * columns, 1.0);
-        for (lhs_tracked, rhs_tracked) in [(true, true), (true, false), (false, true)] {
-            let inputs = || {
-                let track = |x: Tensor<B, 4>, on: bool| if on { x.require_grad() } else { x };
-                (
-                    track(tensor::<B, 4>(a.clone(), lhs_dims), lhs_tracked),
-                    track(tensor::<B, 4>(b.clone(), rhs_dims), rhs_tracked),
-                )
-            };
-            let total = |output: Tensor<B, 4>| {
-                let dims = output.dims();
-                (output * tensor::<B, 4>(weights.clone(), dims))
-                    .sum()
-                    .backward()
-            };
-            let transposed = |x: Tensor<B, 4>| x.swap_dims(2, 3);
-            let (ours_lhs, ours_rhs) = inputs();
-            let ours = total(match form {
-                Rhs::AsStored => B::matmul(ours_lhs.clone(), ours_rhs.clone()),
-                Rhs::TransposedView => B::matmul(ours_lhs.clone(), transposed(ours_rhs.clone())),
-                Rhs::TransposedOperation => {
-                    B::matmul_transposed_rhs(ours_lhs.clone(), ours_rhs.clone())
-                }
-            });
-            let (burns_lhs, burns_rhs) = inputs();
-            let burns = total(match form {
-                Rhs::AsStored => burns_lhs.clone().matmul(burns_rhs.clone()),
-                _ => burns_lhs.clone().matmul(transposed(burns_rhs.clone())),
-            });
-            let what =
-                format!("{lhs_dims:?}, {rhs_dims:?} {form:?}, tracked {lhs_tracked}/{rhs_tracked}");
-            for (ours_input, burns_input, tracked) in [
-                (ours_lhs, burns_lhs, lhs_tracked),
-                (ours_rhs, burns_rhs, rhs_tracked),
-            ] {
-                match (ours_input.grad(&ours), burns_input.grad(&burns)) {
-                    (Some(ours), Some(burns)) => {
-                        let (ours, burns) = (tensor_values(ours), tensor_values(burns));
-                        let scale = burns.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-                        let diff = max_abs_diff(&ours, &burns);
-                        assert!(diff <= tolerance * scale, "{what}: {diff:e}");
-                    }
-                    (None, None) => assert!(!tracked, "{what}: a tracked input has no gradient"),
-                    _ => panic!("{what}: one side has a gradient, the other none"),
-                }
-            }
-        }
-    }
 }
 
 #[test]

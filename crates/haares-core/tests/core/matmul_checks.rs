@@ -1,5 +1,8 @@
-//! Burn's matrix product at the contraction lengths where cubek-matmul 0.2.0 (the version Burn
-//! 0.21 uses) is known to read past its operands, against f64 on the host.
+//! The matrix product's checks (`ops::matmul`), generic over the backend: the products' autodiff
+//! nodes against Burn's autodiff of `matmul` (`core/matmul.rs` runs it on NdArray f64 and Flex,
+//! `portability.rs` on NdArray f32, Flex and the cube backends); and Burn's matrix product itself
+//! at the contraction lengths where cubek-matmul 0.2.0 (the version Burn 0.21 uses) is known to
+//! read past its operands, against f64 on the host (on the cube backends).
 //!
 //! Its double-buffered kernels (`DoubleUnit`, `DoubleCyclic*`) and its specialized ones
 //! (`Specialized*`) walk the contraction two stages at a time and round an odd stage count up to
@@ -16,10 +19,11 @@
 //! stage past the contraction is a positive number and moves the product by a stage's share of it
 //! (`stage / k`: 3% for a 32-deep stage at the largest `k` here).
 
-use burn::tensor::backend::Backend;
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
+use haares_core::HaaresBackend;
 
-use super::common::{Rng, tensor_values};
+use super::common::{Rng, max_abs_diff, tensor, tensor_values};
 
 /// Contraction lengths that are odd multiples of 4, 8, 16, 32, 64 and 128: for each stage depth
 /// a kernel may take (the unit kernels' are small, the tensor-core kernels' 32), some of them are
@@ -114,6 +118,88 @@ pub fn products_agree_with_f64_at_odd_stage_counts<B: Backend>(
                     "row-major"
                 },
             );
+        }
+    }
+}
+
+/// How a case hands its stored right operand to the product.
+#[derive(Debug, Clone, Copy)]
+enum Rhs {
+    /// `A · B`, `B` stored `[k, n]`.
+    AsStored,
+    /// `A · Bᵀ` through `matmul` of a transposed view, `B` stored `[n, k]` (the view's gradient
+    /// goes back through Burn's `swap_dims`).
+    TransposedView,
+    /// `A · Bᵀ` by `matmul_transposed_rhs`, `B` stored `[n, k]`.
+    TransposedOperation,
+}
+
+/// The nodes' gradients against Burn's autodiff of `matmul`, with either operand tracked or
+/// both: a projection (`[tokens, d] · [d, d']`), attention's batched `Q Kᵀ` as a view and as its
+/// own operation, and the tied head's `h Eᵀ`.
+pub fn nodes_agree_with_autodiff_of_matmul<B: AutodiffBackend + HaaresBackend>(tolerance: f64) {
+    let mut rng = Rng::new(304);
+    let cases = [
+        ([1, 1, 12, 8], [1, 1, 8, 6], Rhs::AsStored),
+        ([2, 3, 7, 5], [2, 3, 7, 5], Rhs::TransposedView),
+        ([2, 3, 7, 5], [2, 3, 7, 5], Rhs::TransposedOperation),
+        ([1, 1, 12, 8], [1, 1, 10, 8], Rhs::TransposedOperation),
+    ];
+    for (lhs_dims, rhs_dims, form) in cases {
+        let (a, b) = (
+            rng.normals(lhs_dims.iter().product(), 1.0),
+            rng.normals(rhs_dims.iter().product(), 1.0),
+        );
+        let columns = match form {
+            Rhs::AsStored => rhs_dims[3],
+            Rhs::TransposedView | Rhs::TransposedOperation => rhs_dims[2],
+        };
+        let weights = rng.normals(lhs_dims[..3].iter().product::<usize>() * columns, 1.0);
+        for (lhs_tracked, rhs_tracked) in [(true, true), (true, false), (false, true)] {
+            let inputs = || {
+                let track = |x: Tensor<B, 4>, on: bool| if on { x.require_grad() } else { x };
+                (
+                    track(tensor::<B, 4>(a.clone(), lhs_dims), lhs_tracked),
+                    track(tensor::<B, 4>(b.clone(), rhs_dims), rhs_tracked),
+                )
+            };
+            let total = |output: Tensor<B, 4>| {
+                let dims = output.dims();
+                (output * tensor::<B, 4>(weights.clone(), dims))
+                    .sum()
+                    .backward()
+            };
+            let transposed = |x: Tensor<B, 4>| x.swap_dims(2, 3);
+            let (ours_lhs, ours_rhs) = inputs();
+            let ours = total(match form {
+                Rhs::AsStored => B::matmul(ours_lhs.clone(), ours_rhs.clone()),
+                Rhs::TransposedView => B::matmul(ours_lhs.clone(), transposed(ours_rhs.clone())),
+                Rhs::TransposedOperation => {
+                    B::matmul_transposed_rhs(ours_lhs.clone(), ours_rhs.clone())
+                }
+            });
+            let (burns_lhs, burns_rhs) = inputs();
+            let burns = total(match form {
+                Rhs::AsStored => burns_lhs.clone().matmul(burns_rhs.clone()),
+                _ => burns_lhs.clone().matmul(transposed(burns_rhs.clone())),
+            });
+            let what =
+                format!("{lhs_dims:?}, {rhs_dims:?} {form:?}, tracked {lhs_tracked}/{rhs_tracked}");
+            for (ours_input, burns_input, tracked) in [
+                (ours_lhs, burns_lhs, lhs_tracked),
+                (ours_rhs, burns_rhs, rhs_tracked),
+            ] {
+                match (ours_input.grad(&ours), burns_input.grad(&burns)) {
+                    (Some(ours), Some(burns)) => {
+                        let (ours, burns) = (tensor_values(ours), tensor_values(burns));
+                        let scale = burns.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                        let diff = max_abs_diff(&ours, &burns);
+                        assert!(diff <= tolerance * scale, "{what}: {diff:e}");
+                    }
+                    (None, None) => assert!(!tracked, "{what}: a tracked input has no gradient"),
+                    _ => panic!("{what}: one side has a gradient, the other none"),
+                }
+            }
         }
     }
 }

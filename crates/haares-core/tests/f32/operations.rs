@@ -5,8 +5,9 @@ use burn::backend::Autodiff;
 use haares_core::HaaresBackend;
 
 use crate::{
-    attention_checks, cross_entropy_checks, norm_checks, projections_checks, read_checks,
-    rotary_checks, slot_sums_checks, softmax_checks, source_write_checks, swiglu_checks,
+    attention_checks, cross_entropy_checks, matmul_checks, norm_checks, projections_checks,
+    read_checks, rotary_checks, slot_sums_checks, softmax_checks, source_write_checks,
+    swiglu_checks,
 };
 
 /// Every operation's checks on the two CPU backends in f32: NdArray, which runs each operation's
@@ -31,6 +32,7 @@ where
     Autodiff<B>: HaaresBackend,
 {
     let at_least = |tolerance: f64| tolerance.max(autodiff);
+    matmul_checks::nodes_agree_with_autodiff_of_matmul::<Autodiff<B>>(at_least(2e-6));
     swiglu_checks::swiglu_agrees_with_f64_and_the_plain_operations::<B>(1e-5);
     swiglu_checks::swiglu_propagates_nan::<B>();
     swiglu_checks::swiglu_node_agrees_with_autodiff_of_the_reference::<Autodiff<B>>(autodiff);

@@ -18,7 +18,9 @@
 //! - `cube.rs` with `cube/`: the flash-style kernel pair, one launch forward and two backward.
 //! - `autodiff.rs`: one graph node, over separate heads or a packed projection with RoPE.
 //!
-//! `tests/core/attention.rs` checks every path against the reference and against f64.
+//! `tests/core/attention_checks.rs` checks the backend's operation and its node against f64 and the
+//! reference; `tests/core/attention.rs` runs it on NdArray f64 and Flex, `tests/portability.rs` on
+//! NdArray f32, Flex, wgpu and CUDA.
 
 mod autodiff;
 #[cfg(feature = "cube")]

@@ -12,7 +12,9 @@
 //! - `cube.rs`: one cube per row of logits, one launch each way.
 //! - `autodiff.rs`: one graph node.
 //!
-//! `tests/core/cross_entropy.rs` checks every path against the reference and against f64.
+//! `tests/core/cross_entropy_checks.rs` checks the backend's operation and its node against f64 and the
+//! reference; `tests/core/cross_entropy.rs` runs it on NdArray f64 and Flex, `tests/portability.rs` on
+//! NdArray f32, Flex, wgpu and CUDA.
 
 mod autodiff;
 #[cfg(feature = "cube")]

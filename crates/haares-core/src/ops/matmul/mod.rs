@@ -6,7 +6,8 @@
 //! - `flex.rs`: Flex's `gemm` kernel writing into a buffer of its own.
 //! - `autodiff.rs`: one graph node per product, each operand kept only for the other's gradient.
 //!
-//! `tests/core/matmul.rs` checks every path against the reference.
+//! `tests/core/matmul_checks.rs` checks the nodes on every backend (from `tests/core/matmul.rs` and
+//! `tests/portability.rs`); `tests/core/matmul.rs` checks Flex's product against f64 and Burn's.
 
 mod autodiff;
 #[cfg(feature = "flex")]

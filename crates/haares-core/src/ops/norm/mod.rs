@@ -6,7 +6,9 @@
 //! - `cube.rs`: one cube per row, the row's sums reduced in shared memory.
 //! - `autodiff.rs`: one graph node.
 //!
-//! `tests/core/norm.rs` checks every path against the reference.
+//! `tests/core/norm_checks.rs` checks the backend's operation and its node against f64 and the
+//! reference; `tests/core/norm.rs` runs it on NdArray f64 and Flex, `tests/portability.rs` on
+//! NdArray f32, Flex, wgpu and CUDA.
 
 mod autodiff;
 #[cfg(feature = "cube")]

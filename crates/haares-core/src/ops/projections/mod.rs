@@ -11,7 +11,9 @@
 //! - `cube.rs`: the joins and splits as one kernel each.
 //! - `autodiff.rs`: the product as one graph node with every weight as a parent.
 //!
-//! `tests/core/projections.rs` checks the nodes against the separate projections.
+//! `tests/core/projections_checks.rs` checks the backend's operation and its node against f64 and the
+//! reference; `tests/core/projections.rs` runs it on NdArray f64 and Flex, `tests/portability.rs` on
+//! NdArray f32, Flex, wgpu and CUDA.
 
 mod autodiff;
 #[cfg(feature = "cube")]

@@ -8,7 +8,9 @@
 //! - `cube.rs`: one thread per element, one launch each way; one launch on a packed projection.
 //! - `autodiff.rs`: one graph node.
 //!
-//! `tests/core/rotary.rs` checks every path against the reference.
+//! `tests/core/rotary_checks.rs` checks the backend's operation and its node against f64 and the
+//! reference; `tests/core/rotary.rs` runs it on NdArray f64 and Flex, `tests/portability.rs` on
+//! NdArray f32, Flex, wgpu and CUDA.
 
 mod autodiff;
 #[cfg(feature = "cube")]

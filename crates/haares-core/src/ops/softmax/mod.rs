@@ -14,7 +14,9 @@
 //! - `cube.rs`: one cube per query row, one launch each way.
 //! - `autodiff.rs`: one graph node.
 //!
-//! `tests/core/softmax.rs` checks every path against the reference.
+//! `tests/core/softmax_checks.rs` checks the backend's operation and its node against f64 and the
+//! reference; `tests/core/softmax.rs` runs it on NdArray f64 and Flex, `tests/portability.rs` on
+//! NdArray f32, Flex, wgpu and CUDA.
 
 mod autodiff;
 #[cfg(feature = "cube")]

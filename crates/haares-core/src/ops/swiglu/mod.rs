@@ -15,7 +15,9 @@
 //! - `cube.rs`: one CubeCL kernel per direction, and one for the packed backward pass.
 //! - `autodiff.rs`: one graph node each, separate and packed.
 //!
-//! `tests/core/swiglu.rs` checks every path against the reference, output and gradients.
+//! `tests/core/swiglu_checks.rs` checks the backend's operation and its node against f64 and the
+//! reference; `tests/core/swiglu.rs` runs it on NdArray f64 and Flex, `tests/portability.rs` on
+//! NdArray f32, Flex, wgpu and CUDA.
 
 mod autodiff;
 #[cfg(feature = "cube")]

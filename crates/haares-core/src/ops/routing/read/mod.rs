@@ -24,7 +24,9 @@
 //!   tensor and no per-slot `[tokens, d]` intermediate, only the sources themselves (which the
 //!   bank holds anyway) and `[S, tokens]` scalars.
 //!
-//! `tests/core/read.rs` checks every path against the reference and against f64.
+//! `tests/core/read_checks.rs` checks every backend's read against the reference (NdArray, Flex,
+//! wgpu and CUDA, from `tests/portability.rs`), `tests/core/read.rs` Flex's loops in f64 and f32,
+//! and `tests/core/fused.rs` the routing operator against the literal equation.
 
 mod autodiff;
 mod autodiff_read;

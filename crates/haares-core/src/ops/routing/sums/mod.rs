@@ -15,8 +15,9 @@
 //! - `cube.rs` with `cube/`: CubeCL kernels that read every source of a chunk in one pass.
 //!
 //! The autodiff backend keeps the defaults: the read's and the writes' nodes call the inner
-//! backend's sums in their backward passes. `tests/core/slot_sums.rs` checks every path against
-//! the reference.
+//! backend's sums in their backward passes. `tests/core/slot_sums_checks.rs` checks every
+//! backend's sums against f64 (NdArray, Flex, wgpu and CUDA, from `tests/portability.rs`);
+//! `tests/core/slot_sums.rs` checks the CPU loops against the reference in f64 and f32.
 
 #[cfg(feature = "cube")]
 pub(in crate::ops) mod cube;

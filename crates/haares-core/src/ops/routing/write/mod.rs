@@ -13,7 +13,9 @@
 //! - `autodiff.rs`: the sums and mean squares as graph nodes whose backward passes add into the
 //!   gradient a source has accumulated.
 //!
-//! `tests/core/source_write.rs` checks every path against the reference.
+//! `tests/core/source_write_checks.rs` checks every backend's write against f64 (NdArray, Flex,
+//! wgpu and CUDA, from `tests/portability.rs`); `tests/core/source_write.rs` checks Flex's loop and
+//! the node against the reference in f64.
 
 mod autodiff;
 #[cfg(feature = "cube")]
