@@ -100,18 +100,8 @@ impl ModelConfig {
                 ),
             ));
         }
-        if self.method.is_routed() && !self.events().is_multiple_of(self.blocks) {
-            let divisors: Vec<usize> = (1..=self.events())
-                .filter(|n| self.events().is_multiple_of(*n))
-                .collect();
-            return Err(HaaresError::config(
-                "blocks",
-                format!(
-                    "N = {} does not divide the 2L = {} residual events; uneven partitions are refused (docs/decisions.md, decision 12). Valid block counts: {divisors:?}",
-                    self.blocks,
-                    self.events()
-                ),
-            ));
+        if self.method.is_routed() {
+            crate::stream::check_partition(self.events(), self.blocks, "2L")?;
         }
         for (field, value) in [
             ("norm_epsilon", self.norm_epsilon),

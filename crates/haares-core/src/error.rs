@@ -16,6 +16,9 @@ pub enum HaaresError {
     InvalidInput(String),
     /// A checkpoint that cannot be read or does not match the model.
     Checkpoint(String),
+    /// A call to a residual stream out of its order (read, write, …, finish); the message names
+    /// the call the stream expected ([`crate::stream::StreamState`]).
+    StreamOrder(String),
 }
 
 impl HaaresError {
@@ -35,6 +38,7 @@ impl fmt::Display for HaaresError {
             }
             Self::InvalidInput(message) => write!(f, "invalid model input: {message}"),
             Self::Checkpoint(message) => write!(f, "checkpoint error: {message}"),
+            Self::StreamOrder(message) => write!(f, "residual stream call out of order: {message}"),
         }
     }
 }

@@ -74,6 +74,7 @@ pub mod routing_stats;
 #[cfg(feature = "flex")]
 mod simd;
 pub mod source_bank;
+pub mod stream;
 pub mod telemetry;
 
 pub use checkpoint::LoadOptions;
@@ -84,4 +85,5 @@ pub use model::HaaresModel;
 pub use ops::{HaaresBackend, SlotRows, TrainingBackend};
 pub use routing_stats::{GroupMass, RoutingStatistics, RoutingTally, SiteStatistics};
 pub use source_bank::{SlotKind, Source, SourceBank};
+pub use stream::{ResidualStream, ResidualStreamConfig, StreamState};
 pub use telemetry::{ReadSite, RoutingTrace, SiteTrace, SlotGroup, SlotId};

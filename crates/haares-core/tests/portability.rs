@@ -16,6 +16,8 @@ mod attention_checks;
 mod common;
 #[path = "core/cross_entropy_checks.rs"]
 mod cross_entropy_checks;
+#[path = "../examples/foreign_decoder/model.rs"]
+mod foreign_model;
 #[path = "core/matmul_checks.rs"]
 mod matmul_checks;
 #[path = "core/norm_checks.rs"]
@@ -34,6 +36,8 @@ mod slot_sums_checks;
 mod softmax_checks;
 #[path = "core/source_write_checks.rs"]
 mod source_write_checks;
+#[path = "core/stream_checks.rs"]
+mod stream_checks;
 #[path = "core/swiglu_checks.rs"]
 mod swiglu_checks;
 
@@ -408,6 +412,16 @@ macro_rules! cube_backend_tests {
                 );
                 super::matmul_checks::nodes_agree_with_autodiff_of_matmul::<Autodiff<Cube>>(
                     tolerance,
+                );
+            }
+
+            /// The residual stream around sublayers that are not ours (the foreign decoder, three
+            /// events per layer): the read kernels' path against the reference path.
+            #[test]
+            $(#[$needs_device])?
+            fn residual_stream_fused_path_matches_the_reference_path() {
+                super::stream_checks::fused_stream_matches_the_reference_stream::<Autodiff<Cube>>(
+                    5e-5,
                 );
             }
 

@@ -55,11 +55,13 @@ fn visit_params<B: Backend>(model: &mut HaaresModel<B>, visitor: &mut impl Param
         visitor.linear(name("mlp.w_gate.weight"), &mut layer.mlp.w_gate.weight);
         visitor.linear(name("mlp.w_up.weight"), &mut layer.mlp.w_up.weight);
         visitor.linear(name("mlp.w_down.weight"), &mut layer.mlp.w_down.weight);
-        for (site, router) in [
-            ("attn_router", &mut layer.attn_router),
-            ("mlp_router", &mut layer.mlp_router),
-        ] {
-            if let Some(router) = router {
+        // The stream keeps its parameters by event; a file keeps them under their layer, event
+        // 2i as `attn_…`, 2i + 1 as `mlp_…` (the names of docs/checkpoint-format.md).
+        let stream = &mut model.stream;
+        let events = [(2 * i, "attn"), (2 * i + 1, "mlp")];
+        for (event, sublayer) in events {
+            if let Some(router) = stream.routers.get_mut(event) {
+                let site = format!("{sublayer}_router");
                 visitor.vector(name(&format!("{site}.query")), &mut router.query);
                 visitor.vector(
                     name(&format!("{site}.key_norm.weight")),
@@ -70,19 +72,15 @@ fn visit_params<B: Backend>(model: &mut HaaresModel<B>, visitor: &mut impl Param
                 }
             }
         }
-        let scalars = [
-            ("attn_gate", &mut layer.attn_gate),
-            ("mlp_gate", &mut layer.mlp_gate),
-            ("attn_scale", &mut layer.attn_scale),
-            ("mlp_scale", &mut layer.mlp_scale),
-        ];
-        for (suffix, param) in scalars {
-            if let Some(param) = param {
-                visitor.vector(name(suffix), param);
+        for (params, kind) in [(&mut stream.gates, "gate"), (&mut stream.scales, "scale")] {
+            for (event, sublayer) in events {
+                if let Some(param) = params.get_mut(event) {
+                    visitor.vector(name(&format!("{sublayer}_{kind}")), param);
+                }
             }
         }
     }
-    if let Some(router) = &mut model.final_router {
+    if let Some(router) = &mut model.stream.final_router {
         visitor.vector("final_router.query".into(), &mut router.query);
         visitor.vector(
             "final_router.key_norm.weight".into(),

@@ -11,6 +11,8 @@ mod common;
 mod cross_entropy;
 mod cross_entropy_checks;
 mod errors;
+#[path = "../../examples/foreign_decoder/model.rs"]
+mod foreign_model;
 mod fused;
 mod graph_gate;
 mod matmul;
@@ -35,5 +37,7 @@ mod slot_sums;
 mod softmax;
 mod softmax_checks;
 mod source_write;
+mod stream;
+mod stream_checks;
 mod swiglu;
 mod swiglu_checks;

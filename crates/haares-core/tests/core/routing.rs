@@ -234,25 +234,21 @@ fn queries_and_detail_biases_receive_gradients_at_initialisation() {
             .map(|g| g.abs().sum().into_scalar())
             .unwrap_or(0.0)
     };
-    for (i, layer) in model.layers.iter().enumerate() {
-        for (site, router) in [
-            (2 * i, layer.attn_router.as_ref().unwrap()),
-            (2 * i + 1, layer.mlp_router.as_ref().unwrap()),
-        ] {
-            let (query, bias) = (
-                norm(&router.query),
-                norm(router.detail_bias.as_ref().unwrap()),
+    assert_eq!(model.stream.routers.len(), 2 * model.layers.len());
+    for (site, router) in model.stream.routers.iter().enumerate() {
+        let (query, bias) = (
+            norm(&router.query),
+            norm(router.detail_bias.as_ref().unwrap()),
+        );
+        if site == 0 {
+            // The first read has the embedding as its only slot: softmax over one slot is constant.
+            assert_eq!((query, bias), (0.0, 0.0));
+        } else {
+            assert!(
+                query > 0.0 && bias > 0.0,
+                "site {site}: |∇q| = {query}, |∇b| = {bias}"
             );
-            if site == 0 {
-                // The first read has the embedding as its only slot: softmax over one slot is constant.
-                assert_eq!((query, bias), (0.0, 0.0));
-            } else {
-                assert!(
-                    query > 0.0 && bias > 0.0,
-                    "site {site}: |∇q| = {query}, |∇b| = {bias}"
-                );
-            }
         }
     }
-    assert!(norm(&model.final_router.as_ref().unwrap().query) > 0.0);
+    assert!(norm(&model.stream.final_router.as_ref().unwrap().query) > 0.0);
 }

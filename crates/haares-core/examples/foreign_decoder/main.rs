@@ -1,0 +1,141 @@
+//! HAARES around sublayers that are not haares's: a decoder of Burn's `MultiHeadAttention`, a
+//! GELU MLP and a token shift (three residual events per layer, [`model`]), trained for a few
+//! steps on the embedded State of the Union corpus with HAARES and with Block AttnRes from the
+//! same initial sublayer weights. Prints the training losses, the validation loss and HAARES's
+//! detail share `p_D` (eq:groupmixture) at the read sites that see a detail slot. docs/library.md walks through it.
+//!
+//! `cargo run -p haares-core --example foreign_decoder -- [steps] [batch] [seq]`
+//! (defaults 40, 8, 64; CI runs it with its defaults).
+
+mod model;
+
+use std::error::Error;
+
+use burn::backend::{Autodiff, Flex};
+use burn::module::AutodiffModule;
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use haares_core::{ResidualMethod, RoutingTrace, SlotKind};
+use haares_data::batching::{Batch, BatchIterator, validation_batches};
+use haares_data::char_tokenizer::CharTokenizer;
+use haares_data::prepare::prepare_split;
+use haares_data::{Split, dataset, embedded_corpus_dir};
+use model::{ForeignDecoder, ForeignDecoderConfig};
+
+type Train = Autodiff<Flex>;
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|arg| arg.parse())
+        .collect::<Result<_, _>>()
+        .map_err(|_| "usage: foreign_decoder [steps] [batch] [seq], all positive integers")?;
+    let arg = |i: usize, default: usize| args.get(i).copied().unwrap_or(default).max(1);
+    let (steps, batch_size, seq) = (arg(0, 40), arg(1, 8), arg(2, 64));
+
+    let spec = dataset("sotu")?;
+    let root = embedded_corpus_dir();
+    let tokenizer = CharTokenizer::train_on(&spec, &root, 256)?;
+    let cache = std::env::temp_dir().join("haares-foreign-decoder");
+    let (train, _) = prepare_split(&spec, &root, Split::Train, &tokenizer, &cache, false)?;
+    let (validation, _) =
+        prepare_split(&spec, &root, Split::Validation, &tokenizer, &cache, false)?;
+    if seq > train_seq_len(&train)? {
+        return Err(format!(
+            "seq must be at most the corpus chunk length {}",
+            train_seq_len(&train)?
+        )
+        .into());
+    }
+    let held_out = validation_batches(&validation, batch_size)
+        .next()
+        .ok_or("the validation split is empty")?;
+
+    println!(
+        "decoder of Burn's MultiHeadAttention, a GELU MLP and a token shift: d = 64, 3 layers x 3 \
+         sublayers = 9 events in N = 3 blocks of m = 3; batch {batch_size} x {seq}, {steps} AdamW steps"
+    );
+    println!(
+        "| method | step 1 loss | step {steps} loss | validation loss | p_D (mean over sites with a detail slot) |"
+    );
+    println!("|---|---|---|---|---|");
+    for method in [ResidualMethod::haares(), ResidualMethod::BlockAttnRes] {
+        let device = Default::default();
+        // The same seed for both methods: the sublayers start from the same weights.
+        Train::seed(&device, 7);
+        let config = ForeignDecoderConfig::new(tokenizer.vocab_size()).with_method(method);
+        let mut decoder: ForeignDecoder<Train> = config.init(&device)?;
+        let mut optimizer = AdamWConfig::new().with_weight_decay(0.0).init();
+        let mut batches = BatchIterator::new(&train, batch_size, 0)?;
+        let mut losses = Vec::with_capacity(steps);
+        for _ in 0..steps {
+            let loss = loss(&decoder, &batches.next_batch(), seq, None)?;
+            losses.push(loss.clone().into_scalar());
+            let grads = GradientsParams::from_grads(loss.backward(), &decoder);
+            decoder = optimizer.step(3e-3, decoder, grads);
+        }
+        let mut trace = RoutingTrace::default();
+        let valid = loss(&decoder.valid(), &held_out, seq, Some(&mut trace))?.into_scalar();
+        // p_D over the sites that see a detail slot (HAARES past each block's first read).
+        let shares: Vec<f32> = trace
+            .sites
+            .iter()
+            .filter(|site| site.kinds().contains(&SlotKind::Detail))
+            .map(|site| site.detail_share().mean().into_scalar())
+            .collect();
+        let p_detail = shares.iter().sum::<f32>() / shares.len().max(1) as f32;
+        println!(
+            "| {} | {:.3} | {:.3} | {valid:.3} | {p_detail:.4} |",
+            method.label(),
+            losses[0],
+            losses[steps - 1],
+        );
+        if !losses.iter().all(|loss| loss.is_finite()) || !valid.is_finite() {
+            return Err(format!("{}: a loss is not finite: {losses:?}", method.label()).into());
+        }
+    }
+    Ok(())
+}
+
+/// The chunk length of a prepared split (the paper's 512).
+fn train_seq_len(shard: &haares_data::prepared::PreparedShard) -> Result<usize, Box<dyn Error>> {
+    Ok(BatchIterator::new(shard, 1, 0)?.next_batch().seq_len)
+}
+
+/// The mean next-token cross-entropy over the real targets of the batch's first `seq` positions.
+fn loss<B: haares_core::HaaresBackend>(
+    decoder: &ForeignDecoder<B>,
+    batch: &Batch,
+    seq: usize,
+    trace: Option<&mut RoutingTrace<B>>,
+) -> haares_core::Result<Tensor<B, 1>> {
+    let device = decoder.head.weight.device();
+    let rows = batch.batch_size;
+    let column = |values: &[u32]| -> Vec<i64> {
+        values
+            .chunks(batch.seq_len)
+            .flat_map(|row| row[..seq].iter().map(|&id| id as i64))
+            .collect()
+    };
+    let mask: Vec<f32> = batch
+        .mask
+        .chunks(batch.seq_len)
+        .flat_map(|row| row[..seq].to_vec())
+        .collect();
+    let inputs = Tensor::<B, 2, Int>::from_data(
+        TensorData::new(column(&batch.inputs), [rows, seq]),
+        &device,
+    );
+    let targets = Tensor::<B, 2, Int>::from_data(
+        TensorData::new(column(&batch.targets), [rows * seq, 1]),
+        &device,
+    );
+    let mask = Tensor::<B, 1>::from_data(TensorData::new(mask, [rows * seq]), &device);
+    let logits = decoder.forward(inputs, trace)?;
+    let vocab = logits.dims()[2];
+    let log_probs = log_softmax(logits.reshape([rows * seq, vocab]), 1);
+    let picked = log_probs.gather(1, targets).reshape([rows * seq]);
+    Ok(-(picked * mask.clone()).sum() / mask.sum().clamp_min(1.0))
+}

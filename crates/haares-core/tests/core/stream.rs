@@ -1,0 +1,376 @@
+//! The residual stream (`src/stream`): a model assembled through its public calls from
+//! `HaaresModel`'s own sublayers is `HaaresModel`, logits, every gradient and the trace; the
+//! foreign decoder of the `foreign_decoder` example (three events per layer) matches a
+//! hand-written loop of eq:sourceset at odd block sizes; each misuse gets its error.
+
+use burn::tensor::activation::softmax;
+use burn::tensor::{Int, Tensor};
+use haares_core::accumulator::random_signs;
+use haares_core::layer::Sublayer;
+use haares_core::router::DepthRouter;
+use haares_core::{
+    DetailSource, HaaresError, HaaresModel, ResidualMethod, ResidualStreamConfig, RoutingPath,
+    RoutingTrace,
+};
+
+use crate::common::{
+    Ad64, B64, Rng, all_methods, model_on, random_params, tensor_values, tiny_config,
+};
+use crate::foreign_model::{ForeignDecoder, SUBLAYERS};
+use crate::stream_checks::{assert_same, foreign_decoder, tokens, values_and_gradients};
+
+/// `HaaresModel`'s forward pass written with the stream's public calls, each read put through its
+/// sublayer's norm after the read (never folded into it), the tied head by hand.
+fn assembled(
+    model: &HaaresModel<Ad64>,
+    tokens: Tensor<Ad64, 2, Int>,
+    trace: &mut RoutingTrace<Ad64>,
+) -> Tensor<Ad64, 3> {
+    let mut stream = model
+        .stream
+        .start(model.embed.forward(tokens), Some(trace))
+        .unwrap();
+    for (i, layer) in model.layers.iter().enumerate() {
+        for (event, sublayer) in [(2 * i, Sublayer::Attention), (2 * i + 1, Sublayer::Mlp)] {
+            let input = layer.norm(sublayer).forward(stream.read(event).unwrap());
+            stream
+                .write(event, layer.transform(sublayer, input, &model.rope))
+                .unwrap();
+        }
+    }
+    let hidden = model.final_norm.forward(stream.finish().unwrap());
+    let [batch, seq, d] = hidden.dims();
+    let embedding = model.embed.weight.val();
+    let vocab = embedding.dims()[0];
+    hidden
+        .reshape([batch * seq, d])
+        .matmul(embedding.transpose())
+        .reshape([batch, seq, vocab])
+}
+
+#[test]
+fn a_model_assembled_through_the_stream_is_haares_model() {
+    for (seed, method) in all_methods().into_iter().enumerate() {
+        for routing in [RoutingPath::Reference, RoutingPath::Fused] {
+            let config = tiny_config(method, 3, 3).with_routing(routing);
+            let params = random_params(&config, 40 + seed as u64);
+            let model: HaaresModel<Ad64> = model_on(&config, &params, &Default::default());
+            let tokens = tokens::<Ad64>(2, 5, seed as u64);
+            let what = format!("{} on the {routing:?} path", method.name());
+
+            let (logits, model_trace) = model.forward_with_trace(tokens.clone()).unwrap();
+            let expected = values_and_gradients(logits, &model);
+            let mut trace = RoutingTrace::default();
+            let actual = values_and_gradients(assembled(&model, tokens, &mut trace), &model);
+            assert_same(&actual, &expected, 1e-10, &what);
+
+            assert_eq!(trace.sites.len(), model_trace.sites.len(), "{what}: sites");
+            for (site, expected) in trace.sites.iter().zip(&model_trace.sites) {
+                assert_eq!(
+                    (site.site, &site.slots),
+                    (expected.site, &expected.slots),
+                    "{what}"
+                );
+                crate::common::assert_close_at_scale(
+                    &tensor_values(site.weights.clone()),
+                    &tensor_values(expected.weights.clone()),
+                    1e-12,
+                    &format!("{what}: weights at {:?}", site.site),
+                );
+            }
+        }
+    }
+}
+
+/// eq:routingweights written out: `z_s = qᵀ (w ⊙ s / √(mean(s²) + ε)) + b_s`, softmax over the
+/// slots, the weighted sum. `slots` are `(value, is_detail)`.
+fn route(router: &DepthRouter<Ad64>, slots: &[(Tensor<Ad64, 3>, bool)]) -> Tensor<Ad64, 3> {
+    let (query, weight) = (router.query.val(), router.key_norm.weight.val());
+    let epsilon = router.key_norm.epsilon;
+    let bias = |detail: bool| match (detail, &router.detail_bias, router.fixed_detail_bias) {
+        (false, _, _) | (true, None, None) => None,
+        (true, Some(bias), _) => Some(bias.val().unsqueeze::<3>()),
+        (true, None, Some(value)) => Some(Tensor::<Ad64, 3>::full(
+            [1, 1, 1],
+            value,
+            &Default::default(),
+        )),
+    };
+    let scores: Vec<Tensor<Ad64, 3>> = slots
+        .iter()
+        .map(|(s, detail)| {
+            let key = s.clone() / (s.clone().powi_scalar(2).mean_dim(2) + epsilon).sqrt()
+                * weight.clone().unsqueeze::<3>();
+            let score = (key * query.clone().unsqueeze::<3>()).sum_dim(2);
+            match bias(*detail) {
+                Some(bias) => score + bias,
+                None => score,
+            }
+        })
+        .collect();
+    let alpha = softmax(Tensor::cat(scores, 2), 2);
+    slots
+        .iter()
+        .enumerate()
+        .map(|(i, (s, _))| alpha.clone().narrow(2, i, 1) * s.clone())
+        .reduce(|a, b| a + b)
+        .unwrap()
+}
+
+/// The foreign decoder's forward pass with the residual method written by hand from the paper:
+/// eq:partial and eq:update for the sums, eq:rmsmatch, eq:sourceset for the banks, eq:final.
+fn hand_written(decoder: &ForeignDecoder<Ad64>, tokens: Tensor<Ad64, 2, Int>) -> Tensor<Ad64, 3> {
+    let stream = &decoder.stream;
+    let config = &stream.config;
+    let embedding = decoder.embed.forward(tokens);
+    let sublayer =
+        |t: usize, x: Tensor<Ad64, 3>| decoder.layers[t / SUBLAYERS].sublayer(t % SUBLAYERS, x);
+    let head = |h: Tensor<Ad64, 3>| decoder.head.forward(decoder.final_norm.forward(h));
+    if !config.method.is_routed() {
+        let mut h = embedding;
+        for t in 0..config.events {
+            let u = sublayer(t, h.clone());
+            h = match (stream.gates.get(t), stream.scales.get(t)) {
+                (Some(g), _) => h + u * g.val().unsqueeze::<3>(),
+                (None, Some(l)) => h + u * l.val().unsqueeze::<3>(),
+                (None, None) => h + u,
+            };
+        }
+        return head(h);
+    }
+    let options = config.method.haares_options().copied();
+    let (blocks, m) = (config.blocks, config.events / config.blocks);
+    let sign = |n: usize, r: usize| match options.map(|o| o.detail) {
+        Some(DetailSource::RandomSigns { seed }) => random_signs(seed, blocks, m)[n][r - 1],
+        _ if r <= m.div_ceil(2) => 1.0,
+        _ => -1.0,
+    };
+    let rms = |x: &Tensor<Ad64, 3>| x.clone().powi_scalar(2).mean_dim(2).sqrt();
+    let shown = |c: &Tensor<Ad64, 3>, d: &Tensor<Ad64, 3>| {
+        let o = options?;
+        Some(match o.detail {
+            DetailSource::DuplicatedCumulative => c.clone(),
+            _ if !o.rms_match => d.clone(),
+            // eq:rmsmatch's multiplier is stop-gradient: sg[clip(RMS(C) / (RMS(D) + ε), 1/γ, γ)].
+            _ => {
+                let a = (rms(c) / (rms(d) + o.rms_epsilon)).clamp(1.0 / o.rms_gamma, o.rms_gamma);
+                d.clone() * a.detach()
+            }
+        })
+    };
+    let mut completed: Vec<(Tensor<Ad64, 3>, Option<Tensor<Ad64, 3>>)> = Vec::new();
+    let zero = embedding.zeros_like();
+    let (mut c, mut d) = (zero.clone(), zero.clone());
+    for t in 0..config.events {
+        let (n, r) = (t / m, t % m + 1);
+        let mut slots = vec![(embedding.clone(), false)];
+        let active = (r > 1).then(|| (c.clone(), shown(&c, &d)));
+        for (cumulative, detail) in completed.iter().cloned().chain(active) {
+            slots.push((cumulative, false));
+            slots.extend(detail.map(|detail| (detail, true)));
+        }
+        let u = sublayer(t, route(&stream.routers[t], &slots));
+        c = c + u.clone();
+        d = d + u * sign(n, r);
+        if r == m {
+            completed.push((c.clone(), shown(&c, &d)));
+            (c, d) = (zero.clone(), zero.clone());
+        }
+    }
+    let mut slots = vec![(embedding, false)];
+    slots.extend(completed.into_iter().map(|(c, _)| (c, false)));
+    head(route(stream.final_router.as_ref().unwrap(), &slots))
+}
+
+#[test]
+fn three_events_per_layer_match_a_hand_written_loop_at_odd_block_sizes() {
+    // m = 3 (3 layers, N = 3), m = 5 (5 layers, N = 3) and m = 1 (3 layers, N = 9).
+    for (n_layers, blocks) in [(3, 3), (5, 3), (3, 9)] {
+        for (seed, method) in all_methods().into_iter().enumerate() {
+            for routing in [RoutingPath::Reference, RoutingPath::Fused] {
+                let decoder =
+                    foreign_decoder::<Ad64>(method, n_layers, blocks, routing, seed as u64);
+                let tokens = tokens::<Ad64>(2, 6, 100 + seed as u64);
+                let what = format!(
+                    "{}, {n_layers} layers x {SUBLAYERS}, N = {blocks}, {routing:?}",
+                    method.name()
+                );
+                let logits = decoder.forward(tokens.clone(), None).unwrap();
+                let expected = values_and_gradients(hand_written(&decoder, tokens), &decoder);
+                let actual = values_and_gradients(logits, &decoder);
+                assert_same(&actual, &expected, 1e-10, &what);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_fused_stream_matches_the_reference_stream_in_f64() {
+    crate::stream_checks::fused_stream_matches_the_reference_stream::<Ad64>(1e-10);
+}
+
+/// A stream of three events in one block, HAARES, d = 4, from a `[1, 2, 4]` embedding.
+fn small_stream() -> (haares_core::ResidualStream<B64>, Tensor<B64, 3>) {
+    let stream = ResidualStreamConfig::new(4, 3, 1)
+        .init::<B64>(&Default::default())
+        .unwrap();
+    let values: Vec<f64> = Rng::new(5).normals(8, 1.0);
+    let embedding = crate::common::tensor::<B64, 3>(values, [1, 2, 4]);
+    (stream, embedding)
+}
+
+fn order_error<T: std::fmt::Debug>(result: Result<T, HaaresError>) -> String {
+    match result {
+        Err(HaaresError::StreamOrder(message)) => message,
+        other => panic!("expected a stream-order error, got {other:?}"),
+    }
+}
+
+#[test]
+fn each_misuse_is_refused_with_the_expected_call() {
+    let (stream, embedding) = small_stream();
+    let u = || embedding.clone() * 0.5;
+    let mut state = stream.start(embedding.clone(), None).unwrap();
+    let message = order_error(state.write(0, u()));
+    assert!(
+        message.contains("write(0, u) refused: event 0 is written before it is read"),
+        "{message}"
+    );
+    assert!(message.contains("expects read(0) next"), "{message}");
+    let message = order_error(state.read(1));
+    assert!(
+        message.contains("in order") && message.contains("expects read(0) next"),
+        "{message}"
+    );
+    state.read(0).unwrap();
+    let message = order_error(state.read(0));
+    assert!(message.contains("event 0 was already read"), "{message}");
+    assert!(message.contains("expects write(0, u) next"), "{message}");
+    state.write(0, u()).unwrap();
+    let message = order_error(state.read(7));
+    assert!(
+        message.contains("event 7 is past the stream's 3 events (0 to 2)"),
+        "{message}"
+    );
+    assert!(message.contains("expects read(1) next"), "{message}");
+    assert_eq!(state.next_event(), Some(1));
+    let message = order_error(state.finish());
+    assert!(
+        message.contains("after all 3 events, and 1 are written"),
+        "{message}"
+    );
+    assert!(message.contains("expects read(1) next"), "{message}");
+
+    // A full pass: reading past the last event names finish().
+    let mut state = stream.start(embedding.clone(), None).unwrap();
+    for event in 0..3 {
+        state.read(event).unwrap();
+        state.write(event, u()).unwrap();
+    }
+    assert_eq!(state.next_event(), None);
+    let message = order_error(state.read(3));
+    assert!(message.contains("expects finish() next"), "{message}");
+    state.finish().unwrap();
+}
+
+#[test]
+fn refused_calls_leave_the_pass_as_it_was() {
+    let (stream, embedding) = small_stream();
+    let outputs: Vec<Tensor<B64, 3>> = (0..3)
+        .map(|t| embedding.clone().sin() * (t as f64 + 1.0))
+        .collect();
+    let pass = |misuse: bool| {
+        let mut state = stream.start(embedding.clone(), None).unwrap();
+        for (event, u) in outputs.iter().enumerate() {
+            if misuse {
+                assert!(state.write(event, u.clone()).is_err());
+                assert!(state.read(event + 1).is_err());
+            }
+            let input = state.read(event).unwrap();
+            if misuse {
+                assert!(state.read(event).is_err());
+            }
+            state.write(event, u.clone() + input * 0.1).unwrap();
+        }
+        tensor_values(state.finish().unwrap())
+    };
+    assert_eq!(pass(true), pass(false));
+}
+
+#[test]
+fn bad_shapes_and_configs_are_refused() {
+    let (stream, embedding) = small_stream();
+    let wide = Tensor::<B64, 3>::zeros([1, 2, 5], &Default::default());
+    match stream.start(wide, None) {
+        Err(HaaresError::InvalidInput(message)) => {
+            assert!(
+                message.contains("[1, 2, 5]") && message.contains("[batch, seq, 4]"),
+                "{message}"
+            )
+        }
+        _ => panic!("a too-wide embedding must be refused"),
+    }
+    let mut state = stream.start(embedding, None).unwrap();
+    state.read(0).unwrap();
+    let long = Tensor::<B64, 3>::zeros([1, 3, 4], &Default::default());
+    match state.write(0, long) {
+        Err(HaaresError::InvalidInput(message)) => {
+            assert!(
+                message.contains("[1, 3, 4]") && message.contains("[1, 2, 4]"),
+                "{message}"
+            )
+        }
+        other => panic!("a wrong-shaped output must be refused, got {other:?}"),
+    }
+    // The refused write left event 0 to be written.
+    assert_eq!(state.next_event(), Some(0));
+    for (config, field) in [
+        (ResidualStreamConfig::new(4, 9, 2), "blocks"),
+        (ResidualStreamConfig::new(4, 0, 1), "events"),
+        (ResidualStreamConfig::new(0, 4, 1), "d_model"),
+        (
+            ResidualStreamConfig::new(4, 4, 2).with_norm_epsilon(0.0),
+            "norm_epsilon",
+        ),
+    ] {
+        match config.init::<B64>(&Default::default()) {
+            Err(HaaresError::InvalidConfig { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: expected a config error, got {other:?}"),
+        }
+    }
+    // Unrouted methods take any block count.
+    ResidualStreamConfig::new(4, 9, 2)
+        .with_method(ResidualMethod::Standard)
+        .init::<B64>(&Default::default())
+        .unwrap();
+}
+
+#[test]
+fn the_stream_holds_each_methods_parameters() {
+    let count = |method: ResidualMethod| {
+        let stream = ResidualStreamConfig::new(4, 6, 3)
+            .with_method(method)
+            .init::<B64>(&Default::default())
+            .unwrap();
+        let detail_biases = stream
+            .routers
+            .iter()
+            .filter(|r| r.detail_bias.is_some())
+            .count();
+        (
+            stream.routers.len(),
+            stream.final_router.is_some(),
+            stream.gates.len(),
+            stream.scales.len(),
+            detail_biases,
+        )
+    };
+    assert_eq!(count(ResidualMethod::Standard), (0, false, 0, 0, 0));
+    assert_eq!(count(ResidualMethod::ReZero), (0, false, 6, 0, 0));
+    assert_eq!(
+        count(ResidualMethod::LayerScale { init: None }),
+        (0, false, 0, 6, 0)
+    );
+    assert_eq!(count(ResidualMethod::BlockAttnRes), (6, true, 0, 0, 0));
+    assert_eq!(count(ResidualMethod::haares()), (6, true, 0, 0, 6));
+}
