@@ -252,6 +252,13 @@ fn ndarray_f32_passes_the_numerical_checks() {
     every_check::<Autodiff<burn::backend::NdArray<f32>>>(&Default::default(), F32_TOLERANCE);
 }
 
+/// The residual stream around the foreign decoder's sublayers on Flex in f32: its read loops
+/// (the fused path) against the reference path (the cube backends run the same check below).
+#[test]
+fn flex_residual_stream_fused_path_matches_the_reference_path() {
+    stream_checks::fused_stream_matches_the_reference_stream::<Autodiff<burn::backend::Flex>>(5e-5);
+}
+
 /// One cube backend's tests: the numerical checks on the whole model and the routing operator's
 /// kernels (`kernels` below). With the backend's feature on, the checks must run: a missing device
 /// fails with how to get one, it is never counted as a pass. The backend is the one the runners
