@@ -14,6 +14,10 @@
 //! [`ResidualMethod`]: Standard Residual, ReZero, LayerScale, Block AttnRes, HAARES and its
 //! ablations ([`HaaresOptions`]).
 //!
+//! To run a residual method around sublayers of your own, any number per layer, hold a
+//! [`ResidualStream`] and walk its events: [`stream`] has the protocol, the repository's
+//! `docs/library.md` the guide.
+//!
 //! Equation names (`eq:…`, `tab:…`) are the `\label`s of the paper's LaTeX source.
 //!
 //! ## Example
