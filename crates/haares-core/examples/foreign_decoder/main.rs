@@ -85,9 +85,12 @@ fn main() -> Result<(), Box<dyn Error>> {
             .filter(|site| site.kinds().contains(&SlotKind::Detail))
             .map(|site| site.detail_share().mean().into_scalar())
             .collect();
-        let p_detail = shares.iter().sum::<f32>() / shares.len().max(1) as f32;
+        let p_detail = match shares.len() {
+            0 => "– (no detail slot)".to_string(),
+            n => format!("{:.4}", shares.iter().sum::<f32>() / n as f32),
+        };
         println!(
-            "| {} | {:.3} | {:.3} | {valid:.3} | {p_detail:.4} |",
+            "| {} | {:.3} | {:.3} | {valid:.3} | {p_detail} |",
             method.label(),
             losses[0],
             losses[steps - 1],
