@@ -94,7 +94,7 @@ impl<B: HaaresBackend> Layer<B> {
     }
 
     /// `f` of eq:sublayer on an input already normalised by [`norm`](Self::norm) (the routed
-    /// methods' reads normalise their mixture in the read, [`DepthRouter::forward_fused_normed`]).
+    /// methods' reads normalise their mixture in the read, [`DepthRouter::forward_fused_normed`](crate::router::DepthRouter::forward_fused_normed)).
     ///
     /// # Shapes
     /// - normed, output: `[batch, seq, d]`
