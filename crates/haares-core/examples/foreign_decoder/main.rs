@@ -42,12 +42,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     let (train, _) = prepare_split(&spec, &root, Split::Train, &tokenizer, &cache, false)?;
     let (validation, _) =
         prepare_split(&spec, &root, Split::Validation, &tokenizer, &cache, false)?;
-    if seq > train_seq_len(&train)? {
-        return Err(format!(
-            "seq must be at most the corpus chunk length {}",
-            train_seq_len(&train)?
-        )
-        .into());
+    // A batch row holds a chunk's tokens but its last as inputs (the paper's 512).
+    let positions = train.chunk_len() - 1;
+    if seq > positions {
+        return Err(
+            format!("seq must be at most the corpus's {positions} positions per row").into(),
+        );
     }
     let held_out = validation_batches(&validation, batch_size)
         .next()
@@ -100,11 +100,6 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
     }
     Ok(())
-}
-
-/// The chunk length of a prepared split (the paper's 512).
-fn train_seq_len(shard: &haares_data::prepared::PreparedShard) -> Result<usize, Box<dyn Error>> {
-    Ok(BatchIterator::new(shard, 1, 0)?.next_batch().seq_len)
 }
 
 /// The mean next-token cross-entropy over the real targets of the batch's first `seq` positions.
