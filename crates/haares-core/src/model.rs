@@ -2,13 +2,14 @@
 //! through the configured residual method's [`ResidualStream`], the final readout (eq:final),
 //! final RMSNorm and the tied head.
 
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::Module;
 use burn::nn::{Embedding, EmbeddingConfig, Initializer};
 use burn::tensor::{ElementConversion, Int, Tensor, backend::Backend};
 
 use crate::config::ModelConfig;
 use crate::error::{HaaresError, Result};
 use crate::layer::{Layer, Sublayer};
+use crate::materialise::materialise;
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::ops::HaaresBackend;
 use crate::rope::RotaryTable;
@@ -27,7 +28,7 @@ impl ModelConfig {
     /// makes clones of the returned model share its weights, as users expect.
     pub fn init<B: Backend>(&self, device: &B::Device) -> Result<HaaresModel<B>> {
         let model = self.init_lazy(device)?;
-        model.visit(&mut Materialise);
+        materialise(&model);
         Ok(model)
     }
 
@@ -66,15 +67,6 @@ impl ModelConfig {
             .with_norm_epsilon(self.norm_epsilon)
             .with_routing(self.routing)
             .with_layer_scale_depth(Some(self.n_layers))
-    }
-}
-
-/// Touches every float parameter so that its lazy initialiser runs in place.
-struct Materialise;
-
-impl<B: Backend> ModuleVisitor<B> for Materialise {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        param.val();
     }
 }
 

@@ -29,6 +29,26 @@ impl Batch {
         self.mask.iter().filter(|m| **m > 0.0).count()
     }
 
+    /// The batch cut to the first `seq_len` positions of every row, the context a run trains on
+    /// when it is shorter than the prepared chunks (the CPU presets); the whole batch when
+    /// `seq_len` reaches the rows' length.
+    pub fn cropped(&self, seq_len: usize) -> Batch {
+        let seq = seq_len.min(self.seq_len);
+        fn crop<T: Copy>(values: &[T], row_len: usize, seq: usize) -> Vec<T> {
+            values
+                .chunks(row_len)
+                .flat_map(|row| row[..seq].iter().copied())
+                .collect()
+        }
+        Batch {
+            batch_size: self.batch_size,
+            seq_len: seq,
+            inputs: crop(&self.inputs, self.seq_len, seq),
+            targets: crop(&self.targets, self.seq_len, seq),
+            mask: crop(&self.mask, self.seq_len, seq),
+        }
+    }
+
     fn from_chunks(shard: &PreparedShard, chunks: impl ExactSizeIterator<Item = usize>) -> Self {
         let (batch_size, seq_len) = (chunks.len(), shard.chunk_len() - 1);
         let mut batch = Self {

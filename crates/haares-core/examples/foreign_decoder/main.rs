@@ -110,30 +110,19 @@ fn loss<B: haares_core::HaaresBackend>(
     trace: Option<&mut RoutingTrace<B>>,
 ) -> haares_core::Result<Tensor<B, 1>> {
     let device = decoder.head.weight.device();
-    let rows = batch.batch_size;
-    let column = |values: &[u32]| -> Vec<i64> {
-        values
-            .chunks(batch.seq_len)
-            .flat_map(|row| row[..seq].iter().map(|&id| id as i64))
-            .collect()
-    };
-    let mask: Vec<f32> = batch
-        .mask
-        .chunks(batch.seq_len)
-        .flat_map(|row| row[..seq].to_vec())
-        .collect();
+    let batch = batch.cropped(seq);
+    let tokens = batch.batch_size * batch.seq_len;
+    let ids = |values: &[u32]| -> Vec<i64> { values.iter().map(|&id| id as i64).collect() };
     let inputs = Tensor::<B, 2, Int>::from_data(
-        TensorData::new(column(&batch.inputs), [rows, seq]),
+        TensorData::new(ids(&batch.inputs), [batch.batch_size, batch.seq_len]),
         &device,
     );
-    let targets = Tensor::<B, 2, Int>::from_data(
-        TensorData::new(column(&batch.targets), [rows * seq, 1]),
-        &device,
-    );
-    let mask = Tensor::<B, 1>::from_data(TensorData::new(mask, [rows * seq]), &device);
+    let targets =
+        Tensor::<B, 2, Int>::from_data(TensorData::new(ids(&batch.targets), [tokens, 1]), &device);
+    let mask = Tensor::<B, 1>::from_data(TensorData::new(batch.mask, [tokens]), &device);
     let logits = decoder.forward(inputs, trace)?;
     let vocab = logits.dims()[2];
-    let log_probs = log_softmax(logits.reshape([rows * seq, vocab]), 1);
-    let picked = log_probs.gather(1, targets).reshape([rows * seq]);
+    let log_probs = log_softmax(logits.reshape([tokens, vocab]), 1);
+    let picked = log_probs.gather(1, targets).reshape([tokens]);
     Ok(-(picked * mask.clone()).sum() / mask.sum().clamp_min(1.0))
 }

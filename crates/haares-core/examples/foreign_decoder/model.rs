@@ -16,6 +16,7 @@ use burn::nn::{
 use burn::tensor::{Int, Tensor, backend::Backend};
 use haares_core::{
     HaaresBackend, ResidualMethod, ResidualStream, ResidualStreamConfig, RoutingPath, RoutingTrace,
+    materialise,
 };
 
 /// Residual events per layer: token shift, attention, MLP.
@@ -47,7 +48,8 @@ pub struct ForeignDecoderConfig {
 }
 
 impl ForeignDecoderConfig {
-    /// Builds the decoder, with Burn's default initialisation for its own modules.
+    /// Builds the decoder, with Burn's default initialisation for its own modules, every
+    /// parameter materialised so that clones share it.
     pub fn init<B: Backend>(&self, device: &B::Device) -> haares_core::Result<ForeignDecoder<B>> {
         let d = self.d_model;
         let stream = ResidualStreamConfig::new(d, SUBLAYERS * self.n_layers, self.blocks)
@@ -67,13 +69,16 @@ impl ForeignDecoderConfig {
             down: LinearConfig::new(4 * d, d).init(device),
             gelu: Gelu::new(),
         };
-        Ok(ForeignDecoder {
+        let decoder = ForeignDecoder {
             embed: EmbeddingConfig::new(self.vocab_size, d).init(device),
             layers: (0..self.n_layers).map(|_| layer()).collect(),
             final_norm: LayerNormConfig::new(d).init(device),
             head: LinearConfig::new(d, self.vocab_size).init(device),
             stream,
-        })
+        };
+        // Burn draws lazily, and a clone of an undrawn parameter draws again on its own.
+        materialise(&decoder);
+        Ok(decoder)
     }
 }
 

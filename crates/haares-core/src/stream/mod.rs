@@ -37,6 +37,7 @@ use crate::accumulator::detail_signs;
 use crate::config::RoutingPath;
 use crate::error::HaaresError;
 use crate::limits::{MAX_LAYERS, MAX_WIDTH};
+use crate::materialise::materialise;
 use crate::method::{HaaresOptions, ResidualMethod, layer_scale_init};
 use crate::ops::HaaresBackend;
 use crate::router::{DepthRouter, DepthRouterConfig};
@@ -106,7 +107,8 @@ impl ResidualStreamConfig {
     }
 
     /// Builds the stream: router queries zero, detail biases at their initial value, ReZero gates
-    /// zero, LayerScale at its initial scale. Nothing is drawn from the backend's RNG.
+    /// zero, LayerScale at its initial scale. Nothing is drawn from the backend's RNG, and every
+    /// parameter is materialised, so clones share the values ([`crate::materialise()`]).
     pub fn init<B: Backend>(&self, device: &B::Device) -> crate::Result<ResidualStream<B>> {
         self.validate()?;
         let router = |detail_bias| {
@@ -128,7 +130,7 @@ impl ResidualStreamConfig {
             })),
             _ => None,
         };
-        Ok(ResidualStream {
+        let stream = ResidualStream {
             routers: match routed {
                 true => (0..self.events).map(|_| router(detail_bias)).collect(),
                 false => Vec::new(),
@@ -144,7 +146,9 @@ impl ResidualStreamConfig {
                 None => Vec::new(),
             },
             config: self.clone(),
-        })
+        };
+        materialise(&stream);
+        Ok(stream)
     }
 }
 

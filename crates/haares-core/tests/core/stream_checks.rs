@@ -31,19 +31,7 @@ pub fn foreign_decoder<B: Backend>(
         .init::<B>(&device)
         .expect("a valid foreign decoder");
     perturb(&mut decoder.stream, &mut Rng::new(seed));
-    // Burn initialises parameters lazily, and each clone of a lazy parameter draws its own
-    // values: materialised, a clone of the decoder has the same weights.
-    decoder.visit(&mut Materialise);
     decoder
-}
-
-/// Touches every float parameter so that its lazy initialiser runs in place.
-struct Materialise;
-
-impl<B: Backend> ModuleVisitor<B> for Materialise {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        param.val();
-    }
 }
 
 /// Replaces every parameter of the stream with random values around its initial one.

@@ -1,6 +1,6 @@
 //! Chunking, prepared shards, the preparation cache and the batch iterator.
 
-use haares_data::batching::{BatchIterator, epoch_order, validation_batches};
+use haares_data::batching::{Batch, BatchIterator, epoch_order, validation_batches};
 use haares_data::char_tokenizer::{CharCounter, CharTokenizer, PAD};
 use haares_data::chunking::{CHUNK_LEN, chunk_row};
 use haares_data::prepare::{prepare_chunk_split, prepare_split};
@@ -84,6 +84,26 @@ fn rows_are_never_concatenated_and_masks_exclude_pads() {
     // The cache: a second preparation reuses the file.
     let (_, again) = prepare();
     assert!(again.cached && again.path == report.path);
+}
+
+#[test]
+fn a_cropped_batch_keeps_each_rows_first_positions() {
+    let batch = Batch {
+        batch_size: 2,
+        seq_len: 4,
+        inputs: vec![1, 2, 3, 4, 5, 6, 7, 8],
+        targets: vec![2, 3, 4, 9, 6, 7, 8, 0],
+        mask: vec![1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0],
+    };
+    let two = batch.cropped(2);
+    assert_eq!((two.batch_size, two.seq_len), (2, 2));
+    assert_eq!(two.inputs, [1, 2, 5, 6]);
+    assert_eq!(two.targets, [2, 3, 6, 7]);
+    assert_eq!(two.mask, [1.0; 4]);
+    assert_eq!(batch.cropped(3).real_targets(), 6);
+    // A context at least as long as the rows keeps the whole batch.
+    assert_eq!(batch.cropped(4), batch);
+    assert_eq!(batch.cropped(600), batch);
 }
 
 #[test]

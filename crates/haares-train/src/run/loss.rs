@@ -23,24 +23,14 @@ pub struct DeviceBatch<B: Backend> {
 /// Moves `batch` to `device`, keeping the first `seq_len` positions of every row (the CPU presets
 /// train on shorter contexts than the prepared 512).
 pub fn to_device<B: Backend>(batch: &Batch, seq_len: usize, device: &B::Device) -> DeviceBatch<B> {
-    let seq = seq_len.min(batch.seq_len);
-    let rows = batch.batch_size;
-    let crop = |values: &[u32]| -> Vec<i64> {
-        values
-            .chunks(batch.seq_len)
-            .flat_map(|row| row[..seq].iter().map(|&t| t as i64))
-            .collect()
-    };
-    let mask: Vec<f32> = batch
-        .mask
-        .chunks(batch.seq_len)
-        .flat_map(|row| row[..seq].iter().copied())
-        .collect();
+    let batch = batch.cropped(seq_len);
+    let shape = [batch.batch_size, batch.seq_len];
+    let ids = |values: &[u32]| -> Vec<i64> { values.iter().map(|&id| id as i64).collect() };
     DeviceBatch {
-        inputs: Tensor::from_data(TensorData::new(crop(&batch.inputs), [rows, seq]), device),
-        targets: Tensor::from_data(TensorData::new(crop(&batch.targets), [rows, seq]), device),
-        mask: Tensor::<B, 2>::from_data(TensorData::new(mask, [rows, seq]), device),
-        real_targets: real_target_count(batch, seq_len),
+        inputs: Tensor::from_data(TensorData::new(ids(&batch.inputs), shape), device),
+        targets: Tensor::from_data(TensorData::new(ids(&batch.targets), shape), device),
+        real_targets: batch.real_targets(),
+        mask: Tensor::<B, 2>::from_data(TensorData::new(batch.mask, shape), device),
     }
 }
 
