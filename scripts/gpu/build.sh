@@ -29,6 +29,28 @@ limit=$((64 * 1024 * 1024)) # what the device tool's carry takes, all paths toge
 executables() {
     grep -o '"executable":"[^"]*"' | sed 's/"executable":"\(.*\)"/\1/'
 }
+# Refuses a binary built without a feature it needs, from the features cargo's message for it
+# lists: `require_features MESSAGES haares-bench cuda autotune` checks the artifact whose
+# executable is named haares-bench. Features are named bare (`--features cuda`), never as
+# `<package>/cuda`: for a package with a dev-dependency on itself (decision 27), cargo reads that
+# form as the dev-dependency's feature, which a plain `cargo build` leaves out, and builds without
+# it.
+require_features() {
+    local messages="$1" name="$2" line feature
+    shift 2
+    line="$(grep '"reason":"compiler-artifact"' "$messages" | grep "\"executable\":\"[^\"]*/$name\"" || true)"
+    if [ -z "$line" ]; then
+        echo "error: cargo reported no \`$name\` executable" >&2
+        exit 1
+    fi
+    for feature in "$@"; do
+        if ! printf '%s' "$line" | grep -q "\"features\":\[[^]]*\"$feature\""; then
+            echo "error: cargo built \`$name\` without its \`$feature\` feature, so the bundle" \
+                "could not run the check; cargo's message for it: $line" >&2
+            exit 1
+        fi
+    done
+}
 staging="$(mktemp -d)"
 trap 'rm -rf "$staging"' EXIT
 mkdir -p "$staging/bin"
@@ -51,18 +73,23 @@ pack() {
 # Without the `autotune` feature (docs/benchmarks.md, "Build options for the GPU backends"): on a cold
 # H200 its 48-layer first step took 13 s, the autotuned one compiled for more than 5 minutes.
 echo "building haares-bench and haares-train with --features $feature, without autotuning ..." >&2
-built="$(cargo build --message-format=json-render-diagnostics -p haares-bench -p haares-train \
-    --no-default-features --features "haares-bench/ndarray,haares-bench/flex,haares-bench/$feature,\
-haares-train/ndarray,haares-train/flex,haares-train/$feature" | executables)"
-pack $built
+messages="$staging/cargo.json"
+cargo build --message-format=json-render-diagnostics -p haares-bench -p haares-train \
+    --no-default-features --features "ndarray,flex,$feature" > "$messages"
+for name in haares-bench haares-train; do
+    require_features "$messages" "$name" ndarray flex "$feature"
+done
+pack $(executables < "$messages")
 echo "building the core's portability test with --features $feature,autotune ..." >&2
-built="$(cargo test --no-run --message-format=json-render-diagnostics -p haares-core \
-    --features "$feature,autotune" --test portability | executables)"
-pack $built
+cargo test --no-run --message-format=json-render-diagnostics -p haares-core \
+    --features "$feature,autotune" --test portability > "$messages"
+pack $(executables < "$messages")
 echo "building haares-bench with autotuning ..." >&2
-built="$(cargo build --message-format=json-render-diagnostics -p haares-bench \
-    --features "haares-bench/$feature,haares-bench/autotune" | executables)"
-PACK_SUFFIX=-tuned pack $built
+cargo build --message-format=json-render-diagnostics -p haares-bench \
+    --features "$feature,autotune" > "$messages"
+require_features "$messages" haares-bench "$feature" autotune
+PACK_SUFFIX=-tuned pack $(executables < "$messages")
+rm "$messages"
 for name in haares-bench haares-train portability haares-bench-tuned; do
     if [ ! -f "$staging/bin/$name.gz" ]; then
         echo "error: cargo built no \`$name\` executable" >&2

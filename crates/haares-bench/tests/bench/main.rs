@@ -15,6 +15,7 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 mod analytic;
 mod common;
 mod cost;
+mod feature_flags;
 mod flops;
 mod gpu_check;
 mod gpu_scripts;
