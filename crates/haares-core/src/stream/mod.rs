@@ -37,7 +37,6 @@ use crate::accumulator::detail_signs;
 use crate::config::RoutingPath;
 use crate::error::HaaresError;
 use crate::limits::{MAX_LAYERS, MAX_WIDTH};
-use crate::materialise::materialise;
 use crate::method::{HaaresOptions, ResidualMethod, layer_scale_init};
 use crate::ops::HaaresBackend;
 use crate::router::{DepthRouter, DepthRouterConfig};
@@ -107,8 +106,9 @@ impl ResidualStreamConfig {
     }
 
     /// Builds the stream: router queries zero, detail biases at their initial value, ReZero gates
-    /// zero, LayerScale at its initial scale. Nothing is drawn from the backend's RNG, and every
-    /// parameter is materialised, so clones share the values ([`crate::materialise()`]).
+    /// zero, LayerScale at its initial scale. Nothing is drawn from the backend's RNG, so a clone
+    /// holds the same values whether or not Burn has built the parameters yet; a model around
+    /// the stream materialises its own random ones ([`crate::materialise()`]).
     pub fn init<B: Backend>(&self, device: &B::Device) -> crate::Result<ResidualStream<B>> {
         self.validate()?;
         let router = |detail_bias| {
@@ -130,7 +130,7 @@ impl ResidualStreamConfig {
             })),
             _ => None,
         };
-        let stream = ResidualStream {
+        Ok(ResidualStream {
             routers: match routed {
                 true => (0..self.events).map(|_| router(detail_bias)).collect(),
                 false => Vec::new(),
@@ -146,9 +146,7 @@ impl ResidualStreamConfig {
                 None => Vec::new(),
             },
             config: self.clone(),
-        };
-        materialise(&stream);
-        Ok(stream)
+        })
     }
 }
 

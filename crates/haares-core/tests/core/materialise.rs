@@ -2,10 +2,12 @@
 //! Burn 0.21's lazily initialised parameters, draws its own (docs/deviations.md, "Lazy parameters
 //! and clones").
 
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::nn::LinearConfig;
-use haares_core::{ResidualMethod, RoutingPath, materialise};
+use burn::tensor::Tensor;
+use haares_core::{ResidualMethod, ResidualStreamConfig, RoutingPath, materialise};
 
-use crate::common::{B64, tensor_values};
+use crate::common::{B64, all_methods, tensor_values};
 use crate::foreign_model::ForeignDecoderConfig;
 use crate::stream_checks::tokens;
 
@@ -57,4 +59,37 @@ fn a_clone_of_the_foreign_decoder_gives_the_same_logits() {
             "{method:?}: the clone computes other logits"
         );
     }
+}
+
+/// The stream needs no `materialise` of its own: every parameter it builds (zeros, ones,
+/// constants) exists from `init` on, so no clone can draw anew.
+#[test]
+fn a_fresh_stream_holds_no_lazy_parameter() {
+    struct Lazy(Vec<String>);
+    impl ModuleVisitor<B64> for Lazy {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B64, D>>) {
+            if !param.is_initialized() {
+                self.0.push(format!("{:?}", param.id));
+            }
+        }
+    }
+    for method in all_methods() {
+        let stream = ResidualStreamConfig::new(8, 6, 3)
+            .with_method(method)
+            .init::<B64>(&Default::default())
+            .unwrap();
+        let mut lazy = Lazy(Vec::new());
+        stream.visit(&mut lazy);
+        assert!(
+            lazy.0.is_empty(),
+            "{method:?}: lazy parameters {:?}",
+            lazy.0
+        );
+    }
+    // The check can fail: a fresh Burn `Linear` is lazy.
+    let mut lazy = Lazy(Vec::new());
+    LinearConfig::new(8, 8)
+        .init::<B64>(&Default::default())
+        .visit(&mut lazy);
+    assert!(!lazy.0.is_empty());
 }
