@@ -12,12 +12,11 @@ use burn::prelude::*;
 /// Reads every float parameter of `module` once, so that its lazy initialiser runs in place and
 /// every later clone shares the drawn values.
 ///
-/// [`ModelConfig::init`](crate::ModelConfig::init) and
-/// [`ResidualStreamConfig::init`](crate::ResidualStreamConfig::init) call it before returning;
-/// call it on your own module, the one that holds a [`ResidualStream`](crate::ResidualStream)
-/// beside your sublayers, before cloning it. It costs one draw per parameter, which the first
-/// forward pass would make anyway. Integer and boolean parameters are never lazy in Burn and are
-/// left alone.
+/// [`ModelConfig::init`](crate::ModelConfig::init) calls it before returning;
+/// [`ResidualStreamConfig::init`](crate::ResidualStreamConfig::init) needs it not, since the
+/// stream draws nothing at random. Call it on your own module, the one that holds a
+/// [`ResidualStream`](crate::ResidualStream) beside Burn's lazily initialised sublayers, before
+/// cloning it. It costs one draw per parameter, which the first forward pass would make anyway.
 pub fn materialise<B: Backend, M: Module<B>>(module: &M) {
     module.visit(&mut ReadEveryFloat);
 }
