@@ -91,6 +91,11 @@ impl fmt::Display for DataError {
                 "{}: the disk is full ({source}); free space or choose another --cache-dir or --data-dir, then rerun: nothing half-written is kept or used",
                 path.display()
             ),
+            Self::Io { path, source } if is_file_size_limit(source) => write!(
+                f,
+                "{}: a file size limit stopped the write ({source}): the process may not write files this large (`ulimit -f`, or the job scheduler's limit); raise it, for example `ulimit -f unlimited`, then rerun: nothing half-written is kept or used",
+                path.display()
+            ),
             Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
             Self::Parquet { path, message } => write!(
                 f,
@@ -147,8 +152,14 @@ pub(crate) fn is_out_of_space(error: &std::io::Error) -> bool {
     use std::io::ErrorKind;
     matches!(
         error.kind(),
-        ErrorKind::StorageFull | ErrorKind::QuotaExceeded | ErrorKind::FileTooLarge
+        ErrorKind::StorageFull | ErrorKind::QuotaExceeded
     )
+}
+
+/// Whether `error` is a limit on the size of one file (`EFBIG`: `ulimit -f`), which is not a full
+/// disk: freeing space does not help, raising the limit does.
+pub(crate) fn is_file_size_limit(error: &std::io::Error) -> bool {
+    error.kind() == std::io::ErrorKind::FileTooLarge
 }
 
 /// Shorthand for results in this crate.

@@ -5,21 +5,25 @@
 
 mod check;
 mod failure;
+mod listing;
+mod owned;
 mod progress;
 
 use std::path::{Path, PathBuf};
 
-use glob::{MatchOptions, Pattern};
 use hf_hub::api::sync::{ApiBuilder, ApiError, ApiRepo};
 use hf_hub::{Repo, RepoType};
-use serde::Deserialize;
 
 use crate::error::{DataError, Result};
-use crate::registry::{DatasetSpec, SplitRule};
+use crate::registry::DatasetSpec;
 use check::{Expected, Record};
+use listing::ListingError;
 use progress::Downloads;
 
-/// How many times one run resumes a download whose connection dropped before it fails.
+/// The retries `hf-hub` is given for a download whose connection dropped. Its loop (0.4.3) makes
+/// one more than it is given: the first attempt and `RETRIES + 1` resumptions, 5 attempts in all,
+/// and it returns `TooManyRetries` after the last one even when that one completed the file (the
+/// complete partial file is then checked and used, never fetched again).
 pub const RETRIES: usize = 3;
 
 /// Where and how to download.
@@ -34,26 +38,6 @@ pub struct HubOptions {
     pub progress: bool,
 }
 
-/// The revision listing's part that a download needs (`?blobs=true` adds sizes and hashes).
-#[derive(Debug, Deserialize)]
-struct Listing {
-    sha: String,
-    siblings: Vec<Sibling>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Sibling {
-    rfilename: String,
-    size: Option<u64>,
-    lfs: Option<Lfs>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Lfs {
-    sha256: String,
-    size: u64,
-}
-
 /// One dataset at its pinned revision, and where its files go.
 struct Target<'a> {
     spec: &'a DatasetSpec,
@@ -64,22 +48,6 @@ struct Target<'a> {
     /// The snapshot: `repo_dir/snapshots/<revision>`.
     root: PathBuf,
     endpoint: String,
-}
-
-/// The files of `spec` that its split rule reads, for matching against a repository listing.
-fn wanted_patterns(spec: &DatasetSpec) -> Result<Vec<Pattern>> {
-    let patterns = match &spec.rule {
-        SplitRule::OwnSplits { train, validation } => vec![train.clone(), validation.clone()],
-        SplitRule::RowModulo { pattern, .. } => vec![pattern.clone()],
-    };
-    patterns
-        .iter()
-        .map(|p| {
-            Pattern::new(p).map_err(|e| DataError::Hub {
-                message: format!("dataset `{}`: invalid file pattern `{p}`: {e}", spec.name),
-            })
-        })
-        .collect()
 }
 
 /// The directory a dataset's files are (or would be) downloaded to: the root for
@@ -118,8 +86,10 @@ pub fn is_downloaded(spec: &DatasetSpec, cache_dir: &Path) -> bool {
 /// checked are not fetched again, and once all are, no request is made at all. A download cut
 /// short is resumed, within the run ([`RETRIES`]) and by the next run.
 ///
-/// Files placed by hand under [`snapshot_dir`] are checked like downloaded ones; if the hub
-/// cannot be reached and nothing was ever downloaded there, they are used as they are.
+/// Files placed by hand under [`snapshot_dir`] (or linked there) are checked like downloaded
+/// ones, and never deleted: one that fails the check is refused. If the hub cannot be reached
+/// (no answer at all) and nothing was ever downloaded there, they are used as they are; a hub
+/// that answers with an error (a status, another commit, no matching file) is that error.
 pub fn download(spec: &DatasetSpec, options: &HubOptions) -> Result<PathBuf> {
     let (Some(repo_id), Some(revision), Some(root)) = (
         &spec.repo_id,
@@ -162,9 +132,10 @@ pub fn download(spec: &DatasetSpec, options: &HubOptions) -> Result<PathBuf> {
     ));
     let files = match target.list(&repo) {
         Ok(files) => files,
-        Err(error) => {
+        Err(ListingError::Unreachable(error)) => {
             return target.hand_placed(record.files.is_empty()).ok_or(error);
         }
+        Err(ListingError::Answered(error)) => return Err(error),
     };
     let downloads = Downloads::new(options.progress, &files);
     for (index, file) in files.iter().enumerate() {
@@ -197,61 +168,6 @@ impl Target<'_> {
         }
     }
 
-    /// The files the split rule reads, from the listing at the pinned revision, in the order the
-    /// rule takes them (by file name).
-    fn list(&self, repo: &ApiRepo) -> Result<Vec<Expected>> {
-        let listing: Listing = repo
-            .info_request()
-            .query("blobs", "true")
-            .call()
-            .map_err(|e| self.failure("listing the repository failed", &e))?
-            .into_json()
-            .map_err(|e| self.failure("the repository's listing is not valid JSON", &e))?;
-        if listing.sha != self.revision {
-            return Err(DataError::Hub {
-                message: format!(
-                    "{} resolved revision {} of `{}` (dataset `{}`) to commit {}: the registry pins commits, and this hub does not serve the pinned one",
-                    self.endpoint, self.revision, self.repo_id, self.spec.name, listing.sha
-                ),
-            });
-        }
-        let patterns = wanted_patterns(self.spec)?;
-        let strict = MatchOptions {
-            require_literal_separator: true,
-            ..MatchOptions::new()
-        };
-        let mut files: Vec<Expected> = listing
-            .siblings
-            .into_iter()
-            .filter(|s| {
-                patterns
-                    .iter()
-                    .any(|p| p.matches_with(&s.rfilename, strict))
-            })
-            .map(|s| Expected {
-                size: s.lfs.as_ref().map(|l| l.size).or(s.size),
-                sha256: s.lfs.map(|l| l.sha256),
-                path: s.rfilename,
-            })
-            .collect();
-        files.sort_by(|a, b| {
-            Path::new(&a.path)
-                .file_name()
-                .cmp(&Path::new(&b.path).file_name())
-                .then(a.path.cmp(&b.path))
-        });
-        if let SplitRule::RowModulo { shards, .. } = self.spec.rule {
-            files.truncate(shards);
-        }
-        if files.is_empty() {
-            return Err(self.failure(
-                "finding shards failed",
-                &"no file of the listing matches the dataset's patterns",
-            ));
-        }
-        Ok(files)
-    }
-
     /// The snapshot as it is, when the hub cannot be reached and its files were placed by hand
     /// (`never_downloaded`: no download ever recorded a file there).
     fn hand_placed(&self, never_downloaded: bool) -> Option<PathBuf> {
@@ -265,48 +181,72 @@ impl Target<'_> {
         })
     }
 
-    /// Downloads one file (resuming a partial download) and checks it; a file that fails the
-    /// check is deleted.
+    /// Downloads one file (resuming a partial download, or taking a complete one) and checks it;
+    /// a download that fails the check is deleted. What the user placed is never deleted.
     fn fetch(&self, repo: &ApiRepo, file: &Expected, progress: progress::Shard<'_>) -> Result<()> {
         let path = self.root.join(&file.path);
         if path.exists() || path.is_symlink() {
-            match check::check(&path, file) {
-                Ok(()) => return Ok(()),
-                Err(mismatch) if !path.is_symlink() => {
-                    return Err(DataError::Hub {
-                        message: format!(
-                            "{} was placed by hand and differs from the hub's file at revision {} ({mismatch}); delete it to download the hub's",
-                            path.display(),
-                            self.revision
-                        ),
-                    });
-                }
-                Err(_) => check::remove_download(&path),
+            let Err(mismatch) = check::check(&path, file) else {
+                return Ok(());
+            };
+            // A download of ours that fails the check goes; what the user placed stays.
+            if !owned::remove_download(&path, &self.repo_dir) {
+                return Err(DataError::Hub {
+                    message: format!(
+                        "{} was placed by hand and differs from the hub's file at revision {} ({mismatch}); it is left as it is: replace it by the hub's file, or delete it (a link: the link, not its target) to download the hub's",
+                        path.display(),
+                        self.revision
+                    ),
+                });
             }
         }
+        if let Some(folder) = owned::linked_folder(&path, &self.repo_dir) {
+            return Err(DataError::Hub {
+                message: format!(
+                    "{} is missing, and {} is a link placed by hand: nothing is downloaded into a linked folder. Place the hub's file at revision {} there, or replace the link by a folder to download it",
+                    path.display(),
+                    folder.display(),
+                    self.revision
+                ),
+            });
+        }
+        if self.take_complete_partial(file, &path)? {
+            progress.done();
+            return Ok(());
+        }
         let mut result = repo.download_with_progress(&file.path, progress.clone());
+        if result.is_err() && self.take_complete_partial(file, &path)? {
+            progress.done();
+            return Ok(());
+        }
         if failure::is_stale_partial(&result) {
-            // A partial file longer than the file, or as long as it: start that file again.
+            // A partial file longer than the file, or as long as it and not the file.
             self.remove_partial(file);
             result = repo.download_with_progress(&file.path, progress.clone());
         }
         let pointer = result.map_err(|e| self.explain(file, &e))?;
         if pointer != path {
-            check::remove_download(&pointer);
+            let removed = owned::remove_download(&pointer, &self.repo_dir);
+            let commit = pointer
+                .parent()
+                .and_then(|p| p.strip_prefix(self.repo_dir.join("snapshots")).ok())
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            let kept = if removed {
+                String::new()
+            } else {
+                format!(
+                    "; {} was there before the download and is left as it is",
+                    pointer.display()
+                )
+            };
             return Err(self.failure(
                 &format!("downloading {} failed", file.path),
-                &format!(
-                    "the hub served it from commit {}, not the pinned revision",
-                    pointer
-                        .parent()
-                        .and_then(|p| p.strip_prefix(self.repo_dir.join("snapshots")).ok())
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default()
-                ),
+                &format!("the hub served it from commit {commit}, not the pinned revision{kept}"),
             ));
         }
         if let Err(mismatch) = check::check(&path, file) {
-            check::remove_download(&path);
+            owned::remove_download(&path, &self.repo_dir);
             return Err(DataError::Hub {
                 message: format!(
                     "{} from `{}` at revision {} is not the file the hub lists ({mismatch}); the bad copy was deleted, so rerun to download it again",
@@ -316,6 +256,28 @@ impl Target<'_> {
         }
         progress.done();
         Ok(())
+    }
+
+    /// Takes the partial download of `file` as the file when it is complete and passes the check
+    /// (`hf-hub` returns `TooManyRetries` even when its last attempt completed it, and refuses to
+    /// resume a complete one with 416): renamed to its blob and linked at `path`, as `hf-hub`
+    /// does. A complete partial file that fails the check is deleted; a shorter one is left to
+    /// resume.
+    fn take_complete_partial(&self, file: &Expected, path: &Path) -> Result<bool> {
+        let (Some(partial), Some(size)) = (self.partial(file), file.size) else {
+            return Ok(false);
+        };
+        if std::fs::metadata(&partial).map_or(true, |m| m.len() != size) {
+            return Ok(false);
+        }
+        if check::check(&partial, file).is_err() {
+            let _ = std::fs::remove_file(&partial);
+            return Ok(false);
+        }
+        let blob = partial.with_extension("");
+        std::fs::rename(&partial, &blob).map_err(|e| DataError::io(&partial, e))?;
+        owned::link_blob(&blob, path, &self.repo_dir).map_err(|e| DataError::io(path, e))?;
+        Ok(true)
     }
 
     /// Where `hf-hub` keeps the partial download of `file` (its blob is named by the ETag, which

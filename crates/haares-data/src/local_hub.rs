@@ -1,39 +1,51 @@
 //! A Hugging Face hub on 127.0.0.1, for tests: the `local-hub` feature, which only test builds
 //! turn on (docs/data.md, "Testing downloads").
 //!
-//! It answers the requests `hf-hub`'s client makes the way huggingface.co answers them:
+//! It answers the requests `hf-hub`'s client makes the way huggingface.co answers them, wherever
+//! the client depends on the answer:
 //! - a revision's listing, `GET /api/datasets/<repo>/revision/<revision>`, with each file's size
-//!   and LFS hash (`?blobs=true`);
-//! - a file's resolution, `GET /datasets/<repo>/resolve/<revision>/<path>`: a redirect to the
-//!   content carrying `X-Repo-Commit` and `X-Linked-Etag`, as the hub sends an LFS file to its CDN;
+//!   and LFS hash only when asked with `?blobs=true`, as the hub does;
+//! - a file's resolution, `GET /datasets/<repo>/resolve/<revision>/<path>`: for a file stored with
+//!   Git LFS, a redirect to the content carrying `X-Repo-Commit`, `X-Linked-Etag` and
+//!   `X-Linked-Size`, as the hub sends an LFS file to its CDN; for a file stored in git itself
+//!   ([`LocalHub::publish_in_git`]), the content at once with an `ETag` that is not its SHA-256
+//!   and no linked headers; for a renamed repository ([`LocalHub::rename`]), a redirect with a
+//!   relative `Location` to the new name;
 //! - the content, `Range` requests answered `206 Partial Content` with `Content-Range`.
 //!
-//! A file can fail the way a hub or a network fails ([`Fault`]), and every request is logged
-//! ([`LocalHub::requests`]), so a test can say what was fetched. The HTTP server is `tiny_http`;
-//! a pipe of bytes sits in front of it, because an HTTP server keeps a connection open after a
-//! short answer and only the pipe can cut it, as a dropped network does. Files live in memory:
-//! this serves tests, not data.
+//! The listing, the resolution and the content can each fail the way a hub or a network fails
+//! ([`Fault`], [`LocalHub::fail_listing`]), and every request and every content byte is counted
+//! ([`LocalHub::requests`], [`LocalHub::bytes_served`]), so a test can say what was fetched. The
+//! routes are in `routes.rs`; the HTTP server is `tiny_http`, behind a pipe of bytes
+//! (`pipe.rs`) that can cut a connection as a dropped network does. Files live in memory: this
+//! serves tests, not data.
+
+mod pipe;
+mod routes;
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::{Cursor, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use tiny_http::{Header, Response, Server};
+use tiny_http::Server;
 
 /// How the downloads of one file fail, until [`LocalHub::heal`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
     /// Its resolution answers this HTTP status (404, 500, …).
     Status(u16),
+    /// Its content request (after the resolution's redirect) answers this HTTP status.
+    ContentStatus(u16),
     /// Every connection that carries its content drops after this many bytes of it.
     Cut(usize),
     /// Its content stops after this many bytes and the connection waits, until the hub is
     /// healed or 60 s pass: a download in flight when its process is killed.
     Hold(usize),
+    /// Its resolution says it is served from this commit (`X-Repo-Commit`), not the one asked
+    /// for: a hub whose listing and resolution disagree.
+    ServedFrom(String),
     /// It is served as if it had this many bytes (cut short or padded with zeros), while the
     /// listing keeps its true size and hash.
     Size(usize),
@@ -56,6 +68,15 @@ struct HubFile {
     sha256: String,
     /// The ETag the resolution sends; it names the client's cached blob.
     etag: String,
+    /// Stored with Git LFS (served through a redirect), or in git itself (served at once).
+    lfs: bool,
+}
+
+/// The listing's answer while [`LocalHub::fail_listing`] holds: this status, so many more times.
+#[derive(Debug, Clone, Copy)]
+struct ListingFault {
+    status: u16,
+    remaining: usize,
 }
 
 #[derive(Default)]
@@ -64,8 +85,12 @@ struct State {
     revisions: BTreeMap<(String, String), BTreeMap<String, HubFile>>,
     /// `(repository, name)` → commit, for revisions asked for by a branch name.
     aliases: BTreeMap<(String, String), String>,
+    /// Old repository name → new one.
+    renamed: BTreeMap<String, String>,
     faults: BTreeMap<String, Fault>,
+    listing_fault: Option<ListingFault>,
     requests: Vec<Logged>,
+    bytes_served: u64,
 }
 
 /// The hub: started by [`LocalHub::start`], stopped when dropped.
@@ -109,14 +134,20 @@ impl LocalHub {
                     let (state, stop, cuts) = (state.clone(), stop.clone(), cuts.clone());
                     let endpoint = endpoint.clone();
                     std::thread::spawn(move || {
-                        answer(request, &endpoint, &state, &stop, &cuts);
+                        let shared = routes::Shared {
+                            endpoint: &endpoint,
+                            state: &state,
+                            stop: &stop,
+                            cuts: &cuts,
+                        };
+                        routes::answer(request, &shared);
                     });
                 }
             });
         }
         {
             let stop = stop.clone();
-            std::thread::spawn(move || pipe(listener, upstream, cuts, &stop));
+            std::thread::spawn(move || pipe::pipe(listener, upstream, cuts, &stop));
         }
         Ok(Self {
             endpoint,
@@ -135,21 +166,20 @@ impl LocalHub {
         lock(&self.state)
     }
 
-    /// Publishes a revision of dataset repository `repo` at `commit`, holding `files`.
+    /// Publishes a revision of dataset repository `repo` at `commit`, holding `files`, each
+    /// stored with Git LFS (as the hub stores every Parquet file).
     pub fn publish(&self, repo: &str, commit: &str, files: Vec<(String, Vec<u8>)>) {
         let files = files
             .into_iter()
             .map(|(path, bytes)| {
                 let sha256 = sha256_hex(&bytes);
-                let etag = sha256.clone();
-                (
-                    path,
-                    HubFile {
-                        bytes,
-                        sha256,
-                        etag,
-                    },
-                )
+                let file = HubFile {
+                    etag: sha256.clone(),
+                    bytes,
+                    sha256,
+                    lfs: true,
+                };
+                (path, file)
             })
             .collect();
         self.state()
@@ -157,11 +187,39 @@ impl LocalHub {
             .insert((repo.into(), commit.into()), files);
     }
 
+    /// Adds to a published revision a file stored in git itself, not with LFS: the listing gives
+    /// its size and no hash, and its resolution answers with its content and an `ETag` of its own
+    /// (the hub's is the git object id), which is not its SHA-256.
+    ///
+    /// # Panics
+    /// If the revision was not published (a mistake in the test).
+    pub fn publish_in_git(&self, repo: &str, commit: &str, path: &str, bytes: Vec<u8>) {
+        let etag = sha256_hex(&[b"blob ".as_slice(), &bytes].concat())[..40].to_string();
+        let file = HubFile {
+            sha256: sha256_hex(&bytes),
+            etag,
+            bytes,
+            lfs: false,
+        };
+        self.state()
+            .revisions
+            .get_mut(&(repo.to_string(), commit.to_string()))
+            .expect("the test adds to a published revision")
+            .insert(path.into(), file);
+    }
+
     /// Points the branch `name` of `repo` (such as `main`) at `commit`.
     pub fn alias(&self, repo: &str, name: &str, commit: &str) {
         self.state()
             .aliases
             .insert((repo.into(), name.into()), commit.into());
+    }
+
+    /// Renames repository `old` to `new` (published under `new`): a file's resolution under the
+    /// old name answers `307` with a relative `Location` under the new one, and the listing under
+    /// the old name is served as the new one's, as the hub follows a renamed repository.
+    pub fn rename(&self, old: &str, new: &str) {
+        self.state().renamed.insert(old.into(), new.into());
     }
 
     /// Changes one file of a published revision, as a hub whose file changed under a commit:
@@ -186,9 +244,20 @@ impl LocalHub {
         self.state().faults.insert(path.into(), fault);
     }
 
+    /// Makes every revision listing answer HTTP `status`, for the next `times` listings
+    /// (`usize::MAX`: until [`LocalHub::heal`]).
+    pub fn fail_listing(&self, status: u16, times: usize) {
+        self.state().listing_fault = Some(ListingFault {
+            status,
+            remaining: times,
+        });
+    }
+
     /// Clears every fault and lets a held connection go on.
     pub fn heal(&self) {
-        self.state().faults.clear();
+        let mut state = self.state();
+        state.faults.clear();
+        state.listing_fault = None;
     }
 
     /// The requests received so far, in order.
@@ -196,9 +265,18 @@ impl LocalHub {
         self.state().requests.clone()
     }
 
-    /// Forgets the requests received so far.
+    /// Forgets the requests received so far and the bytes served.
     pub fn clear_requests(&self) {
-        self.state().requests.clear();
+        let mut state = self.state();
+        state.requests.clear();
+        state.bytes_served = 0;
+    }
+
+    /// The bytes of file content the hub sent since it started (or since
+    /// [`LocalHub::clear_requests`]): every response body of a content request, one-byte probes
+    /// included, as far as it was handed to the connection.
+    pub fn bytes_served(&self) -> u64 {
+        self.state().bytes_served
     }
 }
 
@@ -214,314 +292,4 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn header(name: &str, value: &str) -> Header {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("ASCII header")
-}
-
-fn status(code: u16, message: &str) -> Response<Cursor<Vec<u8>>> {
-    Response::from_string(format!("{{\"error\":\"{message}\"}}"))
-        .with_status_code(code)
-        .with_header(header("Content-Type", "application/json"))
-}
-
-/// The repository and the rest of a path below `/datasets/` or `/api/datasets/`, split at
-/// `separator` (repository ids hold a slash, so the separator is what delimits them).
-fn split_at<'a>(rest: &'a str, separator: &str) -> Option<(&'a str, &'a str)> {
-    let at = rest.find(separator)?;
-    Some((&rest[..at], &rest[at + separator.len()..]))
-}
-
-/// The byte range `start..end` a `Range: bytes=a-b` header asks of `size` bytes.
-fn requested_range(range: Option<&str>, size: usize) -> Option<(usize, usize)> {
-    let Some(range) = range else {
-        return Some((0, size));
-    };
-    let (start, end) = range.strip_prefix("bytes=")?.split_once('-')?;
-    let start: usize = start.parse().ok()?;
-    let end = match end {
-        "" => size,
-        end => end.parse::<usize>().ok()?.saturating_add(1).min(size),
-    };
-    (start < end).then_some((start, end))
-}
-
-fn answer(
-    request: tiny_http::Request,
-    endpoint: &str,
-    state: &Mutex<State>,
-    stop: &AtomicBool,
-    cuts: &Mutex<HashSet<SocketAddr>>,
-) {
-    let url = request.url().to_string();
-    let range = request
-        .headers()
-        .iter()
-        .find(|h| h.field.equiv("Range"))
-        .map(|h| h.value.as_str().to_string());
-    lock(state).requests.push(Logged {
-        url: url.clone(),
-        range: range.clone(),
-    });
-    let path = url
-        .split('?')
-        .next()
-        .unwrap_or_default()
-        .replace("%2F", "/");
-    let peer = request.remote_addr().copied();
-    let response = if let Some(rest) = path.strip_prefix("/api/datasets/") {
-        listing(rest, state)
-    } else if let Some(rest) = path.strip_prefix("/datasets/") {
-        resolution(rest, endpoint, state)
-    } else if let Some(rest) = path.strip_prefix("/cdn/") {
-        return content(request, rest, range.as_deref(), state, stop, cuts, peer);
-    } else {
-        status(404, "no such route")
-    };
-    let _ = request.respond(response);
-}
-
-/// The commit a revision (a commit or a branch name) of `repo` stands for.
-fn commit_of(state: &State, repo: &str, revision: &str) -> Option<String> {
-    let key = (repo.to_string(), revision.to_string());
-    if state.revisions.contains_key(&key) {
-        return Some(revision.to_string());
-    }
-    state.aliases.get(&key).cloned()
-}
-
-fn listing(rest: &str, state: &Mutex<State>) -> Response<Cursor<Vec<u8>>> {
-    let state = lock(state);
-    let Some((repo, revision)) = split_at(rest, "/revision/") else {
-        return status(404, "Repository not found");
-    };
-    let Some(commit) = commit_of(&state, repo, revision) else {
-        return status(404, "Invalid rev id");
-    };
-    let files = &state.revisions[&(repo.to_string(), commit.clone())];
-    let siblings: Vec<serde_json::Value> = files
-        .iter()
-        .map(|(path, file)| {
-            serde_json::json!({
-                "rfilename": path,
-                "size": file.bytes.len(),
-                "lfs": {"sha256": file.sha256, "size": file.bytes.len(), "pointerSize": 134},
-            })
-        })
-        .collect();
-    let body = serde_json::json!({"id": repo, "sha": commit, "siblings": siblings});
-    Response::from_string(body.to_string()).with_header(header("Content-Type", "application/json"))
-}
-
-fn resolution(rest: &str, endpoint: &str, state: &Mutex<State>) -> Response<Cursor<Vec<u8>>> {
-    let state = lock(state);
-    let Some((repo, rest)) = split_at(rest, "/resolve/") else {
-        return status(404, "Repository not found");
-    };
-    let Some((revision, file_path)) = rest.split_once('/') else {
-        return status(404, "Entry not found");
-    };
-    if let Some(Fault::Status(code)) = state.faults.get(file_path) {
-        return status(*code, "injected by the test");
-    }
-    let Some(commit) = commit_of(&state, repo, revision) else {
-        return status(404, "Invalid rev id");
-    };
-    let Some(file) = state.revisions[&(repo.to_string(), commit.clone())].get(file_path) else {
-        return status(404, "Entry not found");
-    };
-    Response::from_string("")
-        .with_status_code(302)
-        .with_header(header(
-            "Location",
-            &format!("{endpoint}/cdn/{repo}/{commit}/{file_path}"),
-        ))
-        .with_header(header("X-Repo-Commit", &commit))
-        .with_header(header("X-Linked-Etag", &format!("\"{}\"", file.etag)))
-        .with_header(header("X-Linked-Size", &file.bytes.len().to_string()))
-}
-
-/// Bytes that stop after `ready` and wait until the fault is healed (or 60 s pass).
-struct Held<'a> {
-    bytes: Cursor<Vec<u8>>,
-    state: &'a Mutex<State>,
-    stop: &'a AtomicBool,
-    file_path: String,
-}
-
-impl Read for Held<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let read = self.bytes.read(buf)?;
-        if read > 0 {
-            return Ok(read);
-        }
-        let start = Instant::now();
-        while matches!(
-            lock(self.state).faults.get(&self.file_path),
-            Some(Fault::Hold(_))
-        ) && !self.stop.load(Ordering::Relaxed)
-            && start.elapsed() < Duration::from_secs(60)
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Err(std::io::Error::other("held connection released"))
-    }
-}
-
-fn content(
-    request: tiny_http::Request,
-    rest: &str,
-    range: Option<&str>,
-    state: &Mutex<State>,
-    stop: &AtomicBool,
-    cuts: &Mutex<HashSet<SocketAddr>>,
-    peer: Option<SocketAddr>,
-) {
-    let found = {
-        let state = lock(state);
-        state.revisions.iter().find_map(|((repo, commit), files)| {
-            let file_path = rest.strip_prefix(&format!("{repo}/{commit}/"))?;
-            let file = files.get(file_path)?;
-            Some((
-                file_path.to_string(),
-                file.bytes.clone(),
-                state.faults.get(file_path).cloned(),
-            ))
-        })
-    };
-    let Some((file_path, mut bytes, fault)) = found else {
-        let _ = request.respond(status(404, "no such blob"));
-        return;
-    };
-    if let Some(Fault::Size(size)) = fault {
-        bytes.resize(size, 0);
-    }
-    let size = bytes.len();
-    let Some((start, end)) = requested_range(range, size) else {
-        let response = status(416, "Range Not Satisfiable")
-            .with_header(header("Content-Range", &format!("bytes */{size}")));
-        let _ = request.respond(response);
-        return;
-    };
-    let probe = end - start == 1 && start == 0;
-    let body = bytes[start..end].to_vec();
-    let headers = vec![
-        header(
-            "Content-Range",
-            &format!("bytes {start}-{}/{size}", end - 1),
-        ),
-        header("Accept-Ranges", "bytes"),
-    ];
-    let code = if range.is_some() { 206 } else { 200 };
-    let length = body.len();
-    // Identity encoding with a Content-Length, so that a body cut short is seen as cut.
-    let respond = |reader: Box<dyn Read + Send>, request: tiny_http::Request| {
-        let response = Response::new(code.into(), headers.clone(), reader, Some(length), None)
-            .with_chunked_threshold(usize::MAX);
-        let _ = request.respond(response);
-    };
-    match fault {
-        Some(Fault::Cut(after)) if !probe => {
-            let sent = body[..after.min(length)].to_vec();
-            respond(Box::new(Cursor::new(sent)), request);
-            if let Some(peer) = peer {
-                cuts.lock().unwrap_or_else(|p| p.into_inner()).insert(peer);
-            }
-        }
-        Some(Fault::Hold(after)) if !probe => {
-            let held = Held {
-                bytes: Cursor::new(body[..after.min(length)].to_vec()),
-                state,
-                stop,
-                file_path,
-            };
-            // `respond` needs a reader that lives as long as the thread: run it here.
-            let response = Response::new(code.into(), headers, held, Some(length), None)
-                .with_chunked_threshold(usize::MAX);
-            let _ = request.respond(response);
-            if let Some(peer) = peer {
-                cuts.lock().unwrap_or_else(|p| p.into_inner()).insert(peer);
-            }
-        }
-        _ => respond(Box::new(Cursor::new(body)), request),
-    }
-}
-
-/// Forwards every connection on `listener` to `upstream`, byte for byte, and cuts a connection
-/// once the server marked it in `cuts` and it has nothing more in flight.
-fn pipe(
-    listener: TcpListener,
-    upstream: SocketAddr,
-    cuts: Arc<Mutex<HashSet<SocketAddr>>>,
-    stop: &AtomicBool,
-) {
-    if listener.set_nonblocking(true).is_err() {
-        return;
-    }
-    while !stop.load(Ordering::Relaxed) {
-        let client = match listener.accept() {
-            Ok((client, _)) => client,
-            Err(_) => {
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            }
-        };
-        if client.set_nonblocking(false).is_err() {
-            continue;
-        }
-        let Ok(server) = TcpStream::connect(upstream) else {
-            continue;
-        };
-        let Ok(marker) = server.local_addr() else {
-            continue;
-        };
-        let (Ok(mut client_in), Ok(mut server_out)) = (client.try_clone(), server.try_clone())
-        else {
-            continue;
-        };
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut client_in, &mut server_out);
-            let _ = server_out.shutdown(Shutdown::Write);
-        });
-        let cuts = cuts.clone();
-        std::thread::spawn(move || forward(server, client, marker, &cuts));
-    }
-}
-
-fn forward(
-    mut server: TcpStream,
-    mut client: TcpStream,
-    marker: SocketAddr,
-    cuts: &Mutex<HashSet<SocketAddr>>,
-) {
-    let _ = server.set_read_timeout(Some(Duration::from_millis(50)));
-    let mut buf = vec![0; 64 * 1024];
-    loop {
-        match server.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                if client.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                if cuts
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&marker)
-                {
-                    break;
-                }
-            }
-            Err(_) => break,
-        }
-    }
-    let _ = client.shutdown(Shutdown::Both);
-    let _ = server.shutdown(Shutdown::Both);
 }

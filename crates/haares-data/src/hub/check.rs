@@ -119,15 +119,3 @@ fn sha256_of(path: &Path) -> std::io::Result<String> {
         .map(|b| format!("{b:02x}"))
         .collect())
 }
-
-/// Deletes a file `hf-hub` downloaded: the snapshot's link and the blob it points to, so that
-/// the next download fetches it again.
-pub(super) fn remove_download(link: &Path) {
-    if let Ok(target) = std::fs::read_link(link) {
-        let blob = link
-            .parent()
-            .map_or(target.clone(), |dir| dir.join(&target));
-        let _ = std::fs::remove_file(blob);
-    }
-    let _ = std::fs::remove_file(link);
-}

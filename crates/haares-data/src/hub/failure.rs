@@ -6,7 +6,7 @@ use hf_hub::api::sync::ApiError;
 
 use super::Target;
 use super::check::Expected;
-use crate::error::is_out_of_space;
+use crate::error::{is_file_size_limit, is_out_of_space};
 
 /// Whether `hf-hub` refused to resume because the partial file is not a prefix of the file: it
 /// is longer than the file (`InvalidResume`), or as long as it, so no byte is left to ask for
@@ -67,6 +67,11 @@ pub(super) fn explain(
             "the disk holding {} is full while downloading {name} of `{repo}` ({io}); {} bytes are needed for it. Free space (or choose another --data-dir) and rerun: {resume}",
             target.repo_dir.display(),
             file.size.map_or("more".into(), |s| s.to_string()),
+        ),
+        ApiError::IoError(io) if is_file_size_limit(io) => format!(
+            "a file size limit stopped writing {name} of `{repo}` under {} ({io}): the process may not write files of its {} bytes (`ulimit -f`, or the job scheduler's limit). Raise it, for example `ulimit -f unlimited`, and rerun: {resume}",
+            target.repo_dir.display(),
+            file.size.map_or("many".into(), |s| s.to_string()),
         ),
         ApiError::IoError(io) => format!(
             "downloading {name} of `{repo}` at revision {revision} from {endpoint} stopped ({io}): the connection dropped or the file could not be written; rerun, and {resume}"
