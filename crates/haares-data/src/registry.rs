@@ -219,6 +219,19 @@ impl DatasetSpec {
                 modulo,
             } => {
                 let mut all = find_shards(root, pattern)?;
+                if all.len() < *shards {
+                    // Fewer shards than the rule reads is another dataset, not a smaller one:
+                    // its validation rows and its prepared tokens would differ from the rule's.
+                    return Err(DataError::format(
+                        root,
+                        format!(
+                            "{} shards match `{pattern}` here, and dataset `{}` reads the first {shards} by file name: place the missing ones (the hub's files at revision {}) or download them (without --offline)",
+                            all.len(),
+                            self.name,
+                            self.revision.as_deref().unwrap_or("embedded"),
+                        ),
+                    ));
+                }
                 all.truncate(*shards);
                 (all, Some(*modulo))
             }

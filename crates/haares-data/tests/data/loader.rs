@@ -134,6 +134,37 @@ fn openwebtext_rule_counts_rows_globally_over_the_first_shards() {
 }
 
 #[test]
+fn a_rule_that_reads_more_shards_than_are_there_is_refused_with_the_count() {
+    let dir = tempfile::tempdir().unwrap();
+    for shard in 0..2 {
+        write_text_shard(
+            &dir.path().join(format!("plain_text/train-{shard:05}.parquet")),
+            &[Some("a row")],
+        );
+    }
+    let spec = DatasetSpec {
+        name: "owt-fixture".into(),
+        repo_id: Some("owner/name".into()),
+        revision: Some("abc".into()),
+        text_column: "text".into(),
+        rule: SplitRule::RowModulo {
+            pattern: "**/train-*.parquet".into(),
+            shards: 30,
+            modulo: 10,
+        },
+    };
+    for split in [Split::Train, Split::Validation] {
+        let message = spec.split_reader(dir.path(), split).unwrap_err().to_string();
+        assert!(
+            message.contains("2 shards match")
+                && message.contains("the first 30")
+                && message.contains(&dir.path().display().to_string()),
+            "{message}"
+        );
+    }
+}
+
+#[test]
 fn null_and_invalid_utf8_rows_are_skipped_and_counted() {
     let dir = tempfile::tempdir().unwrap();
     let strings = dir.path().join("a/train-00000-of-00002.parquet");
