@@ -101,7 +101,7 @@ impl ModelConfig {
             ));
         }
         if self.method.is_routed() {
-            crate::stream::check_partition(self.events(), self.blocks, "2L")?;
+            crate::limits::check_partition(self.events(), self.blocks, "2L")?;
         }
         for (field, value) in [
             ("norm_epsilon", self.norm_epsilon),

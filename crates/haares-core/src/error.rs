@@ -2,12 +2,23 @@
 
 use std::fmt;
 
-/// Everything that can go wrong when building, running or (de)serialising a model.
+/// Everything that can go wrong when building, running or (de)serialising a model or a residual
+/// stream. New kinds may be added: match with a wildcard arm.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum HaaresError {
     /// A model configuration that cannot describe a valid model.
     InvalidConfig {
         /// The offending field (e.g. `blocks`).
+        field: &'static str,
+        /// What is wrong with it and how to fix it.
+        message: String,
+    },
+    /// A residual stream configuration that cannot describe a valid stream
+    /// ([`crate::stream::ResidualStreamConfig`]), or a stream whose parameters no longer match
+    /// its configuration (one replaced by a parameter of another width).
+    InvalidStream {
+        /// The offending field (e.g. `blocks`, `routers`).
         field: &'static str,
         /// What is wrong with it and how to fix it.
         message: String,
@@ -36,6 +47,10 @@ impl fmt::Display for HaaresError {
             Self::InvalidConfig { field, message } => {
                 write!(f, "invalid model configuration, field `{field}`: {message}")
             }
+            Self::InvalidStream { field, message } => write!(
+                f,
+                "invalid residual stream configuration, field `{field}`: {message}"
+            ),
             Self::InvalidInput(message) => write!(f, "invalid model input: {message}"),
             Self::Checkpoint(message) => write!(f, "checkpoint error: {message}"),
             Self::StreamOrder(message) => write!(f, "residual stream call out of order: {message}"),

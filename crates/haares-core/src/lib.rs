@@ -58,6 +58,7 @@ pub mod accumulator;
 pub mod analysis;
 pub mod attention;
 mod autodiff_node;
+pub mod backend;
 pub mod checkpoint;
 pub mod config;
 #[cfg(all(feature = "cuda", feature = "wgpu"))]
@@ -70,6 +71,8 @@ pub mod materialise;
 pub mod method;
 pub mod mlp;
 pub mod model;
+#[cfg(feature = "ndarray")]
+mod ndarray_host;
 pub mod norm;
 pub mod ops;
 pub mod rms_match;

@@ -1,5 +1,6 @@
 //! Upper bounds on a model's sizes, checked by
-//! [`ModelConfig::validate`](crate::ModelConfig::validate) before anything is allocated.
+//! [`ModelConfig::validate`](crate::ModelConfig::validate) before anything is allocated, and the
+//! check that the blocks partition the residual events, which the stream's validation shares.
 //!
 //! A model file carries its config as metadata, and a config that lies (a million layers, a
 //! vocabulary of 2^30) would otherwise cost its memory before any check could compare it with the
@@ -33,3 +34,25 @@ pub const MAX_CONTEXT: usize = 1 << 20;
 /// context). The context is the one size a file's tensors do not pin down, so it is this product
 /// that bounds what a lying config can cost beyond the file.
 pub const MAX_ROTARY_TABLE: usize = 1 << 26;
+
+/// Refuses a block count that does not divide the events (docs/decisions.md, decision 12);
+/// `events_name` is how the message writes the event count (`2L`, `T`).
+pub(crate) fn check_partition(
+    events: usize,
+    blocks: usize,
+    events_name: &str,
+) -> crate::Result<()> {
+    if events.is_multiple_of(blocks) {
+        return Ok(());
+    }
+    let divisors: Vec<usize> = (1..=events).filter(|n| events.is_multiple_of(*n)).collect();
+    Err(crate::HaaresError::config(
+        "blocks",
+        format!(
+            "N = {blocks} does not divide the {events_name} = {events} residual events; uneven \
+             partitions are refused (docs/decisions.md, decision 12). Valid block counts: \
+             {divisors:?}"
+        ),
+    ))
+}
+

@@ -467,10 +467,11 @@ mod cuda_fusion {
     }
 }
 
+// The public aliases a library user writes (docs/library.md, "The backend bound").
 #[cfg(feature = "wgpu")]
 cube_backend_tests!(
     wgpu,
-    burn::backend::wgpu::CubeBackend<burn::backend::wgpu::WgpuRuntime, f32, i32, u32>,
+    haares_core::backend::Wgpu,
     crate::F32_TOLERANCE,
     (crate::matmul_checks::EVERY_STAGE_DEPTH, 1e-4),
     false,
@@ -482,7 +483,7 @@ cube_backend_tests!(
 #[cfg(feature = "cuda")]
 cube_backend_tests!(
     cuda,
-    burn_cubecl::CubeBackend<burn_cubecl::cubecl::cuda::CudaRuntime, f32, i32, u8>,
+    haares_core::backend::Cuda,
     crate::TF32_TOLERANCE,
     (crate::matmul_checks::TENSOR_CORE_STAGE_DEPTHS, 5e-3),
     true,

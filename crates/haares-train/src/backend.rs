@@ -146,16 +146,6 @@ pub fn autotune_text(autotune: bool) -> &'static str {
     }
 }
 
-/// wgpu as the runners use it: Burn's cube backend without kernel fusion. Burn 0.21's fused
-/// kernels gave wrong logits in the portability tests (docs/deviations.md); unfused, wgpu matches
-/// the f64 reference to f32 rounding.
-#[cfg(feature = "wgpu-backend")]
-pub type WgpuUnfused = burn_cubecl::CubeBackend<cubecl::wgpu::WgpuRuntime, f32, i32, u32>;
-
-/// CUDA as the runners use it: without kernel fusion, like `WgpuUnfused`.
-#[cfg(feature = "cuda-backend")]
-pub type CudaUnfused = burn_cubecl::CubeBackend<cubecl::cuda::CudaRuntime, f32, i32, u8>;
-
 /// A job generic over the backend, run by [`dispatch`].
 pub trait BackendJob {
     /// What the job returns.
@@ -238,19 +228,19 @@ where
     on_cpu_pool(|| job.run::<Autodiff<B>>(Default::default(), kind))
 }
 
-/// Runs `job` on wgpu without fusion ([`WgpuUnfused`]): CubeCL's kernel caches are first set
+/// Runs `job` on wgpu without fusion ([`haares_core::backend::Wgpu`]): CubeCL's kernel caches are first set
 /// to the machine's shared directory ([`crate::kernel_cache`]), unless the process configured
 /// CubeCL already, and the device is started once, so that a missing driver or device is a
 /// [`TrainError::Device`] saying what to install.
 #[cfg(feature = "wgpu-backend")]
 pub fn on_wgpu<J: BackendJob>(job: J) -> Result<J::Output> {
-    on_cube::<WgpuUnfused, J>(job, BackendKind::Wgpu, WGPU_MISSING)
+    on_cube::<haares_core::backend::Wgpu, J>(job, BackendKind::Wgpu, WGPU_MISSING)
 }
 
-/// Runs `job` on CUDA without fusion ([`CudaUnfused`]), started as `on_wgpu` starts wgpu.
+/// Runs `job` on CUDA without fusion ([`haares_core::backend::Cuda`]), started as `on_wgpu` starts wgpu.
 #[cfg(feature = "cuda-backend")]
 pub fn on_cuda<J: BackendJob>(job: J) -> Result<J::Output> {
-    on_cube::<CudaUnfused, J>(job, BackendKind::Cuda, CUDA_MISSING)
+    on_cube::<haares_core::backend::Cuda, J>(job, BackendKind::Cuda, CUDA_MISSING)
 }
 
 /// Runs `job` on Burn's wgpu backend with kernel fusion, started as [`on_wgpu`] starts wgpu.

@@ -60,7 +60,7 @@ fn visit_params<B: Backend>(model: &mut HaaresModel<B>, visitor: &mut impl Param
         let stream = &mut model.stream;
         let events = [(2 * i, "attn"), (2 * i + 1, "mlp")];
         for (event, sublayer) in events {
-            if let Some(router) = stream.routers.get_mut(event) {
+            if let Some(router) = stream.routers_mut().get_mut(event) {
                 let site = format!("{sublayer}_router");
                 visitor.vector(name(&format!("{site}.query")), &mut router.query);
                 visitor.vector(
@@ -72,15 +72,17 @@ fn visit_params<B: Backend>(model: &mut HaaresModel<B>, visitor: &mut impl Param
                 }
             }
         }
-        for (params, kind) in [(&mut stream.gates, "gate"), (&mut stream.scales, "scale")] {
+        let mut per_event = |params: &mut [Param<Tensor<B, 1>>], kind: &str| {
             for (event, sublayer) in events {
                 if let Some(param) = params.get_mut(event) {
                     visitor.vector(name(&format!("{sublayer}_{kind}")), param);
                 }
             }
-        }
+        };
+        per_event(stream.gates_mut(), "gate");
+        per_event(stream.scales_mut(), "scale");
     }
-    if let Some(router) = &mut model.stream.final_router {
+    if let Some(router) = model.stream.final_router_mut() {
         visitor.vector("final_router.query".into(), &mut router.query);
         visitor.vector(
             "final_router.key_norm.weight".into(),

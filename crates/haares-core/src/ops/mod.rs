@@ -37,7 +37,7 @@ macro_rules! uses_the_reference {
     };
     (@ $operation:ident, ndarray) => {
         #[cfg(feature = "ndarray")]
-        impl<E: crate::ops::routing::sums::ndarray::HostFloat> $operation for burn::backend::NdArray<E>
+        impl<E: crate::ndarray_host::NdArrayFloat> $operation for burn::backend::NdArray<E>
         where
             burn::backend::ndarray::NdArrayTensor: From<burn::backend::ndarray::SharedArray<E>>,
         {

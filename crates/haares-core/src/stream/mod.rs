@@ -26,6 +26,7 @@
 //! [`HaaresModel`](crate::HaaresModel) is built on it, two events per layer;
 //! `docs/library.md` shows it around other sublayers.
 
+mod parameters;
 mod sources;
 mod state;
 
@@ -34,13 +35,12 @@ use burn::module::{Module, Param};
 use burn::tensor::{Tensor, backend::Backend};
 
 use crate::accumulator::detail_signs;
-use crate::config::RoutingPath;
 use crate::error::HaaresError;
-use crate::limits::{MAX_LAYERS, MAX_WIDTH};
+use crate::limits::{MAX_LAYERS, MAX_WIDTH, check_partition};
 use crate::method::{HaaresOptions, ResidualMethod, layer_scale_init};
-use crate::ops::HaaresBackend;
+use crate::ops::{HaaresBackend, RoutingPath};
 use crate::router::{DepthRouter, DepthRouterConfig};
-use crate::telemetry::{ReadSite, RoutingTrace};
+use crate::telemetry::RoutingTrace;
 
 pub use state::StreamState;
 
@@ -63,8 +63,9 @@ pub struct ResidualStreamConfig {
     /// How the depth routers are computed; results agree to float rounding. Default: `Auto`.
     #[config(default = "RoutingPath::Auto")]
     pub routing: RoutingPath,
-    /// The depth L whose rule ([`layer_scale_init`]) gives LayerScale's initial scale when the
-    /// method names none. Default: `None`, `events / 2` (two events per layer).
+    /// The depth L (layers, not events) whose rule ([`layer_scale_init`]) gives LayerScale's
+    /// initial scale when the method names none: required then, since a stream does not know how
+    /// many events make a layer. Default: `None` (refused for LayerScale without a scale).
     #[config(default = "None")]
     pub layer_scale_depth: Option<usize>,
 }
@@ -75,9 +76,18 @@ impl ResidualStreamConfig {
         self.events / self.blocks.max(1)
     }
 
-    /// Checks that this configuration describes a valid stream; the error names the field and
-    /// says how to fix it.
+    /// Checks that this configuration describes a valid stream; the error
+    /// ([`HaaresError::InvalidStream`]) names the field and says how to fix it.
     pub fn validate(&self) -> crate::Result<()> {
+        self.validate_fields().map_err(|error| match error {
+            HaaresError::InvalidConfig { field, message } => {
+                HaaresError::InvalidStream { field, message }
+            }
+            other => other,
+        })
+    }
+
+    fn validate_fields(&self) -> crate::Result<()> {
         for (field, value, bound) in [
             ("d_model", self.d_model, MAX_WIDTH),
             ("events", self.events, 2 * MAX_LAYERS),
@@ -102,6 +112,24 @@ impl ResidualStreamConfig {
                 ),
             ));
         }
+        match (self.method, self.layer_scale_depth) {
+            (ResidualMethod::LayerScale { init: None }, None) => {
+                return Err(HaaresError::config(
+                    "layer_scale_depth",
+                    "LayerScale's initial scale follows the model's depth L in layers \
+                     (method::layer_scale_init), which the event count alone does not give: set \
+                     `with_layer_scale_depth(Some(L))`, or name the scale in the method \
+                     (`ResidualMethod::LayerScale { init: Some(..) }`)",
+                ));
+            }
+            (_, Some(0)) => {
+                return Err(HaaresError::config(
+                    "layer_scale_depth",
+                    "must be at least 1 layer when given",
+                ));
+            }
+            _ => {}
+        }
         self.method.validate()
     }
 
@@ -124,10 +152,11 @@ impl ResidualStreamConfig {
                 .collect()
         };
         let routed = self.method.is_routed();
-        let layer_scale = match self.method {
-            ResidualMethod::LayerScale { init } => Some(init.unwrap_or_else(|| {
-                layer_scale_init(self.layer_scale_depth.unwrap_or(self.events / 2))
-            })),
+        let layer_scale = match (self.method, self.layer_scale_depth) {
+            (ResidualMethod::LayerScale { init: Some(init) }, _) => Some(init),
+            (ResidualMethod::LayerScale { init: None }, Some(depth)) => {
+                Some(layer_scale_init(depth))
+            }
             _ => None,
         };
         Ok(ResidualStream {
@@ -150,56 +179,31 @@ impl ResidualStreamConfig {
     }
 }
 
-/// Refuses a block count that does not divide the events (docs/decisions.md, decision 12);
-/// `events_name` is how the message writes the event count (`2L`, `T`).
-pub(crate) fn check_partition(
-    events: usize,
-    blocks: usize,
-    events_name: &str,
-) -> crate::Result<()> {
-    if events.is_multiple_of(blocks) {
-        return Ok(());
-    }
-    let divisors: Vec<usize> = (1..=events).filter(|n| events.is_multiple_of(*n)).collect();
-    Err(HaaresError::config(
-        "blocks",
-        format!(
-            "N = {blocks} does not divide the {events_name} = {events} residual events; uneven \
-             partitions are refused (docs/decisions.md, decision 12). Valid block counts: \
-             {divisors:?}"
-        ),
-    ))
-}
-
 /// The residual method's parameters and its walk over the residual events (eq:sourceset,
 /// eq:update, eq:rmsmatch, eq:routingweights, eq:final for the routed methods).
+///
+/// Its parts are reached through accessors (`parameters.rs`): the parameters can be read and
+/// changed, but not the lists that hold them, the configuration (bar the routing path) or the
+/// detail signs, so that the stream stays in step with the configuration it was built from.
 #[derive(Module, Debug)]
 pub struct ResidualStream<B: Backend> {
     /// The depth router of each read site, in event order (Block AttnRes, HAARES; else empty).
-    pub routers: Vec<DepthRouter<B>>,
+    routers: Vec<DepthRouter<B>>,
     /// The router of the final readout over `{e, C_1 … C_N}` (Block AttnRes, HAARES).
-    pub final_router: Option<DepthRouter<B>>,
+    final_router: Option<DepthRouter<B>>,
     /// ReZero's scalar gate `[1]` of each event, zero-initialised (ReZero; else empty).
-    pub gates: Vec<Param<Tensor<B, 1>>>,
+    gates: Vec<Param<Tensor<B, 1>>>,
     /// LayerScale's per-channel scale `[d]` of each event (LayerScale; else empty).
-    pub scales: Vec<Param<Tensor<B, 1>>>,
+    scales: Vec<Param<Tensor<B, 1>>>,
     /// Detail signs `s_{n,r}`, `[block][position]` (HAARES variants; else empty).
     #[module(skip)]
-    pub signs: Vec<Vec<f64>>,
+    signs: Vec<Vec<f64>>,
     /// The configuration the stream was built from.
     #[module(skip)]
-    pub config: ResidualStreamConfig,
+    config: ResidualStreamConfig,
 }
 
 impl<B: Backend> ResidualStream<B> {
-    /// The router of a read site; `None` for unrouted methods or an event past the last.
-    pub fn router_at(&self, site: ReadSite) -> Option<&DepthRouter<B>> {
-        match site {
-            ReadSite::Event { event } => self.routers.get(event),
-            ReadSite::Final => self.final_router.as_ref(),
-        }
-    }
-
     /// The HAARES options, if the method is a HAARES variant.
     fn haares_options(&self) -> Option<&HaaresOptions> {
         self.config.method.haares_options()
@@ -215,7 +219,8 @@ impl<B: HaaresBackend> ResidualStream<B> {
 
     /// Begins a forward pass from the token embedding `e`; with a `trace`, records the routing
     /// weights of every read site into it (nothing for unrouted methods), the final readout's
-    /// once the pass finishes.
+    /// once the pass finishes. A stream whose parameters no longer match its configuration (one
+    /// replaced by a parameter of another width) is refused with [`HaaresError::InvalidStream`].
     ///
     /// # Shapes
     /// - embedding: `[batch, seq, d]`
@@ -224,6 +229,7 @@ impl<B: HaaresBackend> ResidualStream<B> {
         embedding: Tensor<B, 3>,
         trace: Option<&'a mut RoutingTrace<B>>,
     ) -> crate::Result<StreamState<'a, B>> {
+        self.check_parameters()?;
         StreamState::new(self, embedding, trace)
     }
 }

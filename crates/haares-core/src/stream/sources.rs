@@ -89,10 +89,8 @@ impl<B: HaaresBackend> RoutedSources<B> {
             Some(sign) => self.active.write(rows(output), sign),
             None => self.active.write_cumulative(rows(output)),
         }
-        if completes {
-            let pair = self
-                .active_pair(detail_is_read)
-                .expect("a completed block holds m ≥ 1 writes");
+        // The write above makes the active pair: a completed block always has one.
+        if completes && let Some(pair) = self.active_pair(detail_is_read) {
             self.completed.push(pair);
             self.active = empty_accumulator(self.fused, self.options);
         }

@@ -31,8 +31,8 @@ pub struct StreamState<'a, B: HaaresBackend> {
 
 /// What the pass carries between events.
 enum Flow<B: HaaresBackend> {
-    /// The hidden state `h` of the unrouted methods (`None` only inside a write).
-    Additive(Option<Tensor<B, 3>>),
+    /// The hidden state `h` of the unrouted methods.
+    Additive(Tensor<B, 3>),
     /// The sources of the routed methods.
     Routed(RoutedSources<B>),
 }
@@ -83,7 +83,7 @@ impl<'a, B: HaaresBackend> StreamState<'a, B> {
                 stream.folds_norm(),
                 stream.haares_options().copied(),
             )),
-            false => Flow::Additive(Some(embedding)),
+            false => Flow::Additive(embedding),
         };
         Ok(Self {
             stream,
@@ -125,15 +125,11 @@ impl<'a, B: HaaresBackend> StreamState<'a, B> {
     fn read_through(&mut self, event: usize, norm: Option<&RmsNorm<B>>) -> Result<Tensor<B, 3>> {
         self.check(Call::Read(event))?;
         let input = match &self.flow {
-            Flow::Additive(hidden) => {
-                let hidden = hidden
-                    .as_ref()
-                    .expect("the hidden state is back after each write");
-                normed(hidden.clone(), norm)
-            }
+            Flow::Additive(hidden) => normed(hidden.clone(), norm),
             Flow::Routed(sources) => {
                 let bank = sources.source_set();
-                let read = sources.read(&self.stream.routers[event], &bank, norm);
+                let router = self.stream.routers.get(event).ok_or_else(|| missing("router"))?;
+                let read = sources.read(router, &bank, norm);
                 if let Some(trace) = self.trace.as_deref_mut() {
                     let m = self.stream.config.events_per_block();
                     trace.sites.push(SiteTrace {
@@ -168,15 +164,15 @@ impl<'a, B: HaaresBackend> StreamState<'a, B> {
         let stream = self.stream;
         match &mut self.flow {
             Flow::Additive(hidden) => {
-                let before = hidden
-                    .take()
-                    .expect("the hidden state is back after each write");
-                *hidden = Some(stream.additive_update(event, before, output));
+                // `h + u` takes `h`'s buffer where it is the only handle: move it out first.
+                let placeholder = output.clone();
+                let before = std::mem::replace(hidden, placeholder);
+                *hidden = stream.additive_update(event, before, output);
             }
             Flow::Routed(sources) => {
                 let (blocks, m) = (stream.config.blocks, stream.config.events_per_block());
                 let (block, r) = (event / m, event % m + 1);
-                let sign = stream.signs.get(block).map(|signs| signs[r - 1]);
+                let sign = stream.signs.get(block).and_then(|signs| signs.get(r - 1)).copied();
                 // The last block's detail is never read: the final readout is cumulative-only.
                 sources.write(output, sign, r == m, block + 1 < blocks);
             }
@@ -205,17 +201,14 @@ impl<'a, B: HaaresBackend> StreamState<'a, B> {
     fn finish_through(self, norm: Option<&RmsNorm<B>>) -> Result<Tensor<B, 3>> {
         self.check(Call::Finish)?;
         match self.flow {
-            Flow::Additive(hidden) => {
-                let hidden = hidden.expect("the hidden state is back after each write");
-                Ok(normed(hidden, norm))
-            }
+            Flow::Additive(hidden) => Ok(normed(hidden, norm)),
             Flow::Routed(sources) => {
                 let bank = sources.final_set();
                 let router = self
                     .stream
                     .final_router
                     .as_ref()
-                    .expect("routed methods build a final router");
+                    .ok_or_else(|| missing("final_router"))?;
                 let read = sources.read(router, &bank, norm);
                 if let Some(trace) = self.trace {
                     trace.sites.push(SiteTrace {
@@ -260,6 +253,15 @@ impl<'a, B: HaaresBackend> StreamState<'a, B> {
         Err(HaaresError::StreamOrder(format!(
             "{call} refused: {why}; the stream expects {expected} next"
         )))
+    }
+}
+
+/// A part `start` found in place is gone: it cannot be, since the stream is borrowed for the
+/// pass; an error rather than a panic all the same.
+fn missing(field: &'static str) -> HaaresError {
+    HaaresError::InvalidStream {
+        field,
+        message: "the stream lacks a part its configuration needs".into(),
     }
 }
 

@@ -76,6 +76,7 @@ fn a_fresh_stream_holds_no_lazy_parameter() {
     for method in all_methods() {
         let stream = ResidualStreamConfig::new(8, 6, 3)
             .with_method(method)
+            .with_layer_scale_depth(Some(3))
             .init::<B64>(&Default::default())
             .unwrap();
         let mut lazy = Lazy(Vec::new());

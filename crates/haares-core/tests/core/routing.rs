@@ -234,8 +234,8 @@ fn queries_and_detail_biases_receive_gradients_at_initialisation() {
             .map(|g| g.abs().sum().into_scalar())
             .unwrap_or(0.0)
     };
-    assert_eq!(model.stream.routers.len(), 2 * model.layers.len());
-    for (site, router) in model.stream.routers.iter().enumerate() {
+    assert_eq!(model.stream.routers().len(), 2 * model.layers.len());
+    for (site, router) in model.stream.routers().iter().enumerate() {
         let (query, bias) = (
             norm(&router.query),
             norm(router.detail_bias.as_ref().unwrap()),
@@ -250,5 +250,5 @@ fn queries_and_detail_biases_receive_gradients_at_initialisation() {
             );
         }
     }
-    assert!(norm(&model.stream.final_router.as_ref().unwrap().query) > 0.0);
+    assert!(norm(&model.stream.final_router().unwrap().query) > 0.0);
 }

@@ -9,8 +9,8 @@ use haares_core::accumulator::random_signs;
 use haares_core::layer::Sublayer;
 use haares_core::router::DepthRouter;
 use haares_core::{
-    DetailSource, HaaresError, HaaresModel, ResidualMethod, ResidualStreamConfig, RoutingPath,
-    RoutingTrace,
+    DetailBias, DetailSource, HaaresError, HaaresModel, HaaresOptions, ReadSite, ResidualMethod,
+    ResidualStreamConfig, RoutingPath, RoutingTrace,
 };
 
 use crate::common::{
@@ -83,11 +83,17 @@ fn a_model_assembled_through_the_stream_is_haares_model() {
 }
 
 /// eq:routingweights written out: `z_s = qᵀ (w ⊙ s / √(mean(s²) + ε)) + b_s`, softmax over the
-/// slots, the weighted sum. `slots` are `(value, is_detail)`.
-fn route(router: &DepthRouter<Ad64>, slots: &[(Tensor<Ad64, 3>, bool)]) -> Tensor<Ad64, 3> {
+/// slots, the weighted sum, and the weights. `slots` are `(value, is_detail)`. The router gives
+/// only its parameters (query, key-norm weight, learned bias); ε and a fixed detail bias come
+/// from the configuration, so that the test sees whether they reach the routers.
+fn route(
+    router: &DepthRouter<Ad64>,
+    slots: &[(Tensor<Ad64, 3>, bool)],
+    epsilon: f64,
+    fixed_bias: Option<f64>,
+) -> (Tensor<Ad64, 3>, Tensor<Ad64, 3>) {
     let (query, weight) = (router.query.val(), router.key_norm.weight.val());
-    let epsilon = router.key_norm.epsilon;
-    let bias = |detail: bool| match (detail, &router.detail_bias, router.fixed_detail_bias) {
+    let bias = |detail: bool| match (detail, &router.detail_bias, fixed_bias) {
         (false, _, _) | (true, None, None) => None,
         (true, Some(bias), _) => Some(bias.val().unsqueeze::<3>()),
         (true, None, Some(value)) => Some(Tensor::<Ad64, 3>::full(
@@ -109,19 +115,25 @@ fn route(router: &DepthRouter<Ad64>, slots: &[(Tensor<Ad64, 3>, bool)]) -> Tenso
         })
         .collect();
     let alpha = softmax(Tensor::cat(scores, 2), 2);
-    slots
+    let mixture = slots
         .iter()
         .enumerate()
         .map(|(i, (s, _))| alpha.clone().narrow(2, i, 1) * s.clone())
         .reduce(|a, b| a + b)
-        .unwrap()
+        .expect("the embedding is always a slot");
+    (mixture, alpha)
 }
 
 /// The foreign decoder's forward pass with the residual method written by hand from the paper:
-/// eq:partial and eq:update for the sums, eq:rmsmatch, eq:sourceset for the banks, eq:final.
-fn hand_written(decoder: &ForeignDecoder<Ad64>, tokens: Tensor<Ad64, 2, Int>) -> Tensor<Ad64, 3> {
+/// eq:partial and eq:update for the sums, eq:rmsmatch, eq:sourceset for the banks, eq:final. The
+/// routing weights of each read site go into `weights`, in order.
+fn hand_written(
+    decoder: &ForeignDecoder<Ad64>,
+    tokens: Tensor<Ad64, 2, Int>,
+    weights: &mut Vec<Tensor<Ad64, 3>>,
+) -> Tensor<Ad64, 3> {
     let stream = &decoder.stream;
-    let config = &stream.config;
+    let config = stream.config();
     let embedding = decoder.embed.forward(tokens);
     let sublayer =
         |t: usize, x: Tensor<Ad64, 3>| decoder.layers[t / SUBLAYERS].sublayer(t % SUBLAYERS, x);
@@ -130,7 +142,7 @@ fn hand_written(decoder: &ForeignDecoder<Ad64>, tokens: Tensor<Ad64, 2, Int>) ->
         let mut h = embedding;
         for t in 0..config.events {
             let u = sublayer(t, h.clone());
-            h = match (stream.gates.get(t), stream.scales.get(t)) {
+            h = match (stream.gates().get(t), stream.scales().get(t)) {
                 (Some(g), _) => h + u * g.val().unsqueeze::<3>(),
                 (None, Some(l)) => h + u * l.val().unsqueeze::<3>(),
                 (None, None) => h + u,
@@ -139,6 +151,15 @@ fn hand_written(decoder: &ForeignDecoder<Ad64>, tokens: Tensor<Ad64, 2, Int>) ->
         return head(h);
     }
     let options = config.method.haares_options().copied();
+    let fixed_bias = match options.map(|o| o.detail_bias) {
+        Some(DetailBias::Fixed { value }) => Some(value),
+        _ => None,
+    };
+    let mut route = |router: &DepthRouter<Ad64>, slots: &[(Tensor<Ad64, 3>, bool)]| {
+        let (mixture, alpha) = route(router, slots, config.norm_epsilon, fixed_bias);
+        weights.push(alpha);
+        mixture
+    };
     let (blocks, m) = (config.blocks, config.events / config.blocks);
     let sign = |n: usize, r: usize| match options.map(|o| o.detail) {
         Some(DetailSource::RandomSigns { seed }) => random_signs(seed, blocks, m)[n][r - 1],
@@ -169,7 +190,7 @@ fn hand_written(decoder: &ForeignDecoder<Ad64>, tokens: Tensor<Ad64, 2, Int>) ->
             slots.push((cumulative, false));
             slots.extend(detail.map(|detail| (detail, true)));
         }
-        let u = sublayer(t, route(&stream.routers[t], &slots));
+        let u = sublayer(t, route(&stream.routers()[t], &slots));
         c = c + u.clone();
         d = d + u * sign(n, r);
         if r == m {
@@ -179,14 +200,19 @@ fn hand_written(decoder: &ForeignDecoder<Ad64>, tokens: Tensor<Ad64, 2, Int>) ->
     }
     let mut slots = vec![(embedding, false)];
     slots.extend(completed.into_iter().map(|(c, _)| (c, false)));
-    head(route(stream.final_router.as_ref().unwrap(), &slots))
+    head(route(stream.final_router().expect("a routed method"), &slots))
 }
 
 #[test]
 fn three_events_per_layer_match_a_hand_written_loop_at_odd_block_sizes() {
+    // The paper's methods, and a fixed detail bias other than 0 (the ablation's is 0, at which a
+    // bias that never reached the scores would go unseen).
+    let methods = all_methods()
+        .into_iter()
+        .chain([ResidualMethod::Haares(HaaresOptions::fixed_detail_bias(-1.5))]);
     // m = 3 (3 layers, N = 3), m = 5 (5 layers, N = 3) and m = 1 (3 layers, N = 9).
     for (n_layers, blocks) in [(3, 3), (5, 3), (3, 9)] {
-        for (seed, method) in all_methods().into_iter().enumerate() {
+        for (seed, method) in methods.clone().enumerate() {
             for routing in [RoutingPath::Reference, RoutingPath::Fused] {
                 let decoder =
                     foreign_decoder::<Ad64>(method, n_layers, blocks, routing, seed as u64);
@@ -195,12 +221,59 @@ fn three_events_per_layer_match_a_hand_written_loop_at_odd_block_sizes() {
                     "{}, {n_layers} layers x {SUBLAYERS}, N = {blocks}, {routing:?}",
                     method.name()
                 );
-                let logits = decoder.forward(tokens.clone(), None).unwrap();
-                let expected = values_and_gradients(hand_written(&decoder, tokens), &decoder);
+                let mut trace = RoutingTrace::default();
+                let logits = decoder.forward(tokens.clone(), Some(&mut trace)).unwrap();
+                let mut weights = Vec::new();
+                let expected = hand_written(&decoder, tokens, &mut weights);
+                let expected = values_and_gradients(expected, &decoder);
                 let actual = values_and_gradients(logits, &decoder);
                 assert_same(&actual, &expected, 1e-10, &what);
+                assert_trace_is(&trace, &weights, &what);
             }
         }
+    }
+}
+
+/// Every read site of `trace` holds `weights`, in order, the final readout last.
+fn assert_trace_is(trace: &RoutingTrace<Ad64>, weights: &[Tensor<Ad64, 3>], what: &str) {
+    assert_eq!(trace.sites.len(), weights.len(), "{what}: read sites");
+    for (i, (site, expected)) in trace.sites.iter().zip(weights).enumerate() {
+        let site_name = if i + 1 == weights.len() {
+            ReadSite::Final
+        } else {
+            ReadSite::Event { event: i }
+        };
+        assert_eq!(site.site, site_name, "{what}");
+        crate::common::assert_close_at_scale(
+            &tensor_values(site.weights.clone()),
+            &tensor_values(expected.clone()),
+            1e-12,
+            &format!("{what}: weights at {site_name:?}"),
+        );
+    }
+}
+
+#[test]
+fn the_stream_s_norm_epsilon_reaches_every_router() {
+    // A large ε changes every key: a router left at the default would route otherwise.
+    for routing in [RoutingPath::Reference, RoutingPath::Fused] {
+        let mut decoder = foreign_decoder::<Ad64>(ResidualMethod::haares(), 3, 3, routing, 9);
+        let config = decoder.stream.config().clone().with_norm_epsilon(0.3);
+        decoder.stream = config.init(&Default::default()).unwrap();
+        crate::stream_checks::perturb(&mut decoder.stream, &mut Rng::new(9));
+        let tokens = tokens::<Ad64>(2, 6, 4);
+        let mut trace = RoutingTrace::default();
+        let logits = decoder.forward(tokens.clone(), Some(&mut trace)).unwrap();
+        let mut weights = Vec::new();
+        let expected = hand_written(&decoder, tokens, &mut weights);
+        let what = format!("ε = 0.3, {routing:?}");
+        assert_same(
+            &values_and_gradients(logits, &decoder),
+            &values_and_gradients(expected, &decoder),
+            1e-10,
+            &what,
+        );
+        assert_trace_is(&trace, &weights, &what);
     }
 }
 
@@ -337,10 +410,22 @@ fn bad_shapes_and_configs_are_refused() {
             ResidualStreamConfig::new(4, 4, 2).with_norm_epsilon(0.0),
             "norm_epsilon",
         ),
+        (
+            ResidualStreamConfig::new(4, 6, 3).with_method(ResidualMethod::LayerScale { init: None }),
+            "layer_scale_depth",
+        ),
     ] {
         match config.init::<B64>(&Default::default()) {
-            Err(HaaresError::InvalidConfig { field: f, .. }) => assert_eq!(f, field),
-            other => panic!("{field}: expected a config error, got {other:?}"),
+            Err(error @ HaaresError::InvalidStream { field: f, .. }) => {
+                assert_eq!(f, field);
+                assert!(
+                    error
+                        .to_string()
+                        .starts_with("invalid residual stream configuration, field"),
+                    "{error}"
+                );
+            }
+            other => panic!("{field}: expected a stream config error, got {other:?}"),
         }
     }
     // Unrouted methods take any block count.
@@ -355,18 +440,19 @@ fn the_stream_holds_each_methods_parameters() {
     let count = |method: ResidualMethod| {
         let stream = ResidualStreamConfig::new(4, 6, 3)
             .with_method(method)
+            .with_layer_scale_depth(Some(3))
             .init::<B64>(&Default::default())
             .unwrap();
         let detail_biases = stream
-            .routers
+            .routers()
             .iter()
             .filter(|r| r.detail_bias.is_some())
             .count();
         (
-            stream.routers.len(),
-            stream.final_router.is_some(),
-            stream.gates.len(),
-            stream.scales.len(),
+            stream.routers().len(),
+            stream.final_router().is_some(),
+            stream.gates().len(),
+            stream.scales().len(),
             detail_biases,
         )
     };
@@ -378,4 +464,64 @@ fn the_stream_holds_each_methods_parameters() {
     );
     assert_eq!(count(ResidualMethod::BlockAttnRes), (6, true, 0, 0, 0));
     assert_eq!(count(ResidualMethod::haares()), (6, true, 0, 0, 6));
+}
+
+#[test]
+fn layer_scale_starts_from_the_depth_in_layers_not_events() {
+    // The paper's rule (tab:reprobackbone; docs/decisions.md, decision 4): 0.1 up to 18 layers,
+    // 1e-5 up to 24, 1e-6 beyond. Three events per layer: 12 layers are 36 events, whose half (18) would still say
+    // 0.1, and 24 layers are 72 events, whose half (36) would say 1e-6.
+    for (layers, expected) in [(12, 0.1), (20, 1e-5), (24, 1e-5), (30, 1e-6)] {
+        let stream = ResidualStreamConfig::new(4, 3 * layers, 3)
+            .with_method(ResidualMethod::LayerScale { init: None })
+            .with_layer_scale_depth(Some(layers))
+            .init::<B64>(&Default::default())
+            .unwrap();
+        for scale in stream.scales() {
+            assert_eq!(tensor_values(scale.val()), vec![expected; 4], "L = {layers}");
+        }
+    }
+    // A scale the method names is taken as it is, with or without a depth.
+    let stream = ResidualStreamConfig::new(4, 6, 3)
+        .with_method(ResidualMethod::LayerScale { init: Some(0.25) })
+        .init::<B64>(&Default::default())
+        .unwrap();
+    assert_eq!(tensor_values(stream.scales()[0].val()), vec![0.25; 4]);
+    let error = ResidualStreamConfig::new(4, 6, 3)
+        .with_method(ResidualMethod::LayerScale { init: None })
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("layer_scale_depth") && error.contains("with_layer_scale_depth"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_parameter_of_another_width_is_refused_at_start() {
+    use burn::module::Param;
+    let device = Default::default();
+    let embedding = Tensor::<B64, 3>::zeros([1, 2, 4], &device);
+    let wider = || Param::from_tensor(Tensor::<B64, 1>::zeros([5], &device));
+    let mut routed = ResidualStreamConfig::new(4, 6, 3).init::<B64>(&device).unwrap();
+    routed.routers_mut()[2].query = wider();
+    let mut gated = ResidualStreamConfig::new(4, 6, 3)
+        .with_method(ResidualMethod::ReZero)
+        .init::<B64>(&device)
+        .unwrap();
+    gated.gates_mut()[0] = wider();
+    for (stream, field, says) in [
+        (routed, "routers", "a query of the stream has width 5"),
+        (gated, "gates", "a gate of the stream has width 5, and its configuration needs 1"),
+    ] {
+        match stream.start(embedding.clone(), None) {
+            Err(error @ HaaresError::InvalidStream { field: f, .. }) => {
+                assert_eq!(f, field);
+                assert!(error.to_string().contains(says), "{error}");
+            }
+            Err(other) => panic!("expected a refused stream, got {other:?}"),
+            Ok(_) => panic!("{field}: expected a refused stream, got a pass"),
+        }
+    }
 }

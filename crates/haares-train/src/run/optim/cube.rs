@@ -7,7 +7,7 @@
 //! per training step"). Each element takes the plain path's f32 operations in its order, with
 //! the same f32 constants as `flex.rs`.
 //!
-//! The runners' cube backends (`WgpuUnfused`, `CudaUnfused`) are recognised by their types, as
+//! The runners' cube backends (`haares_core::backend::{Wgpu, Cuda}`) are recognised by their types, as
 //! `flex.rs` recognises Flex: a backend trait would put a bound on every generic user of
 //! [`AdamW`](super::AdamW). Any other backend type takes the plain path.
 
@@ -279,7 +279,7 @@ mod wgpu_tests {
     use super::super::rule::{AdamWSettings, Moments, Pending, UpdateRule, update_plain};
     use crate::run::optim::checks;
 
-    type Wgpu = crate::backend::WgpuUnfused;
+    type Wgpu = haares_core::backend::Wgpu;
 
     /// More elements than one cube holds.
     #[test]

@@ -10,41 +10,18 @@
 //! plain primitives.
 
 use burn::backend::NdArray;
-use burn::backend::ndarray::{FloatNdArrayElement, NdArrayTensor, SharedArray};
+use burn::backend::ndarray::{NdArrayTensor, SharedArray};
 use burn::tensor::{Tensor, TensorPrimitive};
-use ndarray::{Array2, ArrayView1, ArrayView2, Axis, Ix2, LinalgScalar, Zip};
+use ndarray::{Array2, ArrayView1, ArrayView2, Axis, Zip};
 
 use super::{SlotSumsBackend, naive};
-
-/// A float type NdArray stores, with a view of its tensors as 2-D arrays.
-pub trait HostFloat: FloatNdArrayElement + LinalgScalar {
-    /// `tensor` as a 2-D array of `Self`, or `None` when it holds another type or rank.
-    fn view(tensor: &NdArrayTensor) -> Option<ArrayView2<'_, Self>>;
-}
-
-impl HostFloat for f32 {
-    fn view(tensor: &NdArrayTensor) -> Option<ArrayView2<'_, f32>> {
-        match tensor {
-            NdArrayTensor::F32(storage) => storage.view().into_dimensionality::<Ix2>().ok(),
-            _ => None,
-        }
-    }
-}
-
-impl HostFloat for f64 {
-    fn view(tensor: &NdArrayTensor) -> Option<ArrayView2<'_, f64>> {
-        match tensor {
-            NdArrayTensor::F64(storage) => storage.view().into_dimensionality::<Ix2>().ok(),
-            _ => None,
-        }
-    }
-}
+use crate::ndarray_host::NdArrayFloat;
 
 /// The host arrays behind some tensors, kept alive while they are viewed.
 struct Host(Vec<NdArrayTensor>);
 
 impl Host {
-    fn of<E: HostFloat>(tensors: impl IntoIterator<Item = Tensor<NdArray<E>, 2>>) -> Self
+    fn of<E: NdArrayFloat>(tensors: impl IntoIterator<Item = Tensor<NdArray<E>, 2>>) -> Self
     where
         NdArrayTensor: From<SharedArray<E>>,
     {
@@ -58,12 +35,12 @@ impl Host {
 
     /// Every tensor as a 2-D view, or `None` if one is not an `E` matrix (then the plain
     /// primitive runs instead).
-    fn views<E: HostFloat>(&self) -> Option<Vec<ArrayView2<'_, E>>> {
+    fn views<E: NdArrayFloat>(&self) -> Option<Vec<ArrayView2<'_, E>>> {
         self.0.iter().map(E::view).collect()
     }
 }
 
-fn tensor<E: HostFloat>(array: Array2<E>) -> Tensor<NdArray<E>, 2>
+fn tensor<E: NdArrayFloat>(array: Array2<E>) -> Tensor<NdArray<E>, 2>
 where
     NdArrayTensor: From<SharedArray<E>>,
 {
@@ -77,7 +54,7 @@ fn row_for<'a, E>(rows: ArrayView2<'a, E>, token: usize) -> ArrayView1<'a, E> {
     rows.index_axis_move(Axis(0), index)
 }
 
-impl<E: HostFloat> SlotSumsBackend for NdArray<E>
+impl<E: NdArrayFloat> SlotSumsBackend for NdArray<E>
 where
     NdArrayTensor: From<SharedArray<E>>,
 {
