@@ -4,8 +4,9 @@
 //! same initial sublayer weights. Prints the training losses, the validation loss and HAARES's
 //! detail share `p_D` (eq:groupmixture) at the read sites that see a detail slot. docs/library.md walks through it.
 //!
-//! `cargo run -p haares-core --example foreign_decoder -- [steps] [batch] [seq]`
-//! (defaults 40, 8, 64; CI runs it with its defaults).
+//! `cargo run -p haares-core --example foreign_decoder -- [--wgpu] [steps] [batch] [seq]`
+//! (defaults 40, 8, 64, on Flex; CI runs it with its defaults). `--wgpu` trains on
+//! `haares_core::backend::Wgpu` instead (the `wgpu` feature: `--features wgpu`).
 
 mod model;
 
@@ -15,24 +16,39 @@ use burn::backend::{Autodiff, Flex};
 use burn::module::AutodiffModule;
 use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::tensor::activation::log_softmax;
-use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
-use haares_core::{ResidualMethod, RoutingTrace, SlotKind};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+#[cfg(feature = "wgpu")]
+use haares_core::backend::{Wgpu, WgpuDevice};
+use haares_core::{ResidualMethod, RoutingTrace, SlotKind, TrainingBackend};
 use haares_data::batching::{Batch, BatchIterator, validation_batches};
 use haares_data::char_tokenizer::CharTokenizer;
 use haares_data::prepare::prepare_split;
+use haares_data::prepared::PreparedShard;
 use haares_data::{Split, dataset, embedded_corpus_dir};
 use model::{ForeignDecoder, ForeignDecoderConfig};
 
-type Train = Autodiff<Flex>;
+/// What both methods train on, and how long.
+struct Setup {
+    vocab_size: usize,
+    train: PreparedShard,
+    held_out: Batch,
+    steps: usize,
+    batch_size: usize,
+    seq: usize,
+}
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let on_wgpu = args.first().is_some_and(|arg| arg == "--wgpu");
+    if on_wgpu {
+        args.remove(0);
+    }
+    let numbers: Vec<usize> = args
+        .iter()
         .map(|arg| arg.parse())
         .collect::<Result<_, _>>()
-        .map_err(|_| "usage: foreign_decoder [steps] [batch] [seq], all positive integers")?;
-    let arg = |i: usize, default: usize| args.get(i).copied().unwrap_or(default).max(1);
+        .map_err(|_| "usage: foreign_decoder [--wgpu] [steps] [batch] [seq], positive integers")?;
+    let arg = |i: usize, default: usize| numbers.get(i).copied().unwrap_or(default).max(1);
     let (steps, batch_size, seq) = (arg(0, 40), arg(1, 8), arg(2, 64));
 
     let spec = dataset("sotu")?;
@@ -53,37 +69,59 @@ fn main() -> Result<(), Box<dyn Error>> {
         .next()
         .ok_or("the validation split is empty")?;
 
+    let setup = Setup {
+        vocab_size: tokenizer.vocab_size(),
+        train,
+        held_out,
+        steps,
+        batch_size,
+        seq,
+    };
     println!(
         "decoder of Burn's MultiHeadAttention, a GELU MLP and a token shift: d = 64, 3 layers x 3 \
          sublayers = 9 events in N = 3 blocks of m = 3; batch {batch_size} x {seq}, {steps} AdamW steps"
     );
+    if on_wgpu {
+        #[cfg(feature = "wgpu")]
+        return compare::<Autodiff<Wgpu>>(&WgpuDevice::default(), &setup);
+        #[cfg(not(feature = "wgpu"))]
+        return Err("--wgpu needs haares-core's `wgpu` feature (`--features wgpu`)".into());
+    }
+    compare::<Autodiff<Flex>>(&Default::default(), &setup)
+}
+
+/// Trains HAARES and Block AttnRes from the same initial sublayer weights on `B` and prints a
+/// row of the table for each.
+fn compare<B: TrainingBackend>(device: &B::Device, setup: &Setup) -> Result<(), Box<dyn Error>> {
+    let (steps, seq) = (setup.steps, setup.seq);
     println!(
         "| method | step 1 loss | step {steps} loss | validation loss | p_D (mean over sites with a detail slot) |"
     );
     println!("|---|---|---|---|---|");
     for method in [ResidualMethod::haares(), ResidualMethod::BlockAttnRes] {
-        let device = Default::default();
         // The same seed for both methods: the sublayers start from the same weights.
-        Train::seed(&device, 7);
-        let config = ForeignDecoderConfig::new(tokenizer.vocab_size()).with_method(method);
-        let mut decoder: ForeignDecoder<Train> = config.init(&device)?;
+        B::seed(device, 7);
+        let config = ForeignDecoderConfig::new(setup.vocab_size).with_method(method);
+        let mut decoder: ForeignDecoder<B> = config.init(device)?;
         let mut optimizer = AdamWConfig::new().with_weight_decay(0.0).init();
-        let mut batches = BatchIterator::new(&train, batch_size, 0)?;
+        let mut batches = BatchIterator::new(&setup.train, setup.batch_size, 0)?;
         let mut losses = Vec::with_capacity(steps);
         for _ in 0..steps {
             let loss = loss(&decoder, &batches.next_batch(), seq, None)?;
-            losses.push(loss.clone().into_scalar());
+            losses.push(loss.clone().into_scalar().elem::<f32>());
             let grads = GradientsParams::from_grads(loss.backward(), &decoder);
             decoder = optimizer.step(3e-3, decoder, grads);
         }
         let mut trace = RoutingTrace::default();
-        let valid = loss(&decoder.valid(), &held_out, seq, Some(&mut trace))?.into_scalar();
+        let valid: f32 = loss(&decoder.valid(), &setup.held_out, seq, Some(&mut trace))?
+            .into_scalar()
+            .elem();
         // p_D over the sites that see a detail slot (HAARES past each block's first read).
         let shares: Vec<f32> = trace
             .sites
             .iter()
             .filter(|site| site.kinds().contains(&SlotKind::Detail))
-            .map(|site| site.detail_share().mean().into_scalar())
+            .map(|site| site.detail_share().mean().into_scalar().elem())
             .collect();
         let p_detail = match shares.len() {
             0 => "– (no detail slot)".to_string(),

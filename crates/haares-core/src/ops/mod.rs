@@ -22,8 +22,8 @@
 //! Burn backend the crate's features enable (NdArray, Flex, wgpu, CUDA, their autodiff and kernel
 //! fusion) has it. [`TrainingBackend`] adds autodiff over such a backend. Every trait's methods
 //! default to the reference, so a backend with no fast path of an operation implements its trait
-//! with an empty `impl`. docs/architecture.md, "How to add a fused operation", says which files
-//! and tests a new one takes.
+//! with an empty `impl`. docs/architecture.md ("How to add …", "A fused operation") says which
+//! files and tests a new one takes.
 
 use burn::tensor::backend::AutodiffBackend;
 

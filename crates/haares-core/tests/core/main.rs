@@ -15,6 +15,7 @@ mod errors;
 mod foreign_model;
 mod fused;
 mod graph_gate;
+mod library_guide;
 mod materialise;
 mod matmul;
 #[allow(dead_code)] // its stage-depth checks are the cube backends' (`portability.rs`)
