@@ -13,6 +13,7 @@ use toml::{Table, Value};
 use crate::config::RunConfig;
 use crate::error::{Result, TrainError};
 pub mod overrides;
+pub mod paper;
 pub mod placement;
 pub mod sweep;
 
@@ -81,6 +82,23 @@ pub struct Study {
     pub grid: BTreeMap<String, Vec<Value>>,
     /// Presets by name.
     pub presets: BTreeMap<String, Preset>,
+    /// The files of the paper's published values this study compares with ([`paper`]),
+    /// relative to the study file.
+    #[serde(default)]
+    pub paper_values: Vec<String>,
+    /// The folder of the study file, for a study given by its path (`None`: built in).
+    #[serde(skip)]
+    pub source_dir: Option<std::path::PathBuf>,
+}
+
+impl Study {
+    /// The paper's tables this study names, parsed.
+    pub fn paper_tables(&self) -> Result<Vec<paper::PaperTable>> {
+        self.paper_values
+            .iter()
+            .map(|file| paper::load_paper_table(file, self.source_dir.as_deref()))
+            .collect()
+    }
 }
 
 /// Loads a built-in study by name, or a study file when `name` ends in `.toml`.
@@ -89,7 +107,9 @@ pub fn load_study(name: &str) -> Result<Study> {
         let path = Path::new(name);
         let text = std::fs::read_to_string(path).map_err(|e| TrainError::io(path, e))?;
         let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or(name);
-        return parse_study(stem, &text);
+        let mut study = parse_study(stem, &text)?;
+        study.source_dir = Some(path.parent().unwrap_or(Path::new(".")).to_path_buf());
+        return Ok(study);
     }
     let (_, text) = BUILTIN_STUDIES
         .iter()

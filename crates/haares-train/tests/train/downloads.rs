@@ -352,9 +352,9 @@ fn a_file_size_limit_during_download_or_preparation_is_named_and_a_rerun_complet
 #[test]
 fn offline_a_rule_that_reads_more_shards_than_the_snapshot_holds_names_the_count() {
     let dirs = dirs();
-    let snapshot = dirs
-        .data
-        .join("datasets--Skylion007--openwebtext/snapshots/b4325f019c648b1641a1784748667e8b74e5e064");
+    let snapshot = dirs.data.join(
+        "datasets--Skylion007--openwebtext/snapshots/b4325f019c648b1641a1784748667e8b74e5e064",
+    );
     let read = |path: &str| std::fs::read(embedded_corpus_dir().join(path)).unwrap();
     std::fs::create_dir_all(snapshot.join("plain_text")).unwrap();
     for shard in 0..2 {
@@ -365,7 +365,14 @@ fn offline_a_rule_that_reads_more_shards_than_the_snapshot_holds_names_the_count
     command
         .arg("train")
         .args(SMALL_RUN)
-        .args(["--datasets", "openwebtext", "--steps", "2", "--offline", "--quiet"])
+        .args([
+            "--datasets",
+            "openwebtext",
+            "--steps",
+            "2",
+            "--offline",
+            "--quiet",
+        ])
         .arg("--data-dir")
         .arg(&dirs.data)
         .arg("--cache-dir")

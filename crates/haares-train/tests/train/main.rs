@@ -8,6 +8,7 @@ mod inference;
 mod kernel_sources;
 mod learner;
 mod optim;
+mod paper;
 mod parallel;
 mod report;
 mod routing;
