@@ -290,3 +290,26 @@ fn a_malformed_table_is_refused_with_its_name() {
         "{message}"
     );
 }
+
+#[test]
+fn a_study_given_by_its_path_finds_its_tables_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let study = dir.path().join("mine.toml");
+    let (_, text) = BUILTIN_STUDIES.iter().find(|(n, _)| *n == "seeds").unwrap();
+    std::fs::write(&study, text).unwrap();
+    let loaded = load_study(study.to_str().unwrap()).unwrap();
+    // Nothing beside it yet: the error names the file it looked for.
+    let message = loaded.paper_tables().unwrap_err().to_string();
+    assert!(message.contains("tab-201m.toml"), "{message}");
+    std::fs::create_dir(dir.path().join("paper")).unwrap();
+    for (name, text) in haares_train::study::paper::BUILTIN_PAPER_TABLES {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let labels: Vec<String> = loaded
+        .paper_tables()
+        .unwrap()
+        .into_iter()
+        .map(|t| t.label)
+        .collect();
+    assert_eq!(labels, ["tab:201m", "tab:pairdiffs"]);
+}
