@@ -157,6 +157,51 @@ fn per_seed_perplexities_are_exp_of_the_loss_to_the_printed_rounding() {
 }
 
 #[test]
+fn a_cell_the_paper_prints_in_several_tables_has_one_value() {
+    // tab:201m's seeds are tab:blockablation's N = 4 rows and tab:basisablation's Block AttnRes
+    // and HAARES rows; tab:201m's 48-layer means are tab:depthsweep's.
+    let tables = tables();
+    let mut seen: Vec<(String, &PaperCell)> = Vec::new();
+    let mut repeated = 0;
+    for table in &tables {
+        for cell in table.cells.iter().filter(|c| c.loss.is_some()) {
+            let same = |other: &PaperCell| {
+                (
+                    &other.dataset,
+                    other.d_model,
+                    other.layers,
+                    other.blocks,
+                    &other.tokenizer,
+                    &other.method,
+                    other.seed,
+                ) == (
+                    &cell.dataset,
+                    cell.d_model,
+                    cell.layers,
+                    cell.blocks,
+                    &cell.tokenizer,
+                    &cell.method,
+                    cell.seed,
+                )
+            };
+            for (label, other) in seen.iter().filter(|(_, o)| same(o)) {
+                assert_eq!(
+                    (other.loss, other.seed.and(other.perplexity)),
+                    (cell.loss, cell.seed.and(cell.perplexity)),
+                    "{} and {label}",
+                    describe(cell, &table.label)
+                );
+                repeated += 1;
+            }
+            seen.push((table.label.clone(), cell));
+        }
+    }
+    // 12 seed cells and 2 means of tab:201m in tab:blockablation, 6 seed cells and 2 means in
+    // tab:basisablation (and so in both ablations: 8 more), 2 means in tab:depthsweep.
+    assert!(repeated >= 20, "only {repeated} repeated cells compared");
+}
+
+#[test]
 fn the_three_corrected_perplexities_are_marked() {
     let corrected: Vec<(String, Option<u64>)> = tables()
         .iter()
