@@ -57,7 +57,9 @@ pub struct PaperTable {
 }
 
 /// One published value (or the values of one cell: a loss and its perplexity) and its setting.
-#[derive(Debug, Clone, PartialEq)]
+/// A setting field the cell leaves out is the file's (the fields given once at its top).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PaperCell {
     /// The dataset's registry name.
     pub dataset: Option<String>,
@@ -73,6 +75,9 @@ pub struct PaperCell {
     pub method: String,
     /// The model seed; `None` for a mean over seeds.
     pub seed: Option<u64>,
+    /// Marks a mean over seeds in the file, so that a forgotten `seed` is an error, not a mean.
+    #[serde(default)]
+    pub mean: bool,
     /// Best validation loss (for a mean row: the mean over seeds).
     pub loss: Option<f64>,
     /// Perplexity (for a mean row: the mean of the per-seed perplexities, as the paper reports).
@@ -83,49 +88,28 @@ pub struct PaperCell {
     pub delta: Option<f64>,
     /// The paired reduction ℓ_baseline − ℓ_method (positive favours the method).
     pub reduction: Option<f64>,
-    /// The method a reduction is measured from: Block AttnRes unless the cell names another.
+    /// The method a reduction is measured from.
+    #[serde(default = "block_attnres")]
     pub baseline: String,
     /// Whether the perplexity is the paper's own correction of a reported value.
+    #[serde(default)]
     pub corrected: bool,
 }
 
-/// The setting fields a file gives once for all its cells, and a cell may override.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Setting {
-    dataset: Option<String>,
-    d_model: Option<usize>,
-    layers: Option<usize>,
-    blocks: Option<usize>,
-    tokenizer: Option<String>,
+fn block_attnres() -> String {
+    "block-attnres".into()
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTable {
     label: String,
-    #[serde(flatten)]
-    setting: Setting,
-    cells: Vec<RawCell>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawCell {
-    #[serde(flatten)]
-    setting: Setting,
-    method: String,
-    seed: Option<u64>,
-    #[serde(default)]
-    mean: bool,
-    loss: Option<f64>,
-    perplexity: Option<f64>,
-    sd: Option<f64>,
-    delta: Option<f64>,
-    reduction: Option<f64>,
-    baseline: Option<String>,
-    #[serde(default)]
-    corrected: bool,
+    dataset: Option<String>,
+    d_model: Option<usize>,
+    layers: Option<usize>,
+    blocks: Option<usize>,
+    tokenizer: Option<String>,
+    cells: Vec<PaperCell>,
 }
 
 /// Parses one table file; `name` is what errors call it.
@@ -135,37 +119,21 @@ pub fn parse_paper_table(name: &str, text: &str) -> Result<PaperTable> {
             "{name} is not a valid table of the paper's values: {e}"
         ))
     })?;
-    let cells = raw
-        .cells
-        .into_iter()
-        .enumerate()
-        .map(|(i, cell)| {
-            if cell.mean == cell.seed.is_some() {
-                return Err(TrainError::Config(format!(
-                    "{name}: cell {} ({}) must have either a `seed` or `mean = true`",
-                    i + 1,
-                    cell.method
-                )));
-            }
-            let file = &raw.setting;
-            Ok(PaperCell {
-                dataset: cell.setting.dataset.or_else(|| file.dataset.clone()),
-                d_model: cell.setting.d_model.or(file.d_model),
-                layers: cell.setting.layers.or(file.layers),
-                blocks: cell.setting.blocks.or(file.blocks),
-                tokenizer: cell.setting.tokenizer.or_else(|| file.tokenizer.clone()),
-                method: cell.method,
-                seed: cell.seed,
-                loss: cell.loss,
-                perplexity: cell.perplexity,
-                sd: cell.sd,
-                delta: cell.delta,
-                reduction: cell.reduction,
-                baseline: cell.baseline.unwrap_or_else(|| "block-attnres".into()),
-                corrected: cell.corrected,
-            })
-        })
-        .collect::<Result<_>>()?;
+    let mut cells = raw.cells;
+    for (i, cell) in cells.iter_mut().enumerate() {
+        if cell.mean == cell.seed.is_some() {
+            return Err(TrainError::Config(format!(
+                "{name}: cell {} ({}) must have either a `seed` or `mean = true`",
+                i + 1,
+                cell.method
+            )));
+        }
+        cell.dataset = cell.dataset.take().or_else(|| raw.dataset.clone());
+        cell.d_model = cell.d_model.or(raw.d_model);
+        cell.layers = cell.layers.or(raw.layers);
+        cell.blocks = cell.blocks.or(raw.blocks);
+        cell.tokenizer = cell.tokenizer.take().or_else(|| raw.tokenizer.clone());
+    }
     Ok(PaperTable {
         label: raw.label,
         cells,
