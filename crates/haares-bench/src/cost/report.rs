@@ -184,9 +184,10 @@ fn write_other_targets(
         );
     }
     if let Some(standard) = costs.iter().find(|c| c.method == "standard") {
-        // A GPU's peak is its tensor-core GEMM, harder to approach than a CPU's.
+        // A GPU's peak is its tensor-core GEMM, harder to approach than a CPU's: the CUDA-speed
+        // issue asks 30% of the measured GEMM peak there, the CPU-speed issue 60%.
         let target = if matches!(spec.backend.as_str(), "cuda" | "wgpu") {
-            0.4
+            0.3
         } else {
             0.6
         };
