@@ -272,7 +272,15 @@ impl CostArgs {
 
 fn cost(args: CostArgs) -> Result<String, String> {
     let (spec, out) = args.spec();
-    let run = run_cost(&spec, |line| eprintln!("{line}"))?;
+    let run = run_cost(
+        &spec,
+        |line| eprintln!("{line}"),
+        |partial| {
+            write_cost_run(partial, &out)?;
+            eprintln!("wrote {}.md and .json with the families so far", out.display());
+            Ok(())
+        },
+    )?;
     let table = write_cost_run(&run, &out)?;
     eprintln!("wrote {0}.md and {0}.json", out.display());
     Ok(table)

@@ -322,9 +322,22 @@ pub struct CostRun {
     pub launches: Vec<launches::LaunchCount>,
 }
 
+impl CostRun {
+    /// Whether the run stopped before its last family (a file written after an earlier one).
+    pub fn is_partial(&self) -> bool {
+        self.samples.len() < self.spec.families.len()
+    }
+}
+
 /// Runs the protocol: GEMM peak, then every family's methods interleaved over the repeats, then
-/// the GEMM peak again. `log` receives one line per finished measurement.
-pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, String> {
+/// the GEMM peak again. `log` receives one line per finished measurement, and `finished_family`
+/// the run so far after each family but the last (so that a run cut short on a GPU machine's time
+/// limit keeps the families it finished; [`CostRun::is_partial`] says so).
+pub fn run_cost(
+    spec: &CostSpec,
+    mut log: impl FnMut(&str),
+    mut finished_family: impl FnMut(&CostRun) -> Result<(), String>,
+) -> Result<CostRun, String> {
     spec.validate()?;
     let gemm = WorkerTask::Gemm {
         n: spec.gemm_n,
@@ -379,6 +392,16 @@ pub fn run_cost(spec: &CostSpec, mut log: impl FnMut(&str)) -> Result<CostRun, S
             }
         }
         samples.push((family, family_samples));
+        if samples.len() < spec.families.len() {
+            finished_family(&CostRun {
+                spec: spec.clone(),
+                gemm_flops_per_s: gemm_rates.clone(),
+                samples: samples.clone(),
+                training_flops: training_flops.clone(),
+                peer: peer.as_ref().map(peer::PeerSession::snapshot),
+                launches: launch_counts.clone(),
+            })?;
+        }
     }
     gemm_rates.push(gemm_of(run_worker(&spec.backend, &gemm)?)?);
     if let Some(peer) = &mut peer {

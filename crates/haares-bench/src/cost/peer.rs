@@ -354,6 +354,11 @@ impl PeerSession {
             .count()
     }
 
+    /// The peer's measurements so far.
+    pub fn snapshot(&self) -> PeerRun {
+        self.run.clone()
+    }
+
     /// What the peer measured.
     pub fn finish(self) -> PeerRun {
         self.run

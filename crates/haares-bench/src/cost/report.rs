@@ -49,7 +49,17 @@ fn cell(value: Option<f64>) -> String {
 
 /// The markdown report: the protocol, one row per family × method, and the issue's targets.
 pub fn cost_table(run: &CostRun) -> String {
-    let mut out = protocol_paragraph(run);
+    let mut out = String::new();
+    if run.is_partial() {
+        let _ = writeln!(
+            out,
+            "**Partial:** written after {} of the {} families asked for; the run did not finish \
+             (the families still to come are missing, and the GEMM peak was measured once).\n",
+            run.samples.len(),
+            run.spec.families.len()
+        );
+    }
+    out.push_str(&protocol_paragraph(run));
     let summaries = summarise(run);
     for (family, costs) in &summaries {
         for c in costs {

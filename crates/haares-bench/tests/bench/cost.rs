@@ -209,3 +209,72 @@ fn paired_refuses_other_than_two_methods_with_a_message() {
     assert!(!ok);
     assert!(stderr.contains("fewer than 6 pairs"), "{stderr}");
 }
+
+/// A run cut short after its first family (as a GPU machine's time limit cuts one) leaves that
+/// family's table and JSON, marked partial; the finished run replaces them with the whole one.
+#[test]
+fn a_cost_run_cut_short_keeps_the_families_it_finished() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("cost");
+    let mut args = vec!["cost"];
+    args.extend(tiny_model());
+    args.extend([
+        "--family",
+        "small,medium",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--repeats",
+        "1",
+        "--gemm-size",
+        "64",
+        "--methods",
+        "standard",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_haares-bench"))
+        .args(&args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("with the families so far") {
+            child.kill().unwrap();
+            break;
+        }
+    }
+    child.wait().unwrap();
+    assert!(seen.contains("with the families so far"), "{seen}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
+            .unwrap();
+    let families: Vec<&str> = json["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f[0].as_str().unwrap())
+        .collect();
+    assert_eq!(families, ["Small"]);
+    let table = std::fs::read_to_string(out.with_extension("md")).unwrap();
+    assert!(
+        table.starts_with("**Partial:** written after 1 of the 2 families"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| Small | 128 | Standard Residual |") && !table.contains("| Medium |"),
+        "{table}"
+    );
+
+    let (ok, _, stderr) = bench(&args);
+    assert!(ok, "{stderr}");
+    let table = std::fs::read_to_string(out.with_extension("md")).unwrap();
+    assert!(!table.contains("Partial"), "{table}");
+    assert!(table.contains("| Medium | 512 | Standard Residual |"), "{table}");
+}
