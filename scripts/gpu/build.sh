@@ -97,6 +97,15 @@ for name in haares-bench haares-train portability haares-bench-tuned; do
     fi
 done
 
+# The PyTorch peer's safetensors, for a GPU machine whose Python lacks it (peer-python.sh).
+peer_python="null"
+if bash scripts/gpu/peer-python.sh "$staging"; then
+    peer_python='"safetensors 0.5.3 (python/)"'
+else
+    echo "warning: could not fetch safetensors for the PyTorch peer; the cost stage compares" \
+        "with PyTorch only where the GPU machine's Python has safetensors" >&2
+fi
+
 seed="null"
 if [ -n "${HAARES_GPU_SEED:-}" ]; then
     parts=()
@@ -129,6 +138,9 @@ done
 if [ -f "$staging/kernel-cache.tar.gz" ]; then
     total=$((total + $(stat -c %s "$staging/kernel-cache.tar.gz")))
 fi
+if [ -d "$staging/python" ]; then
+    total=$((total + $(du -sb "$staging/python" | cut -f1)))
+fi
 if [ "$total" -gt "$limit" ]; then
     echo "error: the bundle is $total bytes, over the 64 MiB a device call carries" >&2
     exit 1
@@ -145,6 +157,7 @@ cat > "$staging/manifest.json" <<JSON
   "autotune": {"haares-bench": false, "haares-train": false, "haares-bench-tuned": true, "portability": true},
   "total_bytes": $total,
   "kernel_cache_seed": $seed,
+  "peer_python": $peer_python,
   "files": [$files
   ]
 }

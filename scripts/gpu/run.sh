@@ -47,6 +47,11 @@ if [ -f "$bundle/kernel-cache.tar.gz" ]; then
     tar -xzf "$bundle/kernel-cache.tar.gz" -C "$HAARES_KERNEL_CACHE"
     echo "kernel cache seeded from the bundle into $HAARES_KERNEL_CACHE" >&2
 fi
+# The PyTorch peer's safetensors from the bundle, only where this machine's Python has none.
+if [ -d "$bundle/python" ] && ! python3 -c 'import safetensors' 2> /dev/null; then
+    export PYTHONPATH="$bundle/python${PYTHONPATH:+:$PYTHONPATH}"
+    echo "python3 has no safetensors: the PyTorch peer takes the bundle's" >&2
+fi
 # The check's own folder stays outside OUT; OUT gets the packed files after every stage.
 raw="$(mktemp -d)/check"
 mkdir -p "$raw"

@@ -141,7 +141,7 @@ impl Profile {
             // a tuned build's kernels overrun (docs/decisions.md, decision 24) joined it.
             // kernel-times: three workers whose every launch waits for the device (about 1,800
             // launches a 48-layer step), after first-step-deep has compiled the kernels.
-            budgets_s: [40, 480, 120, 180, 390, 150, 180, 150],
+            budgets_s: [40, 480, 120, 180, 400, 140, 180, 150],
         }
     }
 
