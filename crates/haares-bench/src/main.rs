@@ -277,7 +277,10 @@ fn cost(args: CostArgs) -> Result<String, String> {
         |line| eprintln!("{line}"),
         |partial| {
             write_cost_run(partial, &out)?;
-            eprintln!("wrote {}.md and .json with the families so far", out.display());
+            eprintln!(
+                "wrote {}.md and .json with the families so far",
+                out.display()
+            );
             Ok(())
         },
     )?;

@@ -55,4 +55,3 @@ pub(crate) fn check_partition(
         ),
     ))
 }
-

@@ -276,5 +276,8 @@ fn a_cost_run_cut_short_keeps_the_families_it_finished() {
     assert!(ok, "{stderr}");
     let table = std::fs::read_to_string(out.with_extension("md")).unwrap();
     assert!(!table.contains("Partial"), "{table}");
-    assert!(table.contains("| Medium | 512 | Standard Residual |"), "{table}");
+    assert!(
+        table.contains("| Medium | 512 | Standard Residual |"),
+        "{table}"
+    );
 }

@@ -7,8 +7,8 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
 use super::{ResidualStream, ResidualStreamConfig};
-use crate::ops::RoutingPath;
 use crate::error::HaaresError;
+use crate::ops::RoutingPath;
 use crate::router::DepthRouter;
 use crate::telemetry::ReadSite;
 
@@ -99,11 +99,24 @@ impl<B: Backend> ResidualStream<B> {
             .flat_map(|router| {
                 [
                     ("routers", "query", router.query.val().dims()[0], d),
-                    ("routers", "key-norm weight", router.key_norm.weight.val().dims()[0], d),
+                    (
+                        "routers",
+                        "key-norm weight",
+                        router.key_norm.weight.val().dims()[0],
+                        d,
+                    ),
                 ]
             })
-            .chain(self.gates.iter().map(|g| ("gates", "gate", g.val().dims()[0], 1)))
-            .chain(self.scales.iter().map(|s| ("scales", "scale", s.val().dims()[0], d)));
+            .chain(
+                self.gates
+                    .iter()
+                    .map(|g| ("gates", "gate", g.val().dims()[0], 1)),
+            )
+            .chain(
+                self.scales
+                    .iter()
+                    .map(|s| ("scales", "scale", s.val().dims()[0], d)),
+            );
         for (field, what, found, expected) in widths {
             if found != expected {
                 return Err(HaaresError::InvalidStream {

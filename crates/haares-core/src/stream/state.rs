@@ -128,7 +128,11 @@ impl<'a, B: HaaresBackend> StreamState<'a, B> {
             Flow::Additive(hidden) => normed(hidden.clone(), norm),
             Flow::Routed(sources) => {
                 let bank = sources.source_set();
-                let router = self.stream.routers.get(event).ok_or_else(|| missing("router"))?;
+                let router = self
+                    .stream
+                    .routers
+                    .get(event)
+                    .ok_or_else(|| missing("router"))?;
                 let read = sources.read(router, &bank, norm);
                 if let Some(trace) = self.trace.as_deref_mut() {
                     let m = self.stream.config.events_per_block();
@@ -172,7 +176,11 @@ impl<'a, B: HaaresBackend> StreamState<'a, B> {
             Flow::Routed(sources) => {
                 let (blocks, m) = (stream.config.blocks, stream.config.events_per_block());
                 let (block, r) = (event / m, event % m + 1);
-                let sign = stream.signs.get(block).and_then(|signs| signs.get(r - 1)).copied();
+                let sign = stream
+                    .signs
+                    .get(block)
+                    .and_then(|signs| signs.get(r - 1))
+                    .copied();
                 // The last block's detail is never read: the final readout is cumulative-only.
                 sources.write(output, sign, r == m, block + 1 < blocks);
             }

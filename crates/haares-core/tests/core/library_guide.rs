@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 
 fn repository_file(path: &str) -> (PathBuf, String) {
-    let full = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(path);
+    let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path);
     let text = std::fs::read_to_string(&full).unwrap_or_else(|e| {
         panic!(
             "{} cannot be read ({e}): this test checks the repository's guide against the \
@@ -52,10 +54,18 @@ fn every_rust_block_of_the_library_guide_is_the_example_s_source() {
     let (guide, text) = repository_file("docs/library.md");
     let sources: Vec<(PathBuf, String)> = ["model.rs", "main.rs"]
         .iter()
-        .map(|file| repository_file(&format!("crates/haares-core/examples/foreign_decoder/{file}")))
+        .map(|file| {
+            repository_file(&format!(
+                "crates/haares-core/examples/foreign_decoder/{file}"
+            ))
+        })
         .collect();
     let blocks = rust_blocks(&text);
-    assert!(blocks.len() >= 2, "{}: no Rust blocks found", guide.display());
+    assert!(
+        blocks.len() >= 2,
+        "{}: no Rust blocks found",
+        guide.display()
+    );
     for (line, block) in &blocks {
         assert!(
             !block.is_empty(),
@@ -78,8 +88,14 @@ fn every_rust_block_of_the_library_guide_is_the_example_s_source() {
 fn the_comparison_fails_on_a_line_the_example_does_not_have() {
     let source = "fn a() {\n    let x = 1;\n    // a comment\n    let y = 2;\n}\n";
     let block = |lines: &[&str]| -> Vec<String> { lines.iter().map(|l| l.to_string()).collect() };
-    assert!(appears_in_order(&block(&["let x = 1;", "let y = 2;"]), source));
-    assert!(!appears_in_order(&block(&["let y = 2;", "let x = 1;"]), source));
+    assert!(appears_in_order(
+        &block(&["let x = 1;", "let y = 2;"]),
+        source
+    ));
+    assert!(!appears_in_order(
+        &block(&["let y = 2;", "let x = 1;"]),
+        source
+    ));
     assert!(!appears_in_order(&block(&["let x = 3;"]), source));
     let markdown = "text\n```rust\n// c\nlet x = 1;\n```\n```text\nnot code\n```\n";
     assert_eq!(rust_blocks(markdown), vec![(2, block(&["let x = 1;"]))]);

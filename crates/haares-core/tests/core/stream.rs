@@ -200,16 +200,19 @@ fn hand_written(
     }
     let mut slots = vec![(embedding, false)];
     slots.extend(completed.into_iter().map(|(c, _)| (c, false)));
-    head(route(stream.final_router().expect("a routed method"), &slots))
+    head(route(
+        stream.final_router().expect("a routed method"),
+        &slots,
+    ))
 }
 
 #[test]
 fn three_events_per_layer_match_a_hand_written_loop_at_odd_block_sizes() {
     // The paper's methods, and a fixed detail bias other than 0 (the ablation's is 0, at which a
     // bias that never reached the scores would go unseen).
-    let methods = all_methods()
-        .into_iter()
-        .chain([ResidualMethod::Haares(HaaresOptions::fixed_detail_bias(-1.5))]);
+    let methods = all_methods().into_iter().chain([ResidualMethod::Haares(
+        HaaresOptions::fixed_detail_bias(-1.5),
+    )]);
     // m = 3 (3 layers, N = 3), m = 5 (5 layers, N = 3) and m = 1 (3 layers, N = 9).
     for (n_layers, blocks) in [(3, 3), (5, 3), (3, 9)] {
         for (seed, method) in methods.clone().enumerate() {
@@ -411,7 +414,8 @@ fn bad_shapes_and_configs_are_refused() {
             "norm_epsilon",
         ),
         (
-            ResidualStreamConfig::new(4, 6, 3).with_method(ResidualMethod::LayerScale { init: None }),
+            ResidualStreamConfig::new(4, 6, 3)
+                .with_method(ResidualMethod::LayerScale { init: None }),
             "layer_scale_depth",
         ),
     ] {
@@ -478,7 +482,11 @@ fn layer_scale_starts_from_the_depth_in_layers_not_events() {
             .init::<B64>(&Default::default())
             .unwrap();
         for scale in stream.scales() {
-            assert_eq!(tensor_values(scale.val()), vec![expected; 4], "L = {layers}");
+            assert_eq!(
+                tensor_values(scale.val()),
+                vec![expected; 4],
+                "L = {layers}"
+            );
         }
     }
     // A scale the method names is taken as it is, with or without a depth.
@@ -504,7 +512,9 @@ fn a_parameter_of_another_width_is_refused_at_start() {
     let device = Default::default();
     let embedding = Tensor::<B64, 3>::zeros([1, 2, 4], &device);
     let wider = || Param::from_tensor(Tensor::<B64, 1>::zeros([5], &device));
-    let mut routed = ResidualStreamConfig::new(4, 6, 3).init::<B64>(&device).unwrap();
+    let mut routed = ResidualStreamConfig::new(4, 6, 3)
+        .init::<B64>(&device)
+        .unwrap();
     routed.routers_mut()[2].query = wider();
     let mut gated = ResidualStreamConfig::new(4, 6, 3)
         .with_method(ResidualMethod::ReZero)
@@ -513,7 +523,11 @@ fn a_parameter_of_another_width_is_refused_at_start() {
     gated.gates_mut()[0] = wider();
     for (stream, field, says) in [
         (routed, "routers", "a query of the stream has width 5"),
-        (gated, "gates", "a gate of the stream has width 5, and its configuration needs 1"),
+        (
+            gated,
+            "gates",
+            "a gate of the stream has width 5, and its configuration needs 1",
+        ),
     ] {
         match stream.start(embedding.clone(), None) {
             Err(error @ HaaresError::InvalidStream { field: f, .. }) => {

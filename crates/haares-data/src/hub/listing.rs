@@ -71,9 +71,7 @@ impl Target<'_> {
         let mut attempt = 1;
         let response = loop {
             match repo.info_request().query("blobs", "true").call() {
-                Err(ureq::Error::Status(code, _))
-                    if code >= 500 && attempt < LISTING_ATTEMPTS =>
-                {
+                Err(ureq::Error::Status(code, _)) if code >= 500 && attempt < LISTING_ATTEMPTS => {
                     std::thread::sleep(backoff);
                     backoff *= 2;
                     attempt += 1;

@@ -138,7 +138,8 @@ fn a_rule_that_reads_more_shards_than_are_there_is_refused_with_the_count() {
     let dir = tempfile::tempdir().unwrap();
     for shard in 0..2 {
         write_text_shard(
-            &dir.path().join(format!("plain_text/train-{shard:05}.parquet")),
+            &dir.path()
+                .join(format!("plain_text/train-{shard:05}.parquet")),
             &[Some("a row")],
         );
     }
@@ -154,7 +155,10 @@ fn a_rule_that_reads_more_shards_than_are_there_is_refused_with_the_count() {
         },
     };
     for split in [Split::Train, Split::Validation] {
-        let message = spec.split_reader(dir.path(), split).unwrap_err().to_string();
+        let message = spec
+            .split_reader(dir.path(), split)
+            .unwrap_err()
+            .to_string();
         assert!(
             message.contains("2 shards match")
                 && message.contains("the first 30")

@@ -5,13 +5,14 @@
 use std::path::Path;
 
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::error::{Result, TrainError};
 use crate::report::plot::{
     DrawResult, FONT, Figure, color, draw_legend, legend_mark, save_both, slug,
 };
-use crate::report::results::{Finished, Pair, mean_sd};
+use crate::report::results::{Finished, Pair, PaperMarks, mean_sd};
 use haares_core::method::method_label;
 
 /// Draws every figure into `study_dir/figures/`; returns `(caption, relative path of the SVG)`.
@@ -20,6 +21,7 @@ pub fn draw(
     settings: &[String],
     finished: &[Finished],
     pairs: &[Pair],
+    paper: &[PaperMarks],
 ) -> Result<Vec<(String, String)>> {
     let dir = study_dir.join("figures");
     std::fs::create_dir_all(&dir).map_err(|e| TrainError::io(&dir, e))?;
@@ -53,12 +55,15 @@ pub fn draw(
             &dir,
             "paired-effect",
             (900, 140 + 60 * groups(pairs).len() as u32),
-            &Plot::Paired(pairs),
+            &Plot::Paired(pairs, paper),
         )?;
-        written.push((
-            "Paired reductions ℓ_Block − ℓ_M".into(),
-            "figures/paired-effect.svg".into(),
-        ));
+        let caption = match paper.is_empty() {
+            true => "Paired reductions ℓ_Block − ℓ_M",
+            false => {
+                "Paired reductions ℓ_Block − ℓ_M: this sweep filled, the paper's hollow grey below"
+            }
+        };
+        written.push((caption.into(), "figures/paired-effect.svg".into()));
     }
     Ok(written)
 }
@@ -70,7 +75,7 @@ enum Plot<'a> {
         runs: &'a [&'a Finished],
         methods: &'a [&'a str],
     },
-    Paired(&'a [Pair]),
+    Paired(&'a [Pair], &'a [PaperMarks]),
 }
 
 impl Figure for Plot<'_> {
@@ -81,7 +86,7 @@ impl Figure for Plot<'_> {
                 runs,
                 methods,
             } => curves(area, setting, runs, methods),
-            Self::Paired(pairs) => paired_effect(area, pairs),
+            Self::Paired(pairs, paper) => paired_effect(area, pairs, paper),
         }
     }
 }
@@ -151,13 +156,27 @@ fn groups(pairs: &[Pair]) -> Vec<(String, String)> {
     keys
 }
 
-fn paired_effect<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, pairs: &[Pair]) -> DrawResult {
+fn paired_effect<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    pairs: &[Pair],
+    paper: &[PaperMarks],
+) -> DrawResult {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     area.fill(&WHITE).map_err(e)?;
     let keys = groups(pairs);
+    let marks_of = |setting: &str, method: &str| {
+        paper
+            .iter()
+            .find(|m| m.setting == setting && m.method == method)
+    };
     let span = pairs
         .iter()
         .map(|p| p.reduction().abs())
+        .chain(
+            paper
+                .iter()
+                .flat_map(|m| m.seeds.iter().chain(&m.mean).map(|g| g.abs())),
+        )
         .fold(1e-3, f64::max)
         * 1.15;
     let label = |y: &f64| {
@@ -168,11 +187,12 @@ fn paired_effect<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, pairs: &[Pai
         let (setting, method) = &keys[i as usize];
         format!("{setting} · {}", method_label(method))
     };
+    let caption = match paper.is_empty() {
+        true => "Paired reductions ℓ_Block − ℓ_M (positive favours M)",
+        false => "Paired reductions ℓ_Block − ℓ_M (positive favours M); hollow grey: the paper",
+    };
     let mut chart = ChartBuilder::on(area)
-        .caption(
-            "Paired reductions ℓ_Block − ℓ_M (positive favours M)",
-            (FONT, 20),
-        )
+        .caption(caption, (FONT, 20))
         .margin(12)
         .x_label_area_size(44)
         .y_label_area_size(220)
@@ -200,37 +220,74 @@ fn paired_effect<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, pairs: &[Pai
             .map(Pair::reduction)
             .collect();
         let y = i as f64;
+        let (mean, _) = mean_sd(&values);
+        let style = color(i);
+        seed_marks(
+            &mut chart,
+            &values,
+            Some(mean),
+            y,
+            span,
+            style.filled(),
+            BLACK.filled(),
+        )
+        .map_err(e)?;
+        if let Some(marks) = marks_of(setting, method) {
+            // The paper's below ours, hollow and grey, so that the two never hide each other.
+            let grey = RGBColor(120, 120, 120);
+            seed_marks(
+                &mut chart,
+                &marks.seeds,
+                marks.mean,
+                y - 0.3,
+                span,
+                grey.stroke_width(2),
+                grey.stroke_width(2),
+            )
+            .map_err(e)?;
+        }
+    }
+    Ok(())
+}
+
+/// One row of the paired-effect figure: the seeds' reductions as circles joined by their range,
+/// and a diamond at `mean`.
+fn seed_marks<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    values: &[f64],
+    mean: Option<f64>,
+    y: f64,
+    span: f64,
+    circles: ShapeStyle,
+    diamond: ShapeStyle,
+) -> std::result::Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    if !values.is_empty() {
         let (min, max) = values
             .iter()
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
                 (a.min(*v), b.max(*v))
             });
-        let style = color(i);
-        chart
-            .draw_series(LineSeries::new(
-                vec![(min, y), (max, y)],
-                style.stroke_width(2),
-            ))
-            .map_err(e)?;
-        chart
-            .draw_series(
-                values
-                    .iter()
-                    .map(|v| Circle::new((*v, y), 5, style.filled())),
-            )
-            .map_err(e)?;
-        let (mean, _) = mean_sd(&values);
-        chart
-            .draw_series(std::iter::once(Polygon::new(
-                vec![
-                    (mean, y + 0.18),
-                    (mean + span * 0.02, y),
-                    (mean, y - 0.18),
-                    (mean - span * 0.02, y),
-                ],
-                BLACK.filled(),
-            )))
-            .map_err(e)?;
+        chart.draw_series(LineSeries::new(
+            vec![(min, y), (max, y)],
+            circles.stroke_width(2),
+        ))?;
+        chart.draw_series(values.iter().map(|v| Circle::new((*v, y), 5, circles)))?;
+    }
+    if let Some(mean) = mean {
+        let corners = vec![
+            (mean, y + 0.18),
+            (mean + span * 0.02, y),
+            (mean, y - 0.18),
+            (mean - span * 0.02, y),
+        ];
+        match diamond.filled {
+            true => chart.draw_series(std::iter::once(Polygon::new(corners, diamond)))?,
+            false => {
+                let mut closed = corners.clone();
+                closed.push(corners[0]);
+                chart.draw_series(std::iter::once(PathElement::new(closed, diamond)))?
+            }
+        };
     }
     Ok(())
 }

@@ -4,12 +4,15 @@
 //! the figures of [`figures`] and [`routing_figures`]; the paired tables are in [`tables`], the
 //! shared types in [`results`]; [`plot`] and [`heatmap`] draw.
 
+pub mod evidence;
 pub mod figures;
 pub mod heatmap;
+pub mod paper_side;
 pub mod plot;
 pub mod results;
 pub mod routing_figures;
 pub mod tables;
+pub mod verdict;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -18,7 +21,8 @@ use haares_core::method::{method_label, method_rank};
 
 use crate::error::{Result, TrainError, write_atomically};
 use crate::study::{PlannedRun, Study};
-use results::{BASELINE, Finished, Pair, collect, mean_sd, pairs};
+use paper_side::PaperSide;
+use results::{BASELINE, Finished, Pair, PaperMarks, collect, mean_sd, pairs};
 use tables::{paired_csv, write_pairs_section, write_time_to_target};
 
 /// Writes `report.md`, `paired_results.csv` and `figures/` into `study_dir`; returns the report
@@ -36,20 +40,27 @@ pub fn write_report(study: &Study, runs: &[PlannedRun], study_dir: &Path) -> Res
     }
     let grid = Grid::of(runs, &finished);
     let pairs = pairs(&finished);
+    let paper = PaperSide::new(study, runs, &finished)?;
     let mut md = String::new();
     write_header(&mut md, study, runs, &grid, &missing);
+    if let Some(paper) = &paper {
+        verdict::write_paper_section(&mut md, paper, &grid.settings, grid.finished);
+    }
     write_means(&mut md, &grid);
     write_per_seed(&mut md, &grid);
     if !pairs.is_empty() {
         write_pairs_section(&mut md, &pairs);
         write_time_to_target(&mut md, &finished);
     }
-    write_figures(&mut md, study_dir, &grid, &pairs)?;
+    let marks = paper
+        .as_ref()
+        .map_or(Vec::new(), |p| verdict::paper_marks(p, &pairs));
+    write_figures(&mut md, study_dir, &grid, &pairs, &marks)?;
     write_runs_section(&mut md, grid.finished);
     write_files_section(&mut md);
     write_atomically(
         &study_dir.join("paired_results.csv"),
-        paired_csv(&pairs).as_bytes(),
+        paired_csv(&pairs, paper.as_ref()).as_bytes(),
     )?;
     let path = study_dir.join("report.md");
     write_atomically(&path, md.as_bytes())?;
@@ -271,8 +282,14 @@ fn loss_ppl(loss: f64) -> String {
 }
 
 /// Draws the loss and routing figures and links them.
-fn write_figures(md: &mut String, study_dir: &Path, grid: &Grid<'_>, pairs: &[Pair]) -> Result<()> {
-    let figures = figures::draw(study_dir, &grid.settings, grid.finished, pairs)?;
+fn write_figures(
+    md: &mut String,
+    study_dir: &Path,
+    grid: &Grid<'_>,
+    pairs: &[Pair],
+    paper: &[PaperMarks],
+) -> Result<()> {
+    let figures = figures::draw(study_dir, &grid.settings, grid.finished, pairs, paper)?;
     let routing = routing_figures::draw(study_dir, &grid.settings, grid.finished)?;
     let _ = writeln!(md, "## Figures\n");
     for (caption, file) in figures.into_iter().chain(routing.written) {

@@ -35,6 +35,20 @@ pub fn mean_sd(values: &[f64]) -> (f64, Option<f64>) {
     (mean, sd)
 }
 
+/// The paper's reductions of one setting and method against Block AttnRes, drawn beside ours in
+/// `figures/paired-effect.svg`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaperMarks {
+    /// Our setting label.
+    pub setting: String,
+    /// Method name.
+    pub method: String,
+    /// The paper's per-seed reductions (none where it prints means only).
+    pub seeds: Vec<f64>,
+    /// The paper's mean reduction.
+    pub mean: Option<f64>,
+}
+
 /// One paired comparison of a method with the baseline at one setting and seed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pair {

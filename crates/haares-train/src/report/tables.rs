@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::report::paper_side::PaperSide;
 use crate::report::results::{BASELINE, Finished, Pair, mean_sd, time_to_target};
 use haares_core::method::method_label;
 
@@ -124,19 +125,39 @@ pub fn duration(seconds: f64) -> String {
     }
 }
 
-/// `paired_results.csv`: one row per pair.
-pub fn paired_csv(pairs: &[Pair]) -> String {
-    let mut csv = String::from("setting,seed,method,block_attnres_loss,method_loss,reduction\n");
+/// `paired_results.csv`: one row per pair, with the paper's losses and reduction of the same
+/// setting, method and seed where it prints them (empty fields where not).
+pub fn paired_csv(pairs: &[Pair], paper: Option<&PaperSide>) -> String {
+    let mut csv = String::from(
+        "setting,seed,method,block_attnres_loss,method_loss,reduction,\
+         paper_block_attnres_loss,paper_method_loss,paper_reduction\n",
+    );
     for p in pairs {
+        let loss = |method: &str| {
+            paper
+                .and_then(|side| side.seed_cell(&p.setting, method, p.seed))
+                .and_then(|(_, c)| c.loss)
+        };
+        let reduction = paper.and_then(|side| {
+            side.reductions(&p.setting, &p.method, BASELINE)
+                .reductions
+                .iter()
+                .find(|(seed, _)| *seed == p.seed)
+                .map(|(_, g)| *g)
+        });
+        let field = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.4}"));
         let _ = writeln!(
             csv,
-            "{},{},{},{:.6},{:.6},{:.6}",
+            "{},{},{},{:.6},{:.6},{:.6},{},{},{}",
             p.setting,
             p.seed,
             p.method,
             p.baseline_loss,
             p.method_loss,
-            p.reduction()
+            p.reduction(),
+            field(loss(BASELINE)),
+            field(loss(&p.method)),
+            field(reduction)
         );
     }
     csv

@@ -45,6 +45,14 @@ pub const BUILTIN_PAPER_TABLES: &[(&str, &str)] = &[
         "paper/tab-basisablation.toml",
         include_str!("../../experiments/paper/tab-basisablation.toml"),
     ),
+    (
+        "paper/tab-timetotarget.toml",
+        include_str!("../../experiments/paper/tab-timetotarget.toml"),
+    ),
+    (
+        "paper/tab-cost.toml",
+        include_str!("../../experiments/paper/tab-cost.toml"),
+    ),
 ];
 
 /// One published table.
@@ -94,6 +102,42 @@ pub struct PaperCell {
     /// Whether the perplexity is the paper's own correction of a reported value.
     #[serde(default)]
     pub corrected: bool,
+    /// tab:timetotarget: the same-seed Block AttnRes best loss the method is to reach.
+    pub target: Option<f64>,
+    /// tab:timetotarget: the first validation-grid step at which it does.
+    pub step: Option<u64>,
+    /// tab:timetotarget: the method's validation loss at that step.
+    pub crossing_loss: Option<f64>,
+    /// tab:timetotarget: the estimated hours to that step.
+    pub hours: Option<f64>,
+    /// tab:timetotarget: the fraction of the baseline's full-budget time saved.
+    pub time_saved: Option<f64>,
+    /// tab:cost: peak allocated memory, GB.
+    pub memory_gb: Option<f64>,
+    /// tab:cost: throughput from step zero, thousands of tokens per second.
+    pub ktokens_per_s: Option<f64>,
+    /// tab:cost: step time, seconds (8192 tokens / throughput).
+    pub step_s: Option<f64>,
+    /// tab:cost: the peak-memory increase over Block AttnRes, as a fraction.
+    pub memory_increase: Option<f64>,
+    /// tab:cost: the step-time increase over Block AttnRes, as a fraction.
+    pub time_increase: Option<f64>,
+    /// tab:cost: the analytic FLOP increase over Block AttnRes, as a fraction.
+    pub flop_increase: Option<f64>,
+}
+
+impl PaperCell {
+    /// Whether the cell holds a value that belongs to a seed or to a mean over seeds (tab:cost's
+    /// measurements belong to neither).
+    fn is_per_seed(&self) -> bool {
+        self.loss.is_some()
+            || self.perplexity.is_some()
+            || self.sd.is_some()
+            || self.delta.is_some()
+            || self.reduction.is_some()
+            || self.target.is_some()
+            || self.step.is_some()
+    }
 }
 
 fn block_attnres() -> String {
@@ -121,7 +165,9 @@ pub fn parse_paper_table(name: &str, text: &str) -> Result<PaperTable> {
     })?;
     let mut cells = raw.cells;
     for (i, cell) in cells.iter_mut().enumerate() {
-        if cell.mean == cell.seed.is_some() {
+        if (cell.mean && cell.seed.is_some())
+            || (cell.is_per_seed() && cell.mean == cell.seed.is_some())
+        {
             return Err(TrainError::Config(format!(
                 "{name}: cell {} ({}) must have either a `seed` or `mean = true`",
                 i + 1,

@@ -9,6 +9,7 @@ mod kernel_sources;
 mod learner;
 mod optim;
 mod paper;
+mod paper_report;
 mod parallel;
 mod report;
 mod routing;

@@ -356,5 +356,5 @@ fn a_study_given_by_its_path_finds_its_tables_beside_it() {
         .into_iter()
         .map(|t| t.label)
         .collect();
-    assert_eq!(labels, ["tab:201m", "tab:pairdiffs"]);
+    assert_eq!(labels, ["tab:201m", "tab:timetotarget", "tab:pairdiffs"]);
 }

@@ -3,11 +3,10 @@
 //! rerun that completes once the fault is gone. A process killed mid-download and a disk that
 //! fills are in haares-train's tests, which run the binary.
 
-
+use haares_data::RowSource;
+use haares_data::Split;
 use haares_data::hub::{download, is_downloaded, snapshot_dir};
 use haares_data::local_hub::Fault;
-use haares_data::Split;
-use haares_data::RowSource;
 
 use super::world::*;
 

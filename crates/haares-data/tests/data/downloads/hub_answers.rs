@@ -66,8 +66,7 @@ fn a_server_error_that_passes_is_retried_and_the_download_completes() {
 }
 
 #[test]
-fn a_listing_for_another_commit_or_without_the_rules_files_is_an_error_with_files_placed_by_hand()
-{
+fn a_listing_for_another_commit_or_without_the_rules_files_is_an_error_with_files_placed_by_hand() {
     let bytes = shard(0, 4);
     // Another commit: the pinned revision asked for, a hub that resolves it elsewhere.
     let (world, _) = placed_by_hand(&bytes);
@@ -172,16 +171,29 @@ fn a_file_stored_in_git_is_served_at_once_and_checked_by_its_size() {
 
     let root = world.download(&spec).unwrap();
     assert_eq!(std::fs::read(root.join(TRAIN)).unwrap(), bytes);
-    assert!(!world.hub.requests().iter().any(|r| r.url.starts_with("/cdn/")));
+    assert!(
+        !world
+            .hub
+            .requests()
+            .iter()
+            .any(|r| r.url.starts_with("/cdn/"))
+    );
 }
 
 #[test]
 fn a_renamed_repository_is_followed_through_a_relative_location() {
     let bytes = shard(0, 4);
     let hub = LocalHub::start().unwrap();
-    hub.publish("new-owner/corpus", PINNED, vec![(TRAIN.into(), bytes.clone())]);
+    hub.publish(
+        "new-owner/corpus",
+        PINNED,
+        vec![(TRAIN.into(), bytes.clone())],
+    );
     hub.rename(REPO, "new-owner/corpus");
-    let resolve = format!("{}/datasets/{REPO}/resolve/{PINNED}/{TRAIN}", hub.endpoint());
+    let resolve = format!(
+        "{}/datasets/{REPO}/resolve/{PINNED}/{TRAIN}",
+        hub.endpoint()
+    );
     let agent = ureq::AgentBuilder::new().redirects(0).build();
     let answer = agent.get(&resolve).call().unwrap();
     assert_eq!(answer.status(), 307);

@@ -119,7 +119,9 @@ fn a_complete_partial_file_is_checked_and_used_not_fetched_again() {
     // still returns `TooManyRetries`.
     let cut = 64 * 1024;
     // The hub and the check do not read the content: any bytes do.
-    let bytes: Vec<u8> = (0..4 * cut + cut / 2).map(|i| (i * 7 % 251) as u8).collect();
+    let bytes: Vec<u8> = (0..4 * cut + cut / 2)
+        .map(|i| (i * 7 % 251) as u8)
+        .collect();
     let world = World::with(&[(TRAIN, bytes.clone())]);
     let spec = spec(PINNED, first(1));
     world.hub.fail(TRAIN, Fault::Cut(cut));
@@ -133,7 +135,10 @@ fn a_complete_partial_file_is_checked_and_used_not_fetched_again() {
     // rename) is taken without a byte fetched.
     let other = World::with(&[(TRAIN, bytes.clone())]);
     let digest = sha256_hex(&bytes);
-    let blobs = other.cache.path().join("datasets--test-owner--corpus/blobs");
+    let blobs = other
+        .cache
+        .path()
+        .join("datasets--test-owner--corpus/blobs");
     std::fs::create_dir_all(&blobs).unwrap();
     std::fs::write(blobs.join(format!("{digest}.part")), &bytes).unwrap();
     let root = other.download(&spec).unwrap();
@@ -143,7 +148,10 @@ fn a_complete_partial_file_is_checked_and_used_not_fetched_again() {
 
     // One of the right length and other bytes is deleted and the file fetched whole.
     let third = World::with(&[(TRAIN, bytes.clone())]);
-    let blobs = third.cache.path().join("datasets--test-owner--corpus/blobs");
+    let blobs = third
+        .cache
+        .path()
+        .join("datasets--test-owner--corpus/blobs");
     std::fs::create_dir_all(&blobs).unwrap();
     std::fs::write(blobs.join(format!("{digest}.part")), vec![7u8; bytes.len()]).unwrap();
     let root = third.download(&spec).unwrap();

@@ -130,7 +130,6 @@ pub(super) fn root(world: &World, spec: &DatasetSpec) -> PathBuf {
     snapshot_dir(spec, world.cache.path()).unwrap()
 }
 
-
 /// What the user placed, as it was: a test compares it with what is there after a run.
 pub(super) fn snapshot_of(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut files: Vec<(String, Vec<u8>)> = walkdir(dir)

@@ -1,0 +1,440 @@
+//! The report's comparison with the paper: which scale the runs are at, our values beside the
+//! paper's (losses, perplexities, per-seed reductions, time to target), and a verdict computed
+//! from them: the direction of each difference here and in the paper, how many paired seeds
+//! favour the method, and, from three pairs on, a sign test and a 95% paired t interval with the
+//! paper's mean held against it (at the paper's scale only).
+
+use std::fmt::Write as _;
+
+use haares_core::method::method_label;
+
+use crate::report::evidence::{Direction, Evidence};
+use crate::report::paper_side::PaperSide;
+use crate::report::results::{BASELINE, Finished, Pair, PaperMarks, mean_sd, time_to_target};
+
+/// One paired comparison: a method against a baseline at one setting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    /// Our setting label.
+    pub setting: String,
+    /// The compared method.
+    pub method: String,
+    /// The baseline (Block AttnRes, or an ablation's control).
+    pub baseline: String,
+    /// Our per-seed reductions.
+    pub ours: Evidence,
+    /// The paper's per-seed reductions.
+    pub paper: Evidence,
+    /// The paper's mean reduction.
+    pub paper_mean: f64,
+}
+
+impl Comparison {
+    /// Whether our mean reduction points the paper's way (`None` when either is exactly 0).
+    pub fn same_direction(&self) -> Option<bool> {
+        let ours = Direction::of(self.ours.mean()?);
+        let paper = Direction::of(self.paper_mean);
+        (ours != Direction::Tie && paper != Direction::Tie).then_some(ours == paper)
+    }
+}
+
+/// Every comparison the runs and the paper both have, in setting order: each method against
+/// Block AttnRes, then the paper's other controls.
+pub fn comparisons(
+    side: &PaperSide,
+    settings: &[String],
+    finished: &[Finished],
+) -> Vec<Comparison> {
+    let mut out = Vec::new();
+    for setting in settings {
+        let mut keys: Vec<(String, String)> = Vec::new();
+        for f in finished
+            .iter()
+            .filter(|f| &f.setting == setting && f.method != BASELINE)
+        {
+            let key = (f.method.clone(), BASELINE.to_string());
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        keys.extend(side.other_baselines(setting));
+        for (method, baseline) in keys {
+            let ours = our_reductions(finished, setting, &method, &baseline);
+            let Some(paper_mean) = side.mean_reduction(setting, &method, &baseline) else {
+                continue;
+            };
+            if ours.reductions.is_empty() {
+                continue;
+            }
+            out.push(Comparison {
+                paper: side.reductions(setting, &method, &baseline),
+                setting: setting.clone(),
+                method,
+                baseline,
+                ours,
+                paper_mean,
+            });
+        }
+    }
+    out
+}
+
+/// ℓ_baseline − ℓ_method of every seed at which both finished.
+fn our_reductions(finished: &[Finished], setting: &str, method: &str, baseline: &str) -> Evidence {
+    let loss = |m: &str, seed: u64| {
+        finished
+            .iter()
+            .find(|f| f.setting == setting && f.method == m && f.seed == seed)
+            .map(|f| f.summary.best_val_loss)
+    };
+    let mut seeds: Vec<u64> = finished.iter().map(|f| f.seed).collect();
+    seeds.sort_unstable();
+    seeds.dedup();
+    Evidence {
+        reductions: seeds
+            .into_iter()
+            .filter_map(|s| Some((s, loss(baseline, s)? - loss(method, s)?)))
+            .collect(),
+    }
+}
+
+/// Appends the section "Against the paper".
+pub fn write_paper_section(
+    md: &mut String,
+    side: &PaperSide,
+    settings: &[String],
+    finished: &[Finished],
+) {
+    let labels: Vec<&str> = side.tables.iter().map(|t| t.label.as_str()).collect();
+    let _ = writeln!(md, "## Against the paper ({})\n", labels.join(", "));
+    write_scale(md, side);
+    let comparisons = comparisons(side, settings, finished);
+    write_verdict(md, side, &comparisons);
+    write_losses(md, side, settings, finished);
+    write_reductions(md, &comparisons);
+    write_time_to_target(md, side, finished);
+}
+
+/// Whether the runs are at the paper's settings, and if not, where they differ.
+fn write_scale(md: &mut String, side: &PaperSide) {
+    if side.at_paper_scale() {
+        let _ = writeln!(
+            md,
+            "**At the paper's settings**: every field that changes a result is the study's \
+             `paper` preset's, so magnitudes as well as directions are compared.\n"
+        );
+    } else {
+        let fields: Vec<String> = side
+            .scale
+            .iter()
+            .map(|d| {
+                let name = match d.field.as_str() {
+                    "model_seed" => "seeds",
+                    other => other,
+                };
+                format!(
+                    "{name} {} (paper: {})",
+                    d.ours.join(", "),
+                    d.paper.join(", ")
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            md,
+            "**Not at the paper's scale.** These runs differ from the paper's in: {}. Only the \
+             direction of each difference is compared: runs this far from the paper's cannot show \
+             whether its magnitudes reproduce, and an opposite direction here is not a failed \
+             reproduction.\n",
+            fields.join("; ")
+        );
+    }
+    if !side.unmatched.is_empty() {
+        let _ = writeln!(
+            md,
+            "The paper has no values at: {} (the study's `paper` preset has no such setting).\n",
+            side.unmatched.join(", ")
+        );
+    }
+}
+
+/// The verdict, one line per comparison after a summary line.
+fn write_verdict(md: &mut String, side: &PaperSide, comparisons: &[Comparison]) {
+    let _ = writeln!(md, "### Verdict\n");
+    if comparisons.is_empty() {
+        let _ = writeln!(
+            md,
+            "No paired comparison here has a value in the paper to hold it against.\n"
+        );
+        return;
+    }
+    let decided: Vec<&Comparison> = comparisons
+        .iter()
+        .filter(|c| c.same_direction().is_some())
+        .collect();
+    let opposite: Vec<String> = decided
+        .iter()
+        .filter(|c| c.same_direction() == Some(false))
+        .map(|c| name(c))
+        .collect();
+    let _ = write!(
+        md,
+        "Same direction as the paper in {} of {} comparisons",
+        decided.len() - opposite.len(),
+        comparisons.len()
+    );
+    let _ = match opposite.is_empty() {
+        true => writeln!(md, ".\n"),
+        false => writeln!(md, "; opposite in {}.\n", opposite.join(", ")),
+    };
+    for c in comparisons {
+        let _ = writeln!(md, "- {}", verdict_line(c, side.at_paper_scale()));
+    }
+    let _ = writeln!(md);
+}
+
+/// `24L · HAARES vs Block AttnRes`.
+fn name(c: &Comparison) -> String {
+    format!(
+        "{} · {} vs {}",
+        c.setting,
+        method_label(&c.method),
+        method_label(&c.baseline)
+    )
+}
+
+/// One comparison in words.
+pub fn verdict_line(c: &Comparison, at_scale: bool) -> String {
+    let method = method_label(&c.method);
+    let favours = |g: f64| match Direction::of(g) {
+        Direction::Favours => format!("{method} lower"),
+        Direction::Against => format!("{} lower", method_label(&c.baseline)),
+        Direction::Tie => "equal".into(),
+    };
+    let count = |e: &Evidence, what: &str| match e.reductions.len() {
+        0 => String::new(),
+        n => format!(", {} of {n} {what} favour {method}", e.favouring()),
+    };
+    let ours = c.ours.mean().unwrap_or(f64::NAN);
+    let mut line = format!(
+        "**{}**: paper {:+.4} ({}{}); here {:+.4} ({}{}). ",
+        name(c),
+        c.paper_mean,
+        favours(c.paper_mean),
+        count(&c.paper, "seeds"),
+        ours,
+        favours(ours),
+        count(&c.ours, "pairs")
+    );
+    line.push_str(match c.same_direction() {
+        Some(true) => "Same direction.",
+        Some(false) => "Opposite direction.",
+        None => "No direction to compare (a difference of exactly 0).",
+    });
+    let n = c.ours.reductions.len();
+    if n >= 3 {
+        let p = c
+            .ours
+            .sign_test_p()
+            .map_or("–".into(), |p| format!("{p:.3}"));
+        let (low, high) = c.ours.t_interval().expect("three pairs or more");
+        let _ = write!(
+            line,
+            " Sign test p = {p} (two-sided); 95% paired t interval of the reduction \
+             [{low:+.4}, {high:+.4}]"
+        );
+        if at_scale {
+            let inside = (low..=high).contains(&c.paper_mean);
+            let _ = write!(
+                line,
+                ", the paper's mean {} it.",
+                if inside { "inside" } else { "outside" }
+            );
+        } else {
+            line.push_str(", not held against the paper's mean: the scale differs.");
+        }
+    } else if n == 1 {
+        line.push_str(" One pair: the direction of one seed, no spread.");
+    } else {
+        line.push_str(" Two pairs: directions only, too few for an interval.");
+    }
+    if c.paper.reductions.is_empty() {
+        line.push_str(" The paper prints means only here, so its seeds cannot be paired.");
+    }
+    line
+}
+
+/// Our best losses beside the paper's, per seed and for the mean.
+fn write_losses(md: &mut String, side: &PaperSide, settings: &[String], finished: &[Finished]) {
+    let _ = writeln!(
+        md,
+        "### Best validation loss / perplexity beside the paper's\n\n| Setting | Method | Seed | \
+         Here | Paper | Here − paper | Paper's table |\n|---|---|---|---|---|---|---|"
+    );
+    for setting in settings {
+        let mut methods: Vec<&str> = Vec::new();
+        for f in finished.iter().filter(|f| &f.setting == setting) {
+            if !methods.contains(&f.method.as_str()) {
+                methods.push(&f.method);
+            }
+        }
+        for method in methods {
+            let runs: Vec<&Finished> = finished
+                .iter()
+                .filter(|f| &f.setting == setting && f.method == method)
+                .collect();
+            for run in &runs {
+                if let Some((table, cell)) = side.seed_cell(setting, method, run.seed) {
+                    let ours = run.summary.best_val_loss;
+                    let seed = run.seed.to_string();
+                    let here = format!("{ours:.4} / {:.2}", ours.exp());
+                    write_loss_row(md, setting, method, &seed, &here, ours, table, cell);
+                }
+            }
+            if let Some((table, cell)) = side.mean_cell(setting, method) {
+                let losses: Vec<f64> = runs.iter().map(|f| f.summary.best_val_loss).collect();
+                let (mean, _) = mean_sd(&losses);
+                let perplexity = mean_sd(&losses.iter().map(|l| l.exp()).collect::<Vec<_>>()).0;
+                let seed = format!("mean ({} here)", losses.len());
+                let here = format!("{mean:.4} / {perplexity:.2}");
+                write_loss_row(md, setting, method, &seed, &here, mean, table, cell);
+            }
+        }
+    }
+    let _ = writeln!(md);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_loss_row(
+    md: &mut String,
+    setting: &str,
+    method: &str,
+    seed: &str,
+    here: &str,
+    ours: f64,
+    table: &str,
+    cell: &crate::study::paper::PaperCell,
+) {
+    let paper = cell.loss.expect("a loss cell");
+    let perplexity = cell.perplexity.map_or(String::new(), |p| {
+        format!(" / {p:.2}{}", if cell.corrected { "†" } else { "" })
+    });
+    // Rounded to the printed digits first, so that a difference of zero is not printed as −0.
+    let difference = ((ours - paper) * 1e4).round() / 1e4 + 0.0;
+    let _ = writeln!(
+        md,
+        "| {setting} | {} | {seed} | {here} | {paper:.4}{perplexity} | {difference:+.4} | {table} |",
+        method_label(method)
+    );
+}
+
+/// Per-seed reductions here and in the paper.
+fn write_reductions(md: &mut String, comparisons: &[Comparison]) {
+    if comparisons.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "### Paired reductions ℓ_baseline − ℓ_M beside the paper's (positive favours M)\n\n\
+         | Setting | Method vs baseline | Seed | Here | Paper |\n|---|---|---|---|---|"
+    );
+    for c in comparisons {
+        let mut seeds: Vec<u64> = c.ours.reductions.iter().map(|(s, _)| *s).collect();
+        seeds.extend(c.paper.reductions.iter().map(|(s, _)| *s));
+        seeds.sort_unstable();
+        seeds.dedup();
+        let value = |e: &Evidence, seed: u64| {
+            e.reductions
+                .iter()
+                .find(|(s, _)| *s == seed)
+                .map_or("–".into(), |(_, g)| format!("{g:+.4}"))
+        };
+        let label = format!(
+            "{} vs {}",
+            method_label(&c.method),
+            method_label(&c.baseline)
+        );
+        for seed in seeds {
+            let _ = writeln!(
+                md,
+                "| {} | {label} | {seed} | {} | {} |",
+                c.setting,
+                value(&c.ours, seed),
+                value(&c.paper, seed)
+            );
+        }
+        let _ = writeln!(
+            md,
+            "| {} | {label} | mean | {:+.4} | {:+.4} |",
+            c.setting,
+            c.ours.mean().unwrap_or(f64::NAN),
+            c.paper_mean
+        );
+    }
+    let _ = writeln!(md);
+}
+
+/// HAARES's first crossing of the same-seed Block AttnRes best loss beside tab:timetotarget's.
+fn write_time_to_target(md: &mut String, side: &PaperSide, finished: &[Finished]) {
+    let mut rows = String::new();
+    for base in finished.iter().filter(|f| f.method == BASELINE) {
+        let (Some(paper), Some(haares)) = (
+            side.time_to_target(&base.setting, Some(base.seed)),
+            finished
+                .iter()
+                .find(|f| f.method == "haares" && f.setting == base.setting && f.seed == base.seed),
+        ) else {
+            continue;
+        };
+        let t = time_to_target(&base.summary, &haares.summary);
+        let here = match (t.first, t.method_seconds) {
+            (Some((step, _)), Some(seconds)) => format!(
+                "step {step} of {}, {:.1}% saved",
+                base.summary.steps,
+                100.0 * (1.0 - seconds / t.baseline_seconds)
+            ),
+            _ => format!("not reached in {} steps", base.summary.steps),
+        };
+        let budget = side.paper_config(&base.setting).map_or(0, |c| c.steps);
+        let _ = writeln!(
+            rows,
+            "| {} | {} | {:.4} | {:.4} | {here} | step {} of {budget}, {:.1}% saved |",
+            base.setting,
+            base.seed,
+            t.target,
+            paper.target.unwrap_or(f64::NAN),
+            paper.step.unwrap_or(0),
+            100.0 * paper.time_saved.unwrap_or(f64::NAN)
+        );
+    }
+    if !rows.is_empty() {
+        let _ = writeln!(
+            md,
+            "### Time to the baseline's best loss beside tab:timetotarget\n\n| Setting | Seed | \
+             Target here | Paper's target | HAARES here | HAARES in the paper |\n|---|---|---|---|---|---|\n{rows}"
+        );
+    }
+}
+
+/// The paper's reductions of each (setting, method) against Block AttnRes, for the figure.
+pub fn paper_marks(side: &PaperSide, pairs: &[Pair]) -> Vec<PaperMarks> {
+    let mut out: Vec<PaperMarks> = Vec::new();
+    for p in pairs {
+        if out
+            .iter()
+            .any(|m| m.setting == p.setting && m.method == p.method)
+        {
+            continue;
+        }
+        let paper = side.reductions(&p.setting, &p.method, BASELINE);
+        let mean = side.mean_reduction(&p.setting, &p.method, BASELINE);
+        if mean.is_some() {
+            out.push(PaperMarks {
+                setting: p.setting.clone(),
+                method: p.method.clone(),
+                seeds: paper.reductions.iter().map(|(_, g)| *g).collect(),
+                mean,
+            });
+        }
+    }
+    out
+}
