@@ -264,8 +264,11 @@ fn flex_residual_stream_fused_path_matches_the_reference_path() {
 /// fails with how to get one, it is never counted as a pass. The backend is the one the runners
 /// use: Burn's cube backend without kernel fusion (Burn 0.21's fused kernels fail the reference
 /// check; docs/deviations.md). Arguments: the module's name, the backend, the whole model's
-/// tolerance, the matrix-product check's contraction lengths and tolerance (`matmul_checks`),
-/// whether `Auto` takes the fused path, and the message for a missing device.
+/// tolerance, the matrix-product check's contraction lengths and tolerance (`matmul_checks`), the
+/// least tolerance of a kernel against plain operations that run matrix products (RoPE's quarter
+/// turn, the separate projections: 0 where products round in f32, TF32's rounding on CUDA), that
+/// of the read kernels' f32 sums against the composition on the CPU, whether `Auto` takes the
+/// fused path, and the message for a missing device.
 #[cfg(feature = "cube")]
 macro_rules! cube_backend_tests {
     (
@@ -273,6 +276,8 @@ macro_rules! cube_backend_tests {
         $backend:ty,
         $tolerance:expr,
         $products:expr,
+        $plain_products:expr,
+        $read_sums:expr,
         $auto_fused:expr,
         $missing:literal,
         [$($needs_device:meta)?]
@@ -320,7 +325,7 @@ macro_rules! cube_backend_tests {
             $(#[$needs_device])?
             fn read_kernels_match_the_composition() {
                 super::read_checks::read_forward_matches_the_composition::<Cube>();
-                super::read_checks::read_backward_matches_the_composition::<Cube>();
+                super::read_checks::read_backward_matches_the_composition::<Cube>($read_sums);
             }
 
             #[test]
@@ -353,7 +358,10 @@ macro_rules! cube_backend_tests {
                 norm_checks::rms_norm_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
                 swiglu_checks::swiglu_propagates_nan::<Cube>();
                 softmax_checks::causal_softmax_propagates_nan::<Cube>();
-                super::rotary_checks::rotary_agrees_with_f64_and_the_plain_operations::<Cube>(1e-5);
+                super::rotary_checks::rotary_agrees_with_f64_and_the_plain_operations::<Cube>(
+                    1e-5,
+                    f64::max(1e-5, $plain_products),
+                );
             }
 
             #[test]
@@ -371,7 +379,7 @@ macro_rules! cube_backend_tests {
                 >(2e-5);
                 super::rotary_checks::rotary_node_agrees_with_autodiff_of_the_plain_operations::<
                     Autodiff<Cube>,
-                >(1e-5);
+                >(f64::max(1e-5, $plain_products));
             }
 
             /// Causal attention's kernel pair (one launch forward, two backward) against f64,
@@ -392,7 +400,7 @@ macro_rules! cube_backend_tests {
                 super::projections_checks::packed_primitives_agree_with_f64::<Cube>(1e-5);
                 super::projections_checks::packed_sublayers_agree_with_the_separate_projections::<
                     Autodiff<Cube>,
-                >(5e-5);
+                >(f64::max(5e-5, $plain_products));
                 assert!(<Cube as haares_core::ops::ProjectionBackend>::packs_projections());
             }
 
@@ -474,6 +482,8 @@ cube_backend_tests!(
     haares_core::backend::Wgpu,
     crate::F32_TOLERANCE,
     (crate::matmul_checks::EVERY_STAGE_DEPTH, 1e-4),
+    0.0,
+    1e-5,
     false,
     "no wgpu adapter: install a Vulkan driver (Debian: `apt-get install mesa-vulkan-drivers` \
      for the lavapipe software device)",
@@ -486,6 +496,14 @@ cube_backend_tests!(
     haares_core::backend::Cuda,
     crate::TF32_TOLERANCE,
     (crate::matmul_checks::TENSOR_CORE_STAGE_DEPTHS, 5e-3),
+    // On an H200: RoPE against its plain form 1.3e-4 and 1.6e-4 of the scale (the kernel matched
+    // f64 within 1e-5), the packed projections against the separate ones 3.3e-4; one TF32
+    // rounding is 4.9e-4 of an operand.
+    2e-3,
+    // On an H200 one read gradient differed from the composition by 1.05e-5 of its scale: NVRTC
+    // contracts a·b + c into one rounding by default (`--fmad=true`) and the kernel sums in
+    // another order than the CPU.
+    3e-5,
     true,
     "no CUDA device: run on a machine with an NVIDIA GPU and its driver, or without \
      `--features cuda`",

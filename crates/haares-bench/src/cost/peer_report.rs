@@ -9,7 +9,7 @@ use haares_core::ModelFamily;
 use serde::{Deserialize, Serialize};
 
 use super::CostRun;
-use super::peer::{LOGITS_TOLERANCE, PeerMatmul, PeerSample, peer_model};
+use super::peer::{PeerMatmul, PeerSample, logits_tolerance, peer_model};
 use super::stats::median;
 use super::summary::{MethodCost, megabytes, method_with_path};
 
@@ -53,6 +53,7 @@ pub fn peer_costs(run: &CostRun) -> Vec<(ModelFamily, Vec<PeerCost>)> {
         return Vec::new();
     };
     let warmup = run.spec.warmup;
+    let ours = PeerMatmul::ours(&run.spec.backend);
     peer.samples
         .iter()
         .map(|(family, samples)| {
@@ -79,7 +80,7 @@ pub fn peer_costs(run: &CostRun) -> Vec<(ModelFamily, Vec<PeerCost>)> {
                             .iter()
                             .map(|s| s.logits_max_abs_diff)
                             .fold(0.0, f64::max),
-                        agrees: mine.iter().all(|s| s.agrees()),
+                        agrees: mine.iter().all(|s| s.agrees(ours)),
                     })
                 })
                 .collect();
@@ -110,12 +111,14 @@ pub fn write_peer_section(
         "PyTorch {} with {} threads (`{}`): the same model from the same initial weights, sizes, \
          batch and steps, each measurement right after ours. Its logits on a perturbed copy of \
          the weights are compared with ours first, in full fp32 (agreement: within \
-         {LOGITS_TOLERANCE:.0e} × max(1, max |logit|)). Our matrix products are {} on `{}`.\n\n\
+         {:.0e} × max(1, max |logit|), TF32's rounding where ours are TF32). Our matrix products \
+         are {} on `{}`.\n\n\
          | family | method | steady step (s) | PyTorch matmul | PyTorch steady step (s) | throughput / PyTorch | peak RSS (MB) | PyTorch peak RSS (MB) | logits max abs diff |\n\
          |---|---|---|---|---|---|---|---|---|\n",
         peer.torch_version.as_deref().unwrap_or("?"),
         peer.threads.map_or("?".into(), |t| t.to_string()),
         peer.python,
+        logits_tolerance(ours_matmul),
         ours_matmul.label(),
         run.spec.backend,
     );

@@ -14,8 +14,8 @@ use crate::rotary_checks::{
 /// and its node's gradient against Burn's autodiff.
 #[test]
 fn rotary_agrees_with_f64_on_flex_and_in_f64() {
-    rotary_agrees_with_f64_and_the_plain_operations::<Flex>(1e-6);
-    rotary_agrees_with_f64_and_the_plain_operations::<B64>(1e-12);
+    rotary_agrees_with_f64_and_the_plain_operations::<Flex>(1e-6, 1e-6);
+    rotary_agrees_with_f64_and_the_plain_operations::<B64>(1e-12, 1e-12);
     rotary_node_agrees_with_autodiff_of_the_plain_operations::<Autodiff<Flex>>(1e-6);
     rotary_node_agrees_with_autodiff_of_the_plain_operations::<Ad64>(1e-12);
 }
