@@ -358,3 +358,106 @@ fn a_study_given_by_its_path_finds_its_tables_beside_it() {
         .collect();
     assert_eq!(labels, ["tab:201m", "tab:timetotarget", "tab:pairdiffs"]);
 }
+
+fn table(label: &str) -> PaperTable {
+    tables().into_iter().find(|t| t.label == label).unwrap()
+}
+
+/// tab:timetotarget: each target is tab:201m's Block AttnRes loss of the seed, each crossing at
+/// or below it; hours and time saved follow from the steps at 14K and 17K tokens/s (the paper's
+/// appendix: rounded only after calculating), and the mean row from the seeds.
+#[test]
+fn time_to_target_follows_from_tab_201m_and_the_throughputs() {
+    let runs = table("tab:timetotarget");
+    let block = table("tab:201m");
+    let hours = |steps: f64, per_s: f64| 8192.0 * steps / (3600.0 * per_s);
+    let block_hours = hours(30_000.0, 17_000.0);
+    let seeds: Vec<&PaperCell> = runs.cells.iter().filter(|c| c.seed.is_some()).collect();
+    assert_eq!(seeds.len(), 3);
+    let mut exact_hours = Vec::new();
+    for cell in &seeds {
+        let target = block
+            .cells
+            .iter()
+            .find(|b| b.method == "block-attnres" && b.seed == cell.seed)
+            .and_then(|b| b.loss);
+        assert_eq!(cell.target, target, "{}", describe(cell, &runs.label));
+        assert!(cell.crossing_loss.unwrap() <= cell.target.unwrap());
+        let h = hours(cell.step.unwrap() as f64, 14_000.0);
+        assert_eq!(
+            units(cell.hours.unwrap(), 2),
+            units(h, 2),
+            "{}",
+            describe(cell, "hours")
+        );
+        assert_eq!(
+            units(cell.time_saved.unwrap(), 3),
+            units(1.0 - h / block_hours, 3),
+            "{}",
+            describe(cell, "time saved")
+        );
+        exact_hours.push(h);
+    }
+    let mean = runs.cells.iter().find(|c| c.mean).unwrap();
+    let of = |f: fn(&PaperCell) -> Option<f64>, digits: i32| {
+        mean_half_up(
+            &seeds
+                .iter()
+                .map(|c| units(f(c).unwrap(), digits))
+                .collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(units(mean.target.unwrap(), 4), of(|c| c.target, 4));
+    assert_eq!(
+        units(mean.crossing_loss.unwrap(), 4),
+        of(|c| c.crossing_loss, 4)
+    );
+    // Printed as 19.3K: the mean step in hundreds.
+    assert_eq!(
+        units(mean.step.unwrap() as f64 / 1e5, 3),
+        of(|c| c.step.map(|s| s as f64 / 1e5), 3)
+    );
+    let mean_hours = exact_hours.iter().sum::<f64>() / 3.0;
+    assert_eq!(units(mean.hours.unwrap(), 2), units(mean_hours, 2));
+    assert_eq!(
+        units(mean.time_saved.unwrap(), 3),
+        units(1.0 - mean_hours / block_hours, 3)
+    );
+}
+
+/// tab:cost: each step time is 8192 tokens over the throughput, HAARES's memory increase its
+/// memory over Block AttnRes's, and its time increase Block AttnRes's throughput over its own.
+#[test]
+fn cost_step_times_and_increases_follow_from_the_measured_values() {
+    let cost = table("tab:cost");
+    assert_eq!(cost.cells.len(), 6);
+    for cell in &cost.cells {
+        let step = 8192.0 / (1000.0 * cell.ktokens_per_s.unwrap());
+        assert_eq!(
+            units(cell.step_s.unwrap(), 3),
+            units(step, 3),
+            "{}",
+            describe(cell, "step")
+        );
+    }
+    for haares in cost.cells.iter().filter(|c| c.method == "haares") {
+        let block = cost
+            .cells
+            .iter()
+            .find(|b| b.method == "block-attnres" && b.d_model == haares.d_model)
+            .unwrap();
+        let what = describe(haares, &cost.label);
+        let memory = haares.memory_gb.unwrap() / block.memory_gb.unwrap() - 1.0;
+        assert_eq!(
+            units(haares.memory_increase.unwrap(), 3),
+            units(memory, 3),
+            "{what}"
+        );
+        let time = block.ktokens_per_s.unwrap() / haares.ktokens_per_s.unwrap() - 1.0;
+        assert_eq!(
+            units(haares.time_increase.unwrap(), 3),
+            units(time, 3),
+            "{what}"
+        );
+    }
+}
