@@ -8,7 +8,6 @@ use std::process::Command;
 
 use haares_train::report::evidence::{Evidence, t_quantile_975};
 use haares_train::report::write_report;
-use haares_train::run::summary::{RunSummary, summary_path};
 use haares_train::study::{Overrides, PlannedRun, Study, load_study};
 
 /// tab:201m's per-seed best losses, and tab:timetotarget's first HAARES crossings.
@@ -33,44 +32,19 @@ fn paper_crossing(seed: u64) -> usize {
 }
 
 /// Writes a finished run whose best loss is `best`, reached at the last of 15 grid points; a
-/// HAARES run first reaches `target` at `crossing`.
+/// HAARES run that beats its target first reaches it at `crossing`.
 fn finish(run: &PlannedRun, dir: &Path, best: f64, target: Option<(f64, usize)>) {
-    let steps = run.config.steps;
-    let grid = steps / 15;
+    let grid = run.config.steps / 15;
     let mut curve: Vec<(usize, f64)> = (1..=15)
         .map(|k| (grid * k, best + 0.5 + 0.01 * (15 - k) as f64))
         .collect();
-    if let Some((target, crossing)) = target {
+    if let Some((target, crossing)) = target.filter(|(target, _)| *target > best) {
         for point in curve.iter_mut().filter(|p| p.0 >= crossing) {
             point.1 = target - 1e-4;
         }
     }
     curve.last_mut().unwrap().1 = best;
-    let tokens_per_s = if run.config.method == "haares" {
-        14_000.0
-    } else {
-        17_000.0
-    };
-    let summary = RunSummary {
-        config: run.config.clone(),
-        vocab_size: 256,
-        parameters: 0,
-        steps,
-        best_val_loss: best,
-        best_step: steps,
-        val_curve: curve,
-        tokens_per_s,
-        train_seconds: steps as f64 * 8192.0 / tokens_per_s,
-        backend: "fixture".into(),
-        devices: Vec::new(),
-    };
-    let run_dir = dir.join(&run.name);
-    std::fs::create_dir_all(&run_dir).unwrap();
-    std::fs::write(
-        summary_path(&run_dir),
-        serde_json::to_vec(&summary).unwrap(),
-    )
-    .unwrap();
+    crate::common::write_finished_summary(run, dir, curve, Vec::new());
 }
 
 /// The `seeds` study under `preset`, every run finished with `loss(method, seed)`; the report,
@@ -356,4 +330,41 @@ fn one_pair_has_no_interval_and_ties_no_direction() {
     };
     assert_eq!(tied.sign_test_p(), None);
     assert_eq!(tied.favouring(), 0);
+}
+
+/// Every built-in study at its `paper` preset, each run finished with the paper's own loss for it
+/// (the seed's where the paper prints seeds, else its mean): every report compares at the paper's
+/// settings, finds comparisons, and none in the opposite direction.
+#[test]
+fn every_study_at_the_papers_losses_agrees_with_the_paper() {
+    use haares_train::report::paper_side::PaperSide;
+    for (name, _) in haares_train::study::BUILTIN_STUDIES {
+        let dir = tempfile::tempdir().unwrap();
+        let study = load_study(name).unwrap();
+        let runs = study.plan(Some("paper"), &Overrides::default()).unwrap();
+        let side = PaperSide::new(&study, &runs, &[]).unwrap().unwrap();
+        for run in &runs {
+            let setting = run.setting_label();
+            let (method, seed) = (run.config.method.as_str(), run.config.model_seed);
+            let loss = side
+                .seed_cell(&setting, method, seed)
+                .or_else(|| side.mean_cell(&setting, method))
+                .and_then(|(_, cell)| cell.loss)
+                .unwrap_or_else(|| panic!("{name}: the paper has no loss for {} ", run.name));
+            finish(run, dir.path(), loss, None);
+        }
+        let md = std::fs::read_to_string(write_report(&study, &runs, dir.path()).unwrap()).unwrap();
+        let what = format!("study `{name}`:\n{md}");
+        assert!(md.contains("**At the paper's settings**"), "{what}");
+        let summary = md
+            .lines()
+            .find(|l| l.starts_with("Same direction as the paper in "));
+        eprintln!(
+            "{name}: {}",
+            summary.unwrap_or_else(|| panic!("no verdict: {what}"))
+        );
+        assert!(!md.contains("opposite in"), "{what}");
+        assert!(!md.contains("No paired comparison here"), "{what}");
+        assert!(!md.contains("The paper has no values at"), "{what}");
+    }
 }

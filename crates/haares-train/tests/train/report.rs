@@ -5,7 +5,6 @@ use std::path::Path;
 
 use haares_train::RunConfig;
 use haares_train::report::write_report;
-use haares_train::run::summary::{RunSummary, summary_path};
 use haares_train::study::{Overrides, PlannedRun, parse_study};
 
 const STUDY: &str = r#"
@@ -50,35 +49,8 @@ fn curve(method: &str, seed: u64) -> Vec<(usize, f64)> {
 
 fn finish(run: &PlannedRun, dir: &Path) {
     let curve = curve(&run.config.method, run.config.model_seed);
-    let (best_step, best) = curve
-        .iter()
-        .copied()
-        .fold((0, f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a });
-    let tokens_per_s = if run.config.method == "haares" {
-        14_000.0
-    } else {
-        17_000.0
-    };
-    let summary = RunSummary {
-        config: run.config.clone(),
-        vocab_size: 256,
-        parameters: 0,
-        steps: 30_000,
-        best_val_loss: best,
-        best_step,
-        val_curve: curve,
-        tokens_per_s,
-        train_seconds: 30_000.0 * 8192.0 / tokens_per_s,
-        backend: "fixture".into(),
-        devices: vec![format!("GPU {}", run.config.model_seed % 2)],
-    };
-    let run_dir = dir.join(&run.name);
-    std::fs::create_dir_all(&run_dir).unwrap();
-    std::fs::write(
-        summary_path(&run_dir),
-        serde_json::to_vec(&summary).unwrap(),
-    )
-    .unwrap();
+    let device = format!("GPU {}", run.config.model_seed % 2);
+    crate::common::write_finished_summary(run, dir, curve, vec![device]);
 }
 
 #[test]
