@@ -8,6 +8,7 @@ pub mod evidence;
 pub mod figures;
 pub mod heatmap;
 pub mod paper_side;
+pub mod paper_tables;
 pub mod plot;
 pub mod results;
 pub mod routing_figures;
