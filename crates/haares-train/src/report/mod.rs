@@ -41,11 +41,25 @@ pub fn write_report(study: &Study, runs: &[PlannedRun], study_dir: &Path) -> Res
     }
     let grid = Grid::of(runs, &finished);
     let pairs = pairs(&finished);
-    let paper = PaperSide::new(study, runs, &finished)?;
+    // The paper's tables missing beside a study file of the user's own cost the comparison, not
+    // the report.
+    let (paper, paper_error) = match PaperSide::new(study, runs, &finished) {
+        Ok(side) => (side, None),
+        Err(e) => (None, Some(e.to_string())),
+    };
     let mut md = String::new();
     write_header(&mut md, study, runs, &grid, &missing);
     if let Some(paper) = &paper {
         verdict::write_paper_section(&mut md, paper, &grid.settings, grid.finished);
+    }
+    if let Some(error) = &paper_error {
+        eprintln!("warning: the report is written without the paper's values: {error}");
+        let _ = writeln!(
+            md,
+            "## Against the paper\n\nNot compared: the paper's values could not be read ({error}). \
+             A study names them in `paper_values`, relative to its own file; copy \
+             `experiments/paper/` beside it (docs/experiments.md).\n"
+        );
     }
     write_means(&mut md, &grid);
     write_per_seed(&mut md, &grid);

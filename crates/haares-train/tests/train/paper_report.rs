@@ -368,3 +368,37 @@ fn every_study_at_the_papers_losses_agrees_with_the_paper() {
         assert!(!md.contains("The paper has no values at"), "{what}");
     }
 }
+
+/// A study file of the user's own whose tables are not beside it: the report is written all the
+/// same, and says why it has no comparison.
+#[test]
+fn a_study_without_its_tables_still_gets_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, text) = haares_train::study::BUILTIN_STUDIES
+        .iter()
+        .find(|(n, _)| *n == "seeds")
+        .unwrap();
+    let file = dir.path().join("mine.toml");
+    std::fs::write(&file, text).unwrap();
+    let study = load_study(file.to_str().unwrap()).unwrap();
+    let runs = study.plan(Some("paper"), &Overrides::default()).unwrap();
+    let out = dir.path().join("runs");
+    for run in &runs {
+        finish(
+            run,
+            &out,
+            paper_loss(&run.config.method, run.config.model_seed),
+            None,
+        );
+    }
+    let md = std::fs::read_to_string(write_report(&study, &runs, &out).unwrap()).unwrap();
+    assert!(
+        md.contains("Not compared: the paper's values could not be read (")
+            && md.contains("tab-201m.toml"),
+        "{md}"
+    );
+    assert!(
+        md.contains("## Paired reductions"),
+        "the rest of the report is there: {md}"
+    );
+}
