@@ -292,7 +292,7 @@ fn write_seed_row(md: &mut String, method: &str, cells: &[Option<&Finished>]) {
 }
 
 /// `loss / perplexity` of one endpoint.
-fn loss_ppl(loss: f64) -> String {
+pub(crate) fn loss_ppl(loss: f64) -> String {
     format!("{loss:.4} / {:.2}", loss.exp())
 }
 

@@ -14,13 +14,12 @@ use crate::report::results::{BASELINE, Finished};
 use crate::study::paper::{PaperCell, PaperTable};
 use crate::study::{Overrides, PlannedRun, Study};
 
-/// The fields that do not change what a run learns, left out of the scale comparison; method,
-/// seed, depth and block count are compared through the setting.
+/// The fields left out of the scale comparison: method and seed are matched run by run, and the
+/// others do not change what a run learns. Depth and block count stay in it: as grid values they
+/// are equal through the setting, and a `--set blocks=…` over the study's fixed value must show.
 const NOT_SCALE: &[&str] = &[
     "method",
     "model_seed",
-    "layers",
-    "blocks",
     "checkpoint_every",
     "log_every",
     "routing",

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use haares_core::method::method_label;
 
 use crate::report::evidence::Evidence;
+use crate::report::loss_ppl;
 use crate::report::paper_side::PaperSide;
 use crate::report::results::{BASELINE, Finished, mean_sd, time_to_target};
 use crate::report::verdict::Comparison;
@@ -32,36 +33,42 @@ pub fn write_losses(md: &mut String, side: &PaperSide, settings: &[String], fini
                 .filter(|f| &f.setting == setting && f.method == method)
                 .collect();
             for run in &runs {
-                if let Some((table, cell)) = side.seed_cell(setting, method, run.seed) {
+                if let Some(paper) = side.seed_cell(setting, method, run.seed) {
                     let ours = run.summary.best_val_loss;
-                    let seed = run.seed.to_string();
-                    let here = format!("{ours:.4} / {:.2}", ours.exp());
-                    write_loss_row(md, setting, method, &seed, &here, ours, table, cell);
+                    let row = (setting.as_str(), method, run.seed.to_string());
+                    write_loss_row(md, row, &loss_ppl(ours), ours, paper);
                 }
             }
-            if let Some((table, cell)) = side.mean_cell(setting, method) {
+            if let Some(paper) = side.mean_cell(setting, method) {
                 let losses: Vec<f64> = runs.iter().map(|f| f.summary.best_val_loss).collect();
                 let (mean, _) = mean_sd(&losses);
                 let perplexity = mean_sd(&losses.iter().map(|l| l.exp()).collect::<Vec<_>>()).0;
-                let seed = format!("mean ({} here)", losses.len());
-                let here = format!("{mean:.4} / {perplexity:.2}");
-                write_loss_row(md, setting, method, &seed, &here, mean, table, cell);
+                let row = (
+                    setting.as_str(),
+                    method,
+                    format!("mean ({} here)", losses.len()),
+                );
+                write_loss_row(
+                    md,
+                    row,
+                    &format!("{mean:.4} / {perplexity:.2}"),
+                    mean,
+                    paper,
+                );
             }
         }
     }
     let _ = writeln!(md);
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One row: `(setting, method, seed label)`, our loss / perplexity as printed and our loss, and
+/// the paper's cell with its table's label.
 fn write_loss_row(
     md: &mut String,
-    setting: &str,
-    method: &str,
-    seed: &str,
+    (setting, method, seed): (&str, &str, String),
     here: &str,
     ours: f64,
-    table: &str,
-    cell: &PaperCell,
+    (table, cell): (&str, &PaperCell),
 ) {
     let paper = cell.loss.expect("a loss cell");
     let perplexity = cell.perplexity.map_or(String::new(), |p| {

@@ -50,9 +50,18 @@ fn finish(run: &PlannedRun, dir: &Path, best: f64, target: Option<(f64, usize)>)
 /// The `seeds` study under `preset`, every run finished with `loss(method, seed)`; the report,
 /// the CSV and the paired-effect SVG.
 fn report(preset: &str, loss: impl Fn(&str, u64) -> f64) -> (String, String, String) {
+    report_with(preset, &Overrides::default(), loss)
+}
+
+/// [`report`] with the runs changed by `overrides`.
+fn report_with(
+    preset: &str,
+    overrides: &Overrides,
+    loss: impl Fn(&str, u64) -> f64,
+) -> (String, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let study: Study = load_study("seeds").unwrap();
-    let runs = study.plan(Some(preset), &Overrides::default()).unwrap();
+    let runs = study.plan(Some(preset), overrides).unwrap();
     for run in &runs {
         let (method, seed) = (run.config.method.as_str(), run.config.model_seed);
         let target = (method == "haares").then(|| {
@@ -134,11 +143,7 @@ fn a_sweep_that_reproduces_the_paper_says_so_beside_its_values() {
         "{csv}"
     );
     // The paper's reductions drawn hollow and grey beside ours: three seeds' circles.
-    assert_eq!(
-        svg.matches(r##"stroke="#787878""##).count() >= 3,
-        true,
-        "{svg}"
-    );
+    assert!(svg.matches(r##"stroke="#787878""##).count() >= 3, "{svg}");
 }
 
 #[test]
@@ -400,5 +405,20 @@ fn a_study_without_its_tables_still_gets_its_report() {
     assert!(
         md.contains("## Paired reductions"),
         "the rest of the report is there: {md}"
+    );
+}
+
+/// A field the study fixes, changed with `--set`: the paper preset's depth and block count are
+/// compared like any other field, so N = 2 is not passed off as the paper's N = 4.
+#[test]
+fn a_block_count_set_over_the_papers_is_named() {
+    let mut overrides = Overrides::default();
+    overrides.set("blocks", toml::Value::Integer(2)).unwrap();
+    let (md, _, _) = report_with("paper", &overrides, paper_loss);
+    assert!(md.contains("**Not at the paper's scale.**"), "{md}");
+    assert!(md.contains("blocks 2 (paper: 4)"), "{md}");
+    assert!(
+        !md.contains("inside it") && !md.contains("outside it"),
+        "{md}"
     );
 }
