@@ -17,7 +17,7 @@ pub struct GpuCheckArgs {
     #[arg(long, default_value = "gpu", value_parser = ["gpu", "tiny"])]
     profile: String,
     /// Stages to run [default: all: facts, portability, first-step, first-step-deep, cost,
-    /// real-run, placement, kernel-times].
+    /// cost-repeats, real-run, placement, kernel-times].
     #[arg(long, value_delimiter = ',')]
     stages: Option<Vec<String>>,
     /// A stage's budget in seconds, replacing the profile's, e.g. `cost=400` (repeatable).
@@ -35,6 +35,11 @@ pub struct GpuCheckArgs {
     /// `portability` beside this one].
     #[arg(long)]
     portability_bin: Option<PathBuf>,
+    /// Portability tests run at once, each in a process of its own [default: a quarter of the
+    /// CPUs, at least 1: on a cold GPU each compiles its kernels on one CPU, beside the stages'
+    /// workers and PyTorch].
+    #[arg(long)]
+    portability_jobs: Option<usize>,
     /// The bundle's manifest.json (scripts/gpu/build.sh), copied into the summary.
     #[arg(long)]
     manifest: Option<PathBuf>,
@@ -90,6 +95,9 @@ impl GpuCheckArgs {
             portability_bin: self
                 .portability_bin
                 .unwrap_or_else(|| beside("portability")),
+            portability_jobs: self.portability_jobs.unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, |n| (n.get() / 4).max(1))
+            }),
             manifest: self.manifest,
             pack_into: self.pack,
             bench_bin,

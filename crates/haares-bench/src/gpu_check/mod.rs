@@ -4,18 +4,21 @@
 //! check").
 //!
 //! Stages: `facts` (the device, its driver, the GEMM peak), `portability` (the core's numerical
-//! and kernel checks on the backend), `first-step` and `first-step-deep` (the first-step anatomy
-//! of one worker at a shallow and at the paper's depth), `cost` (the cost protocol, every method
-//! on both routing paths), `real-run` (training on the embedded corpus with a checkpoint, a kill
-//! and a resume compared with an uninterrupted run, then `eval` and `sample`), `placement` (one
-//! run on the device, then two side by side: each run's steady step and the device's throughput;
-//! docs/experiments.md, "Many runs, one per GPU"), `kernel-times` (a steady step's device time
-//! by phase and kernel at the paper's depth, `first-step --kernel-times`). The `gpu` profile
-//! has the paper's sizes; `tiny` runs the same stages in about 10 s on a CPU (CI runs it).
+//! and kernel checks on the backend, one process per test), `first-step` and `first-step-deep`
+//! (the first-step anatomy of one worker at a shallow and at the paper's depth), `cost` (the
+//! cost protocol, every method on both routing paths), `cost-repeats` (the protocol's interval:
+//! the fast paths in two repeats), `real-run` (training on the embedded corpus with a
+//! checkpoint, a kill and a resume compared with an uninterrupted run, then `eval` and
+//! `sample`), `placement` (one run on the device, then two side by side: each run's steady step
+//! and the device's throughput; docs/experiments.md, "Many runs, one per GPU"), `kernel-times`
+//! (a steady step's device time by phase and kernel at the paper's depth, `first-step
+//! --kernel-times`). The `gpu` profile has the paper's sizes; `tiny` runs the same stages in
+//! about 10 s on a CPU (CI runs it).
 
 pub mod cli;
 mod pack;
 mod placement;
+mod portability;
 mod process;
 mod real_run;
 mod stage;
@@ -49,6 +52,8 @@ pub struct CheckSpec {
     pub train_bin: PathBuf,
     /// The core's `portability` test binary, built with the backend's feature.
     pub portability_bin: PathBuf,
+    /// How many portability tests run at once, each in its own process.
+    pub portability_jobs: usize,
     /// The bundle's manifest (commit, build), copied into the summary.
     pub manifest: Option<PathBuf>,
     /// Where the output folder is packed after every stage (`pack`), if anywhere.

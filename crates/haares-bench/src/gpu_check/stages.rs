@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::process::{Finished, run_logged};
+use super::process::Finished;
 use super::stage::{Outcome, Stage, status_of};
 use super::{CheckSpec, StageStatus};
 
@@ -17,6 +17,7 @@ pub const STAGES: &[&str] = &[
     "first-step",
     "first-step-deep",
     "cost",
+    "cost-repeats",
     "real-run",
     "placement",
     "kernel-times",
@@ -29,13 +30,15 @@ pub struct Profile {
     pub name: &'static str,
     gemm_size: usize,
     /// Test-name filter of the portability stage; `None`: the backend's own module (`cuda::`).
-    portability_filter: Option<&'static str>,
+    pub(super) portability_filter: Option<&'static str>,
     first_step: FirstStepSizes,
     cost_args: &'static [&'static str],
+    /// The `cost-repeats` stage's: the protocol's interval, from two repeats or more.
+    cost_repeats_args: &'static [&'static str],
     pub(super) real_run: RealRunSizes,
     pub(super) placement: PlacementSizes,
     /// Seconds per stage, in [`STAGES`] order.
-    budgets_s: [u64; 8],
+    budgets_s: [u64; 9],
 }
 
 #[derive(Debug, Clone)]
@@ -109,6 +112,29 @@ impl Profile {
                 "--peer-matmul",
                 "fp32,tf32",
             ],
+            // The protocol's interval (two interleaved repeats) at both widths: the three
+            // methods on their fast paths beside PyTorch eager at TF32, the precision of our
+            // products on CUDA, with 8 steady steps a repeat; `cost` has the rest of the table
+            // (HAARES's reference path, PyTorch at fp32) from one repeat.
+            cost_repeats_args: &[
+                "--preset",
+                "paper",
+                "--family",
+                "small,medium",
+                "--steps",
+                "12",
+                "--warmup",
+                "4",
+                "--repeats",
+                "2",
+                "--methods",
+                "standard,block-attnres/fused,haares/fused",
+                "--no-launches",
+                "--peer",
+                "torch",
+                "--peer-matmul",
+                "tf32",
+            ],
             real_run: RealRunSizes {
                 layers: 12,
                 // Three runs' worth of steps in all (uninterrupted, killed at the first
@@ -141,7 +167,7 @@ impl Profile {
             // a tuned build's kernels overrun (docs/decisions.md, decision 24) joined it.
             // kernel-times: three workers whose every launch waits for the device (about 1,800
             // launches a 48-layer step), after first-step-deep has compiled the kernels.
-            budgets_s: [40, 480, 120, 180, 400, 140, 180, 150],
+            budgets_s: [40, 480, 120, 180, 400, 400, 140, 180, 150],
         }
     }
 
@@ -178,6 +204,26 @@ impl Profile {
                 "--methods",
                 "standard,haares/reference,haares/fused",
             ],
+            cost_repeats_args: &[
+                "--preset",
+                "cpu",
+                "--layers",
+                "2",
+                "--batch",
+                "2",
+                "--seq",
+                "16",
+                "--steps",
+                "3",
+                "--warmup",
+                "1",
+                "--repeats",
+                "2",
+                "--gemm-size",
+                "64",
+                "--methods",
+                "standard,haares/fused",
+            ],
             real_run: RealRunSizes {
                 layers: 2,
                 // Enough steps after the first checkpoint for the kill to land before the end.
@@ -197,7 +243,7 @@ impl Profile {
                 log_every: 10,
                 sets: &["d_model=32", "d_ff=64", "seq_len=32", "batch_size=4"],
             },
-            budgets_s: [60, 300, 120, 120, 180, 240, 120, 120],
+            budgets_s: [60, 300, 120, 120, 180, 180, 240, 120, 120],
         }
     }
 
@@ -220,11 +266,12 @@ pub fn run_stage(name: &str, spec: &CheckSpec, deadline: Instant, log: &Path) ->
     };
     let result = match name {
         "facts" => stage.facts(),
-        "portability" => stage.portability(),
+        "portability" => super::portability::portability(&stage),
         "first-step" => stage.first_step(spec.profile.first_step.layers[0], false),
         "first-step-deep" => stage.first_step(spec.profile.first_step.layers[1], false),
         "kernel-times" => stage.first_step(spec.profile.first_step.layers[1], true),
-        "cost" => stage.cost(),
+        "cost" => stage.cost("cost", spec.profile.cost_args),
+        "cost-repeats" => stage.cost("cost-repeats", spec.profile.cost_repeats_args),
         "real-run" => super::real_run::real_run(&stage),
         "placement" => super::placement::placement(&stage),
         other => Err(format!("unknown stage `{other}`")),
@@ -280,57 +327,6 @@ impl Stage<'_> {
         })
     }
 
-    /// The core's portability tests on the backend, one thread, minimal autotuning.
-    fn portability(&self) -> Result<Outcome, String> {
-        let backend_module = format!("{}::", self.spec.backend);
-        let filter = self
-            .spec
-            .profile
-            .portability_filter
-            .unwrap_or(&backend_module);
-        let mut command = Command::new(&self.spec.portability_bin);
-        command
-            .args(["--test-threads", "1", filter])
-            .env("CUBECL_AUTOTUNE_LEVEL", "minimal");
-        if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
-            // wgpu's Vulkan loader wants one; the temporary directory serves.
-            command.env("XDG_RUNTIME_DIR", std::env::temp_dir());
-        }
-        let finished = run_logged(command, self.deadline, self.log, self.name, &|| false)?;
-        let count = |word: &str| -> usize {
-            finished
-                .stdout
-                .lines()
-                .filter_map(|l| l.strip_prefix("test result: "))
-                .filter_map(|l| l.split("; ").find_map(|p| p.trim().strip_suffix(word)))
-                .filter_map(|n| n.split_whitespace().last()?.parse::<usize>().ok())
-                .sum()
-        };
-        let (passed, failed) = (count(" passed"), count(" failed"));
-        let failures: Vec<&str> = finished
-            .stdout
-            .lines()
-            .filter(|l| l.starts_with("test ") && l.ends_with("FAILED"))
-            .collect();
-        let mut status = status_of(&finished);
-        if status == StageStatus::Passed && passed == 0 {
-            status = StageStatus::Failed(format!("no test matched `{filter}`"));
-        }
-        let markdown = format!(
-            "`portability --test-threads 1 {filter}`: {passed} passed, {failed} failed.\n{}",
-            failures
-                .iter()
-                .map(|f| format!("- {f}\n"))
-                .collect::<String>()
-        );
-        Ok(Outcome {
-            status,
-            results: json!({ "filter": filter, "passed": passed, "failed": failed,
-                             "failures": failures }),
-            markdown,
-        })
-    }
-
     /// `haares-bench first-step` at `layers`, with `--kernel-times` where `timed` (then of the
     /// profile's timed methods): its markdown and JSON become the stage's.
     fn first_step(&self, layers: usize, timed: bool) -> Result<Outcome, String> {
@@ -362,13 +358,14 @@ impl Stage<'_> {
         Ok(self.with_files(status_of(&finished), &stem))
     }
 
-    /// The cost protocol: its markdown and JSON become the stage's.
-    fn cost(&self) -> Result<Outcome, String> {
-        let stem = self.spec.out.join("cost");
+    /// The cost protocol with `cost_args`, into `<name>.md` and `<name>.json`: its markdown and
+    /// JSON become the stage's.
+    fn cost(&self, name: &str, cost_args: &[&str]) -> Result<Outcome, String> {
+        let stem = self.spec.out.join(name);
         let mut args = vec!["cost", "--out"];
         let stem_text = stem.display().to_string();
         args.push(&stem_text);
-        args.extend(self.spec.profile.cost_args);
+        args.extend(cost_args);
         let finished = self.bench(&args)?;
         Ok(self.with_files(status_of(&finished), &stem))
     }

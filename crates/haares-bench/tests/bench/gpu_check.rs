@@ -47,7 +47,7 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
     assert!(ok, "{stdout}\n{stderr}");
     // Progress is printed as it goes.
     assert!(
-        stderr.contains("[gpu-check] stage 8/8 `kernel-times` started"),
+        stderr.contains("[gpu-check] stage 9/9 `kernel-times` started"),
         "{stderr}"
     );
 
@@ -67,6 +67,7 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
             "first-step",
             "first-step-deep",
             "cost",
+            "cost-repeats",
             "real-run",
             "placement",
             "kernel-times"
@@ -91,6 +92,21 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
     assert!(stage("facts")["gemm_gflops"].as_f64().unwrap() > 0.0);
     let portability = stage("portability");
     assert!(portability["passed"].as_u64().unwrap() >= 1 && portability["failed"] == 0);
+    // Each test in its own process, with its own log.
+    for test in portability["tests"].as_array().unwrap() {
+        assert_eq!(test["result"], "passed", "{portability}");
+        let name = test["name"].as_str().unwrap().replace("::", "-");
+        let log = std::fs::read_to_string(out.join(format!("portability/{name}.log"))).unwrap();
+        assert!(log.contains("1 passed"), "{log}");
+    }
+
+    // The interval stage: every method measured in two repeats, into its own files.
+    let repeats: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("cost-repeats.json")).unwrap())
+            .unwrap();
+    assert_eq!(repeats["spec"]["repeats"], 2, "{repeats}");
+    let samples = repeats["samples"][0][1].as_array().unwrap();
+    assert_eq!(samples.len(), 4, "two methods, two repeats each");
 
     // The first-step anatomy of both depths, every phase timed; no kernels on a CPU backend.
     for layers in [2, 4] {

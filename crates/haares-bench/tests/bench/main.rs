@@ -18,6 +18,7 @@ mod cost;
 mod feature_flags;
 mod flops;
 mod gpu_check;
+mod gpu_portability;
 mod gpu_scripts;
 mod heap;
 mod model_file_memory;
