@@ -51,6 +51,9 @@ require_features() {
         fi
     done
 }
+# The commit and whether the tree differs from it, read before cargo starts: what the build saw.
+commit="$(git rev-parse HEAD)"
+dirty="$(git status --porcelain --untracked-files=no | wc -l | tr -d ' ')"
 staging="$(mktemp -d)"
 trap 'rm -rf "$staging"' EXIT
 mkdir -p "$staging/bin"
@@ -145,8 +148,6 @@ if [ "$total" -gt "$limit" ]; then
     echo "error: the bundle is $total bytes, over the 64 MiB a device call carries" >&2
     exit 1
 fi
-commit="$(git rev-parse HEAD)"
-dirty="$(git status --porcelain --untracked-files=no | wc -l | tr -d ' ')"
 cat > "$staging/manifest.json" <<JSON
 {
   "commit": "$commit",
