@@ -7,9 +7,9 @@
 #
 # Usage: bash scripts/gpu/run.sh OUT [STAGES] [more haares-bench gpu-check options]
 #   OUT      output folder (on the device tool: "$OUT")
-#   STAGES   comma-separated subset of facts,portability,first-step,first-step-deep,cost,real-run,
-#            placement,kernel-times (default: all; the gpu profile's budgets add up to 1,690 s,
-#            so use several calls: scripts/gpu/README.md)
+#   STAGES   comma-separated subset of facts,portability,first-step,first-step-deep,cost,
+#            cost-repeats,real-run,placement,kernel-times (default: all; the gpu profile's
+#            budgets add up to 2,090 s, so use several calls: scripts/gpu/README.md)
 # Environment: HAARES_GPU_BUNDLE (default .gpu), HAARES_GPU_BACKEND (default cuda),
 #              HAARES_KERNEL_CACHE (CubeCL's compiled-kernel and autotune caches; default
 #              ~/.cache/haares/kernels, seeded from the bundle's kernel-cache.tar.gz if it has one),
