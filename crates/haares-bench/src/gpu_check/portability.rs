@@ -188,8 +188,8 @@ fn outcome(filter: &str, jobs: usize, tests: &[String], ends: &[TestEnd]) -> Out
         StageStatus::Passed
     };
     let mut markdown = format!(
-        "The {} tests matching `{filter}`, each as `portability --exact TEST` in a process of \
-         its own, {jobs} at a time: {passed} passed, {failed} failed, {timed_out} timed out, \
+        "Tests matching `{filter}`: {}, each as `portability --exact TEST` in a process of its \
+         own, {jobs} at a time: {passed} passed, {failed} failed, {timed_out} timed out, \
          {not_started} not started.\n\n| test | result |\n|---|---|\n",
         tests.len()
     );
