@@ -1,15 +1,18 @@
-"""The PyTorch-eager peer of `haares-bench cost --peer torch`.
+"""The PyTorch peer of `haares-bench cost --peer torch,torch-compile`.
 
 The same model as `haares-core`, written again from the paper (App. A and sec:method) in plain
 PyTorch, so that the cost protocol can time one training step of each and compare them. It loads
 the weights and the config of a haares safetensors checkpoint (docs/checkpoint-format.md), checks
 its logits against the ones haares computed on the same tokens, then trains K steps with
-`torch.optim.AdamW` and global grad-norm clipping, timing each step.
+`torch.optim.AdamW` and global grad-norm clipping, timing each step, eagerly or with the model
+compiled by `torch.compile` (`--compile`: forward and backward through TorchInductor; the first
+step includes the compilation).
 
 Modes (one JSON answer per run on stdout, after the marker the Rust side looks for):
   gemm   --size n [--matmul fp32|tf32]  the best of 3 square f32 products, FLOP/s
   train  --checkpoint F --check P --reference R --batch B --seq T --steps K [--matmul fp32|tf32]
-  version                            PyTorch's version and threads
+         [--compile]
+  version                            PyTorch's version, threads and inter-op threads
 """
 
 import argparse
@@ -310,6 +313,7 @@ def train(args, started):
     set_matmul_precision(args.matmul)
     model = load(args.checkpoint, args.device)
     opt = optimizer(model)
+    forward = torch.compile(model) if args.compile else model
     vocab, generator = model.config["vocab_size"], torch.Generator().manual_seed(2026)
     sync(args.device)
     startup_s = time.perf_counter() - started
@@ -317,7 +321,7 @@ def train(args, started):
     for _ in range(args.steps):
         start = time.perf_counter()
         ids = torch.randint(vocab, (2, args.batch, args.seq), generator=generator).to(args.device)
-        logits = model(ids[0])
+        logits = forward(ids[0])
         loss = F.cross_entropy(logits.reshape(-1, vocab), ids[1].reshape(-1))
         losses.append(loss.item())
         opt.zero_grad(set_to_none=True)
@@ -338,6 +342,7 @@ def train(args, started):
             "last_loss": losses[-1] if losses else math.nan,
         },
         "matmul": args.matmul,
+        "mode": "compiled" if args.compile else "eager",
         **agreement,
     }
 
@@ -358,10 +363,13 @@ def main():
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--matmul", choices=["fp32", "tf32"], default="fp32",
                         help="precision of f32 matrix products on CUDA (TF32 tensor cores or not)")
+    parser.add_argument("--compile", action="store_true",
+                        help="train through torch.compile(model) (TorchInductor)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.mode == "version":
         answer = {"torch": torch.__version__, "threads": torch.get_num_threads(),
+                  "interop_threads": torch.get_num_interop_threads(),
                   "cuda": torch.cuda.is_available()}
     elif args.mode == "gemm":
         answer = gemm(args)

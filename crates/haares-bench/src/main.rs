@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use haares_bench::analytic::{params_table, sources_table};
 use haares_bench::backends::dispatch;
 use haares_bench::cost::paired::{PairedArgs, run_paired, write_paired_run};
-use haares_bench::cost::peer::PeerMatmul;
+use haares_bench::cost::peer::{PeerMatmul, PeerMode};
 use haares_bench::cost::worker::{KernelLog, RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
 use haares_bench::cost::{CostSpec, Family, Preset, SizeArgs, run_cost, write_cost_run};
 use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
@@ -151,10 +151,11 @@ struct CostArgs {
     /// Batches per validation pass, for the same share [default: 4].
     #[arg(long)]
     validation_batches: Option<usize>,
-    /// Also train the same model in PyTorch eager between our workers (`torch`) and report
-    /// throughput ratios against it; skipped, with a message, where PyTorch cannot be imported.
-    #[arg(long, value_enum)]
-    peer: Option<PeerKind>,
+    /// Also train the same model in PyTorch between our workers, eagerly (`torch`) and/or
+    /// compiled by `torch.compile` (`torch-compile`), and report throughput ratios against it;
+    /// skipped, with a message, where PyTorch cannot be imported.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    peer: Vec<PeerKind>,
     /// The Python interpreter of the peer (one that can `import torch, safetensors`).
     #[arg(long, default_value = "python3")]
     python: String,
@@ -171,11 +172,22 @@ struct CostArgs {
     out: Option<PathBuf>,
 }
 
-/// A peer implementation for the cost protocol.
-#[derive(Clone, Copy, ValueEnum)]
+/// A peer implementation for the cost protocol (`crates/haares-bench/peer/torch_peer.py`).
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
 enum PeerKind {
-    /// PyTorch eager (`crates/haares-bench/peer/torch_peer.py`).
+    /// PyTorch eager.
     Torch,
+    /// The same model through `torch.compile` (TorchInductor), its compilation timed apart.
+    TorchCompile,
+}
+
+impl From<PeerMode> for PeerKind {
+    fn from(mode: PeerMode) -> Self {
+        match mode {
+            PeerMode::Eager => Self::Torch,
+            PeerMode::Compiled => Self::TorchCompile,
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -261,7 +273,13 @@ impl CostArgs {
         if let Some(methods) = self.methods {
             spec.methods = methods;
         }
-        spec.peer = self.peer.map(|PeerKind::Torch| self.python);
+        if !self.peer.is_empty() {
+            spec.peer_modes = [PeerMode::Eager, PeerMode::Compiled]
+                .into_iter()
+                .filter(|mode| self.peer.contains(&PeerKind::from(*mode)))
+                .collect();
+            spec.peer = Some(self.python);
+        }
         if let Some(matmul) = self.peer_matmul {
             spec.peer_matmul = matmul;
         }

@@ -13,6 +13,7 @@ pub mod launches;
 pub mod paired;
 pub mod peer;
 pub mod peer_report;
+pub mod peer_settings;
 pub mod report;
 pub mod stats;
 pub mod summary;
@@ -71,6 +72,9 @@ pub struct CostSpec {
     /// The precisions the peer's matrix products run at, each measured (default: fp32).
     #[serde(default = "default_peer_matmul")]
     pub peer_matmul: Vec<peer::PeerMatmul>,
+    /// How the peer runs the model, each measured (default: eager).
+    #[serde(default = "default_peer_modes")]
+    pub peer_modes: Vec<peer::PeerMode>,
     /// Count the kernels a step launches, on the cube backends ([`launches`]). Default: yes.
     #[serde(default = "default_count_launches")]
     pub count_launches: bool,
@@ -78,6 +82,10 @@ pub struct CostSpec {
 
 fn default_peer_matmul() -> Vec<peer::PeerMatmul> {
     vec![peer::PeerMatmul::Fp32]
+}
+
+fn default_peer_modes() -> Vec<peer::PeerMode> {
+    vec![peer::PeerMode::Eager]
 }
 
 fn default_count_launches() -> bool {
@@ -114,6 +122,7 @@ impl CostSpec {
             validation_batches: default_validation_batches(),
             peer: None,
             peer_matmul: default_peer_matmul(),
+            peer_modes: default_peer_modes(),
             count_launches: default_count_launches(),
         }
     }
@@ -194,8 +203,8 @@ impl CostSpec {
         if self.methods.is_empty() || self.families.is_empty() {
             return Err("give at least one method and one family".into());
         }
-        if self.peer_matmul.is_empty() {
-            return Err("give the peer at least one matrix-product precision (fp32, tf32)".into());
+        if self.peer_matmul.is_empty() || self.peer_modes.is_empty() {
+            return Err("give the peer at least one matrix-product precision (fp32, tf32) and one mode".into());
         }
         if self.peer_matmul.contains(&peer::PeerMatmul::Tf32) && !self.backend.starts_with("cuda") {
             return Err(format!(

@@ -1,6 +1,7 @@
-//! The PyTorch-eager peer of the cost protocol (`haares-bench cost --peer torch`): the same
-//! model, sizes, batch and steps trained by `peer/torch_peer.py`, a plain PyTorch script written
-//! from the paper, measured between the Rust workers so that both see the same machine.
+//! The PyTorch peer of the cost protocol (`haares-bench cost --peer torch,torch-compile`): the
+//! same model, sizes, batch and steps trained by `peer/torch_peer.py`, a plain PyTorch script
+//! written from the paper, eagerly and/or compiled by `torch.compile`, measured between the Rust
+//! workers so that both see the same machine.
 //!
 //! The comparison is of one model: for every method a worker of ours writes the initial weights
 //! (model seed 42, the ones our workers train from) and a perturbed copy with the logits we compute
@@ -26,56 +27,9 @@ use super::worker::{RESULT_PREFIX, TrainSample, WorkerTask};
 /// The peer script, compiled in so that an installed `haares-bench` carries it.
 pub const SCRIPT: &str = include_str!("../../peer/torch_peer.py");
 
-/// Logits agree when they differ by at most this much relative to `max(1, max |logit|)`: fp32
-/// rounding of two implementations (different summation orders) stays orders of magnitude below.
-pub const LOGITS_TOLERANCE: f64 = 1e-4;
-
-/// The same where our matrix products are TF32 (CUDA) and the peer's logits fp32: the portability
-/// suite's TF32 bound (`haares-core/tests/portability.rs`), which emulated TF32 rounding stays
-/// under for every method. On an H200 the peer's logits differed from ours by at most 2.0e-2 at
-/// a scale of 10.3 (d = 512 HAARES; docs/benchmarks.md); a wrong model differs by O(1).
-pub const TF32_LOGITS_TOLERANCE: f64 = 3e-2;
-
-/// The logits' tolerance when our matrix products run at `ours`.
-pub fn logits_tolerance(ours: PeerMatmul) -> f64 {
-    match ours {
-        PeerMatmul::Fp32 => LOGITS_TOLERANCE,
-        PeerMatmul::Tf32 => TF32_LOGITS_TOLERANCE,
-    }
-}
-
-/// The precision of the peer's f32 matrix products on CUDA (on a CPU PyTorch computes in fp32
-/// either way).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum PeerMatmul {
-    /// Full fp32: PyTorch's default, and the paper's setting.
-    #[default]
-    Fp32,
-    /// TF32 tensor cores (`torch.backends.cuda.matmul.allow_tf32`): what CubeCL's matrix
-    /// products use for f32 on a GPU with tensor cores (cubek-matmul stages f32 operands as
-    /// tf32), so the comparison at the same precision.
-    Tf32,
-}
-
-impl PeerMatmul {
-    /// The precision of our own matrix products on `backend`: TF32 on CUDA, fp32 elsewhere.
-    pub fn ours(backend: &str) -> Self {
-        if backend.starts_with("cuda") {
-            Self::Tf32
-        } else {
-            Self::Fp32
-        }
-    }
-
-    /// The name in reports and on the command line.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Fp32 => "fp32",
-            Self::Tf32 => "TF32",
-        }
-    }
-}
+pub use super::peer_settings::{
+    LOGITS_TOLERANCE, PeerMatmul, PeerMode, TF32_LOGITS_TOLERANCE, logits_tolerance,
+};
 
 /// What the peer measured in a cost run, or why it did not run.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -86,6 +40,9 @@ pub struct PeerRun {
     pub torch_version: Option<String>,
     /// Intra-op threads the peer used.
     pub threads: Option<usize>,
+    /// Inter-op threads (PyTorch's pool for independent operations).
+    #[serde(default)]
+    pub interop_threads: Option<usize>,
     /// Why the peer did not run, or stopped (its samples so far are kept).
     pub skipped: Option<String>,
     /// GEMM rates (FLOP/s) measured by the peer before and after the model runs.
@@ -106,6 +63,9 @@ pub struct PeerSample {
     /// The precision of the peer's matrix products in this measurement.
     #[serde(default)]
     pub matmul: PeerMatmul,
+    /// Eager or compiled.
+    #[serde(default)]
+    pub mode: PeerMode,
 }
 
 impl PeerSample {
@@ -165,6 +125,7 @@ impl Peer {
             python: python.to_string(),
             torch_version: version["torch"].as_str().map(String::from),
             threads: version["threads"].as_u64().map(|t| t as usize),
+            interop_threads: version["interop_threads"].as_u64().map(|t| t as usize),
             ..PeerRun::default()
         };
         Ok((peer, run))
@@ -179,18 +140,17 @@ impl Peer {
             .ok_or_else(|| format!("the peer's GEMM answer has no rate: {answer}"))
     }
 
-    /// K training steps of the model a worker of ours exported to `export` (see [`ExportTask`]).
+    /// K training steps of the model a worker of ours exported to `export` (see [`ExportTask`]),
+    /// at `setting` (precision, eager or compiled).
     pub fn train(
         &self,
         export: &ExportTask,
         method: &str,
-        batch: usize,
-        seq: usize,
-        steps: usize,
-        matmul: PeerMatmul,
+        (batch, seq, steps): (usize, usize, usize),
+        (matmul, mode): (PeerMatmul, PeerMode),
     ) -> Result<PeerSample, String> {
         let path = |p: &Path| p.display().to_string();
-        let args = [
+        let mut args = vec![
             "train".to_string(),
             format!("--checkpoint={}", path(&export.initial)),
             format!("--check={}", path(&export.perturbed)),
@@ -201,8 +161,13 @@ impl Peer {
             format!("--steps={steps}"),
             format!("--matmul={}", matmul.label().to_lowercase()),
         ];
+        if mode == PeerMode::Compiled {
+            args.push("--compile".into());
+        }
         let answer = self.run(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
-        serde_json::from_value(answer).map_err(|e| format!("the peer's answer is malformed: {e}"))
+        let sample: PeerSample = serde_json::from_value(answer)
+            .map_err(|e| format!("the peer's answer is malformed: {e}"))?;
+        Ok(PeerSample { mode, ..sample })
     }
 
     /// Where a method's exported files go.
@@ -261,9 +226,10 @@ impl PeerSession {
         Some(match Peer::start(python, &spec.backend) {
             Ok((peer, run)) => {
                 log(&format!(
-                    "PyTorch peer: torch {} with {} threads ({python})",
+                    "PyTorch peer: torch {} with {} threads, {} inter-op ({python})",
                     run.torch_version.as_deref().unwrap_or("?"),
-                    run.threads.unwrap_or(0)
+                    run.threads.unwrap_or(0),
+                    run.interop_threads.unwrap_or(0)
                 ));
                 Self {
                     peer: Some(peer),
@@ -302,9 +268,10 @@ impl PeerSession {
         }
     }
 
-    /// The peer's measurements of `method` at each precision the spec asks for, right after
-    /// ours. PyTorch has one model per method, whatever routing path of ours it is compared
-    /// with (`haares/reference`, `haares/fused`), so each method is trained once per repeat.
+    /// The peer's measurements of `method` at each mode and precision the spec asks for, right
+    /// after ours. PyTorch has one model per method, whatever routing path of ours it is compared
+    /// with (`haares/reference`, `haares/fused`), so each method is trained once per repeat and
+    /// setting.
     pub fn measure(
         &mut self,
         spec: &CostSpec,
@@ -314,9 +281,13 @@ impl PeerSession {
         log: &mut impl FnMut(&str),
     ) {
         let model = peer_model(method);
-        for &matmul in &spec.peer_matmul {
+        let settings = spec
+            .peer_modes
+            .iter()
+            .flat_map(|&mode| spec.peer_matmul.iter().map(move |&matmul| (matmul, mode)));
+        for (matmul, mode) in settings {
             let Some(peer) = &self.peer else { return };
-            if self.measured(family, model, matmul) > repeat {
+            if self.measured(family, model, (matmul, mode)) > repeat {
                 continue;
             }
             let (initial, perturbed, reference) = peer.export_paths(family, method);
@@ -337,13 +308,14 @@ impl PeerSession {
                     super::run_worker(&spec.backend, &WorkerTask::Export(export.clone())).map(drop)
                 }
             };
-            let measured = exported.and_then(|()| {
-                peer.train(&export, model, spec.batch, spec.seq, spec.steps, matmul)
-            });
+            let sizes = (spec.batch, spec.seq, spec.steps);
+            let measured =
+                exported.and_then(|()| peer.train(&export, model, sizes, (matmul, mode)));
             match measured {
                 Ok(sample) => {
                     log(&format!(
-                        "  PyTorch {model} ({}): {:.3} s/step, logits within {:.1e} of ours",
+                        "  PyTorch {} {model} ({}): {:.3} s/step, logits within {:.1e} of ours",
+                        mode.label(),
                         matmul.label(),
                         median(sample.sample.step_s.get(spec.warmup..).unwrap_or(&[])),
                         sample.logits_max_abs_diff
@@ -358,14 +330,14 @@ impl PeerSession {
         }
     }
 
-    /// How many times the peer has trained `model` in `family` at `matmul`.
-    fn measured(&self, family: ModelFamily, model: &str, matmul: PeerMatmul) -> usize {
+    /// How many times the peer has trained `model` in `family` at a precision and mode.
+    fn measured(&self, family: ModelFamily, model: &str, setting: (PeerMatmul, PeerMode)) -> usize {
         self.run
             .samples
             .iter()
             .filter(|(f, _)| *f == family)
             .flat_map(|(_, samples)| samples)
-            .filter(|s| s.sample.method == model && s.matmul == matmul)
+            .filter(|s| s.sample.method == model && (s.matmul, s.mode) == setting)
             .count()
     }
 
@@ -404,6 +376,7 @@ mod tests {
             logits_max_abs_diff: diff,
             logits_max_abs: 10.3,
             matmul: PeerMatmul::Fp32,
+            mode: PeerMode::Eager,
         };
         assert!(sample(0.0205).agrees(PeerMatmul::Tf32));
         assert!(!sample(0.0205).agrees(PeerMatmul::Fp32));

@@ -75,7 +75,7 @@ fn without_pytorch_the_run_goes_on_and_says_how_to_install_it() {
     );
     assert!(json["peer"]["samples"].as_array().unwrap().is_empty());
     assert!(
-        md.contains("## PyTorch-eager peer") && md.contains("Not (fully) measured"),
+        md.contains("## PyTorch peer") && md.contains("Not (fully) measured"),
         "{md}"
     );
 }
@@ -95,7 +95,8 @@ fn a_missing_interpreter_is_named() {
 
 /// A stand-in interpreter that answers as the peer does; checks that our worker exported the
 /// three files and that a precision is named; reports slow steps (so the throughput target is
-/// met), the precision it was given and, for HAARES only, logits that disagree.
+/// met; twice as fast, still slow, when asked to compile), the precision it was given and, for
+/// HAARES only, logits that disagree.
 fn stand_in_peer(dir: &Path) -> PathBuf {
     script(
         dir,
@@ -110,10 +111,11 @@ train)
     --reference=*) grep -q '"logits"' "${arg#--reference=}" || exit 3 ;;
     --method=*) method=${arg#--method=} ;;
     --matmul=*) matmul=${arg#--matmul=} ;;
+    --compile) step=50 ;;
   esac; done
   test -n "$matmul" || exit 4
   diff=1e-7; [ "$method" = haares ] && diff=0.5
-  echo "HAARES-COST-RESULT {\"sample\": {\"method\": \"$method\", \"startup_s\": 0.1, \"total_s\": 300.1, \"step_s\": [100, 100, 100], \"peak_rss_bytes\": 2000000, \"first_loss\": 5.5, \"last_loss\": 5.4}, \"matmul\": \"$matmul\", \"logits_max_abs_diff\": $diff, \"logits_max_abs\": 0.3}" ;;
+  echo "HAARES-COST-RESULT {\"sample\": {\"method\": \"$method\", \"startup_s\": 0.1, \"total_s\": 300.1, \"step_s\": [${step:-100}, ${step:-100}, ${step:-100}], \"peak_rss_bytes\": 2000000, \"first_loss\": 5.5, \"last_loss\": 5.4}, \"matmul\": \"$matmul\", \"logits_max_abs_diff\": $diff, \"logits_max_abs\": 0.3}" ;;
 *) exit 2 ;;
 esac
 "#,
@@ -137,7 +139,7 @@ fn the_peer_is_measured_after_each_of_ours_and_compared_only_where_its_logits_ag
     assert!(md.contains("PyTorch 0.0-stand-in with 2 threads"), "{md}");
     let target = |label: &str| {
         md.lines()
-            .find(|l| l.starts_with(&format!("- Small: {label} throughput / PyTorch")))
+            .find(|l| l.starts_with(&format!("- Small: {label} throughput /")))
             .unwrap_or_else(|| panic!("no target line for {label} in\n{md}"))
             .to_string()
     };
@@ -150,7 +152,7 @@ fn the_peer_is_measured_after_each_of_ours_and_compared_only_where_its_logits_ag
     let precisions = peer_samples(&json, |s| &s["matmul"]);
     assert_eq!(precisions, ["fp32"; 6]);
     assert!(
-        target("Standard Residual").contains("PyTorch eager (fp32)"),
+        target("Standard Residual").contains("the best PyTorch (eager fp32)"),
         "{md}"
     );
 }
@@ -180,6 +182,41 @@ fn the_peer_trains_a_method_once_for_both_of_our_routing_paths() {
             "{label}\n{md}"
         );
     }
+}
+
+#[test]
+fn the_compiled_peer_runs_beside_the_eager_one_and_the_faster_is_the_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = stand_in_peer(dir.path());
+    let out = dir.path().join("cost");
+    let mut args = tiny_cost();
+    args.extend(["--peer", "torch-compile,torch", "--python", python.to_str().unwrap()]);
+    args.extend(["--out", out.to_str().unwrap()]);
+    let (ok, _, stderr) = bench(&args);
+    assert!(ok, "{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
+            .unwrap();
+    // Eager, then compiled, after each of ours; the compiled runs were asked to compile.
+    let modes = peer_samples(&json, |s| &s["mode"]);
+    assert_eq!(modes, ["eager", "compiled"].repeat(6));
+    for sample in json["peer"]["samples"][0][1].as_array().unwrap() {
+        let first_step = sample["sample"]["step_s"][0].as_f64().unwrap();
+        let compiled = sample["mode"] == "compiled";
+        assert_eq!(first_step, if compiled { 50.0 } else { 100.0 }, "{sample}");
+    }
+    let md = std::fs::read_to_string(out.with_extension("md")).unwrap();
+    let line = md
+        .lines()
+        .find(|l| l.starts_with("- Small: Standard Residual throughput /"))
+        .unwrap();
+    assert!(
+        line.contains("the best PyTorch (compiled fp32)")
+            && line.contains("against the others eager fp32")
+            && line.ends_with(": met"),
+        "{line}"
+    );
+    assert!(md.contains("| compiled fp32 | 50.0000 | 50.0000 |"), "{md}");
 }
 
 #[test]
