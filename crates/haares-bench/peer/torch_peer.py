@@ -12,6 +12,8 @@ Modes (one JSON answer per run on stdout, after the marker the Rust side looks f
   gemm   --size n [--matmul fp32|tf32]  the best of 3 square f32 products, FLOP/s
   train  --checkpoint F --check P --reference R --batch B --seq T --steps K [--matmul fp32|tf32]
          [--compile]
+  profile --checkpoint F --batch B --seq T --steps K --warmup W
+                                     the steady step's phases, then torch.profiler's table of it
   version                            PyTorch's version, threads and inter-op threads
 """
 
@@ -347,10 +349,52 @@ def train(args, started):
     }
 
 
+def profile(args):
+    """Where a steady eager step's time goes: the median forward (with the loss), backward and
+    update of `steps` steps after `warmup`, then the same steps under torch.profiler, each
+    operation's self CPU time and calls per step (the profiler's own overhead included)."""
+    set_matmul_precision(args.matmul)
+    model = load(args.checkpoint, args.device)
+    opt = optimizer(model)
+    vocab, generator = model.config["vocab_size"], torch.Generator().manual_seed(2026)
+
+    def step():
+        ids = torch.randint(vocab, (2, args.batch, args.seq), generator=generator).to(args.device)
+        start = time.perf_counter()
+        logits = model(ids[0])
+        loss = F.cross_entropy(logits.reshape(-1, vocab), ids[1].reshape(-1))
+        loss.item()
+        forward_done = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        sync(args.device)
+        backward_done = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sync(args.device)
+        return [forward_done - start, backward_done - forward_done, time.perf_counter() - backward_done]
+
+    for _ in range(args.warmup):
+        step()
+    phases = [step() for _ in range(args.steps)]
+    median = lambda values: sorted(values)[len(values) // 2]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        for _ in range(args.steps):
+            step()
+    operations = [
+        {"name": event.key, "self_s": event.self_cpu_time_total / 1e6 / args.steps,
+         "calls": event.count / args.steps}
+        for event in profiler.key_averages()
+    ]
+    operations.sort(key=lambda o: -o["self_s"])
+    return {"phase_s": [median([p[i] for p in phases]) for i in range(3)],
+            "operations": operations}
+
+
 def main():
     started = time.perf_counter()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["gemm", "train", "version"])
+    parser.add_argument("mode", choices=["gemm", "train", "profile", "version"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--size", type=int, default=1024)
@@ -361,6 +405,7 @@ def main():
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--matmul", choices=["fp32", "tf32"], default="fp32",
                         help="precision of f32 matrix products on CUDA (TF32 tensor cores or not)")
     parser.add_argument("--compile", action="store_true",
@@ -373,6 +418,8 @@ def main():
                   "cuda": torch.cuda.is_available()}
     elif args.mode == "gemm":
         answer = gemm(args)
+    elif args.mode == "profile":
+        answer = profile(args)
     else:
         answer = train(args, started)
     print(RESULT_PREFIX + json.dumps(answer), flush=True)

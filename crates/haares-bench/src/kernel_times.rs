@@ -123,6 +123,7 @@ pub(crate) mod tests {
             validation: None,
             first_loss: 5.5,
             last_loss: 5.4,
+            operations: None,
         }
     }
 

@@ -10,7 +10,9 @@
 //! 3. Where a first step's time goes: [`cost::anatomy`] in every worker, [`first_step`] across
 //!    depths, with CubeCL's compilations and kernel launches counted by [`kernel_events`]
 //!    ([`cost::launches`] in the cost report).
-//! 4. [`gpu_check`]: all of the above, in budgeted stages, for a lent GPU machine.
+//! 4. Where a steady CPU step's time goes, operation by operation, beside PyTorch's profiler:
+//!    [`step_anatomy`] (the `anatomy` command).
+//! 5. [`gpu_check`]: all of the above, in budgeted stages, for a lent GPU machine.
 #![warn(missing_docs)]
 
 pub mod analytic;
@@ -23,3 +25,5 @@ pub mod heap;
 pub mod heartbeat;
 pub mod kernel_events;
 pub mod kernel_times;
+pub mod step_anatomy;
+pub mod step_anatomy_report;

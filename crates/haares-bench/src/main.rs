@@ -13,6 +13,7 @@ use haares_bench::cost::{CostSpec, Family, Preset, SizeArgs, run_cost, write_cos
 use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
 use haares_bench::flops::flops_table;
 use haares_bench::gpu_check::cli::{GpuCheckArgs, gpu_check};
+use haares_bench::step_anatomy::{AnatomyArgs, anatomy};
 use haares_train::TrainError;
 use haares_train::backend::BackendKind;
 use std::path::PathBuf;
@@ -77,6 +78,10 @@ enum Command {
     /// Everything a lent GPU machine should measure, in budgeted stages with a summary after
     /// each (docs/benchmarks.md, "The GPU check"; scripts/gpu/run.sh calls it).
     GpuCheck(GpuCheckArgs),
+    /// Where a steady CPU training step's time goes, operation by operation (forward and
+    /// backward of every operation, what lies outside them, the update), beside PyTorch
+    /// eager's `torch.profiler` table of the same step with `--peer`.
+    Anatomy(AnatomyArgs),
     /// One measurement of `cost`, in its own process (used by `cost`).
     #[command(hide = true)]
     CostWorker {
@@ -385,6 +390,7 @@ fn main() -> ExitCode {
         Command::FirstStep(args) => first_step(args),
         Command::Gemm { backend, size } => gemm(&backend, size),
         Command::GpuCheck(args) => gpu_check(args),
+        Command::Anatomy(args) => anatomy(args),
         Command::CostWorker { backend, task } => cost_worker(&backend, &task),
     };
     match result {

@@ -74,6 +74,7 @@ pub mod model;
 #[cfg(feature = "ndarray")]
 mod ndarray_host;
 pub mod norm;
+pub mod op_times;
 pub mod ops;
 pub mod rms_match;
 pub mod rope;

@@ -181,6 +181,23 @@ impl CostSpec {
         steps: usize,
         kernel_log: KernelLog,
     ) -> Result<TrainSample, String> {
+        self.worker(family, method, steps, kernel_log, None)
+    }
+
+    /// The spec's K steps of `method` in `family` by a fresh worker process, every operation of
+    /// the steps after the warm-up timed ([`haares_core::op_times`]).
+    pub fn operations_worker(&self, family: ModelFamily, method: &str) -> Result<TrainSample, String> {
+        self.worker(family, method, self.steps, KernelLog::Off, Some(self.warmup))
+    }
+
+    fn worker(
+        &self,
+        family: ModelFamily,
+        method: &str,
+        steps: usize,
+        kernel_log: KernelLog,
+        record_operations_from: Option<usize>,
+    ) -> Result<TrainSample, String> {
         let task = WorkerTask::Train {
             config: self.model(family, method)?,
             method: method.to_string(),
@@ -188,6 +205,7 @@ impl CostSpec {
             seq: self.seq,
             steps,
             kernel_log,
+            record_operations_from,
         };
         match run_worker(&self.backend, &task)? {
             WorkerResult::Train(sample) => Ok(*sample),

@@ -23,6 +23,7 @@ use super::CostSpec;
 use super::export::ExportTask;
 use super::stats::median;
 use super::worker::{RESULT_PREFIX, TrainSample, WorkerTask};
+use crate::step_anatomy::PeerProfile;
 
 /// The peer script, compiled in so that an installed `haares-bench` carries it.
 pub const SCRIPT: &str = include_str!("../../peer/torch_peer.py");
@@ -168,6 +169,25 @@ impl Peer {
         let sample: PeerSample = serde_json::from_value(answer)
             .map_err(|e| format!("the peer's answer is malformed: {e}"))?;
         Ok(PeerSample { mode, ..sample })
+    }
+
+    /// A steady eager step of the model a worker of ours exported, under `torch.profiler`
+    /// (`haares-bench anatomy`).
+    pub fn profile(
+        &self,
+        export: &ExportTask,
+        (batch, seq): (usize, usize),
+        (steps, warmup): (usize, usize),
+    ) -> Result<PeerProfile, String> {
+        let answer = self.run(&[
+            "profile",
+            &format!("--checkpoint={}", export.initial.display()),
+            &format!("--batch={batch}"),
+            &format!("--seq={seq}"),
+            &format!("--steps={steps}"),
+            &format!("--warmup={warmup}"),
+        ])?;
+        serde_json::from_value(answer).map_err(|e| format!("the peer's profile is malformed: {e}"))
     }
 
     /// Where a method's exported files go.

@@ -41,6 +41,10 @@ pub enum WorkerTask {
         /// neither).
         #[serde(default)]
         kernel_log: KernelLog,
+        /// The first step whose operations are timed ([`haares_core::op_times`]), through the
+        /// last; `None`: none are.
+        #[serde(default)]
+        record_operations_from: Option<usize>,
     },
     /// The initial and a perturbed model, with our logits, for the PyTorch peer.
     Export(super::export::ExportTask),
@@ -116,6 +120,9 @@ pub struct TrainSample {
     pub first_loss: f64,
     /// See `first_loss`.
     pub last_loss: f64,
+    /// Every operation's time over the steps the task asked to record, summed.
+    #[serde(default)]
+    pub operations: Option<Vec<haares_core::op_times::OpTime>>,
 }
 
 /// Seconds of single validation batches of the learner's validation pass ([`validate`]), timed
@@ -170,6 +177,7 @@ impl BackendJob for Worker {
                 batch,
                 seq,
                 steps,
+                record_operations_from,
                 ..
             } => {
                 let mut recorder = AnatomyRecorder::start();
@@ -191,6 +199,9 @@ impl BackendJob for Worker {
                 heartbeat.enter("first step: forward");
                 let mut heartbeat = Some(heartbeat);
                 for step in 0..steps {
+                    if record_operations_from == Some(step) {
+                        haares_core::op_times::start_recording();
+                    }
                     let step_start = Instant::now();
                     let times = trainer.step(|phase| {
                         if phase == Phase::Forward {
@@ -212,6 +223,7 @@ impl BackendJob for Worker {
                         eprintln!("  {method}: first step {}", recorder.first_step_line());
                     }
                 }
+                let operations = record_operations_from.map(|_| haares_core::op_times::stop_recording());
                 let validation = config
                     .method
                     .is_routed()
@@ -229,6 +241,7 @@ impl BackendJob for Worker {
                     anatomy: Some(recorder.finish()),
                     first_loss: losses.first().copied().unwrap_or(f64::NAN),
                     last_loss: losses.last().copied().unwrap_or(f64::NAN),
+                    operations,
                 }))
             }
         })

@@ -13,6 +13,7 @@ use haares_bench::heap::CountingAllocator;
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 mod analytic;
+mod anatomy;
 mod common;
 mod cost;
 mod feature_flags;

@@ -24,6 +24,7 @@ mod method_names;
 mod model_file;
 mod norm;
 mod norm_checks;
+mod op_times;
 mod projections;
 mod projections_checks;
 mod read;

@@ -27,7 +27,8 @@ impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B
         let parents = [query.clone(), key.clone(), value.clone()].map(primitive);
         let inputs = [query.inner(), key.inner(), value.inner()];
         let [q, k, v] = inputs.clone();
-        let (output, logsumexp) = B::causal_attention_forward(q, k, v);
+        let (output, logsumexp) =
+            crate::op_times::forward(module_path!(), || B::causal_attention_forward(q, k, v));
         let state = (inputs, output.clone(), logsumexp);
         finish(AttentionBackward, parents, state, output)
     }
@@ -38,7 +39,12 @@ impl<B: AttentionBackend, C: CheckpointStrategy> AttentionBackend for Autodiff<B
 
     fn swap_heads(x: Tensor<Self, 4>) -> Tensor<Self, 4> {
         let parents = [primitive(x.clone())];
-        finish(SwapHeadsBackward, parents, (), B::swap_heads(x.inner()))
+        finish(
+            SwapHeadsBackward,
+            parents,
+            (),
+            crate::op_times::forward(module_path!(), || B::swap_heads(x.inner())),
+        )
     }
 
     fn causal_attention_packed(
@@ -102,10 +108,13 @@ fn packed_attention_node<B: AttentionBackend, C: CheckpointStrategy>(
     let parents = [primitive(qkv.clone())];
     let tables = tables.map(Tensor::inner);
     let [cos, sin, turn] = tables.clone();
-    let turned = B::rotary_packed(qkv.inner(), cos, sin, turn, query_scale);
+    let turned = crate::op_times::forward(module_path!(), || {
+        B::rotary_packed(qkv.inner(), cos, sin, turn, query_scale)
+    });
     let inputs = unpack_heads(turned);
     let [q, k, v] = inputs.clone();
-    let (output, logsumexp) = B::causal_attention_forward(q, k, v);
+    let (output, logsumexp) =
+        crate::op_times::forward(module_path!(), || B::causal_attention_forward(q, k, v));
     let state = (inputs, output.clone(), logsumexp, tables);
     finish(
         PackedAttentionBackward { query_scale },

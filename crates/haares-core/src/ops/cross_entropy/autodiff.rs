@@ -22,8 +22,9 @@ impl<B: CrossEntropyBackend, C: CheckpointStrategy> CrossEntropyBackend for Auto
         }
         let parents = [primitive(logits.clone())];
         let (logits, targets, weights) = (logits.inner(), targets.inner(), weights.inner());
-        let (losses, logsumexp) =
-            B::cross_entropy_forward(logits.clone(), targets.clone(), weights.clone());
+        let (losses, logsumexp) = crate::op_times::forward(module_path!(), || {
+            B::cross_entropy_forward(logits.clone(), targets.clone(), weights.clone())
+        });
         let state = (logits, targets, weights, logsumexp);
         finish(CrossEntropyBackward, parents, state, losses)
     }

@@ -45,7 +45,7 @@ where
     let parents = [primitive(lhs.clone()), primitive(rhs.clone())];
     let (lhs_tracked, rhs_tracked) = (parents[0].is_tracked(), parents[1].is_tracked());
     let (lhs, rhs) = (lhs.inner(), rhs.inner());
-    let output = forward(lhs.clone(), rhs.clone());
+    let output = crate::op_times::forward(module_path!(), || forward(lhs.clone(), rhs.clone()));
     let state = (rhs_tracked.then_some(lhs), lhs_tracked.then_some(rhs));
     finish(backward, parents, state, output)
 }

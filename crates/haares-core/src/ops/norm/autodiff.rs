@@ -15,7 +15,9 @@ impl<B: NormBackend, C: CheckpointStrategy> NormBackend for Autodiff<B, C> {
     fn rms_norm(x: Tensor<Self, 2>, weight: Tensor<Self, 1>, epsilon: f64) -> Tensor<Self, 2> {
         let parents = [primitive(x.clone()), primitive(weight.clone())];
         let (x, weight) = (x.inner(), weight.inner());
-        let output = B::rms_norm(x.clone(), weight.clone(), epsilon);
+        let output = crate::op_times::forward(module_path!(), || {
+            B::rms_norm(x.clone(), weight.clone(), epsilon)
+        });
         finish(RmsNormBackward { epsilon }, parents, (x, weight), output)
     }
 }

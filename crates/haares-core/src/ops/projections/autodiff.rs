@@ -55,8 +55,11 @@ fn projection_node<B: ProjectionBackend, C: CheckpointStrategy, const P: usize>(
     let x_tracked = parents[0].is_tracked();
     let weights_tracked = parents[1..].iter().any(|parent| parent.is_tracked());
     let x = x.inner();
-    let joined = B::concat_columns(weights.into_iter().map(Tensor::inner).collect());
-    let output = B::matmul(x.clone(), joined.clone());
+    let (joined, output) = crate::op_times::forward(module_path!(), || {
+        let joined = B::concat_columns(weights.into_iter().map(Tensor::inner).collect());
+        let output = B::matmul(x.clone(), joined.clone());
+        (joined, output)
+    });
     let state = (weights_tracked.then_some(x), x_tracked.then_some(joined));
     finish(ProjectionsBackward { widths }, parents, state, output)
 }

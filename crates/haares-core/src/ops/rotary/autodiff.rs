@@ -22,7 +22,9 @@ impl<B: RotaryBackend, C: CheckpointStrategy> RotaryBackend for Autodiff<B, C> {
         let parents = [primitive(x.clone())];
         let tables = (cos.inner(), sin.inner(), quarter_turn.inner());
         let (cos, sin, turn) = tables.clone();
-        let output = B::rotary(x.inner(), cos, sin, turn, scale);
+        let output = crate::op_times::forward(module_path!(), || {
+            B::rotary(x.inner(), cos, sin, turn, scale)
+        });
         finish(RotaryBackward { scale }, parents, tables, output)
     }
 }

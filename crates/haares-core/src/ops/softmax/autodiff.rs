@@ -14,7 +14,7 @@ use crate::autodiff_node::{finish, from_primitive, primitive, register};
 impl<B: SoftmaxBackend, C: CheckpointStrategy> SoftmaxBackend for Autodiff<B, C> {
     fn causal_softmax<const D: usize>(scores: Tensor<Self, D>) -> Tensor<Self, D> {
         let parents = [primitive(scores.clone())];
-        let output = B::causal_softmax(scores.inner());
+        let output = crate::op_times::forward(module_path!(), || B::causal_softmax(scores.inner()));
         let probabilities = output.clone();
         finish(CausalSoftmaxBackward::<D>, parents, probabilities, output)
     }

@@ -15,14 +15,15 @@ impl<B: SwigluBackend, C: CheckpointStrategy> SwigluBackend for Autodiff<B, C> {
     fn swiglu<const D: usize>(gate: Tensor<Self, D>, up: Tensor<Self, D>) -> Tensor<Self, D> {
         let parents = [primitive(gate.clone()), primitive(up.clone())];
         let (gate, up) = (gate.inner(), up.inner());
-        let output = B::swiglu(gate.clone(), up.clone());
+        let output =
+            crate::op_times::forward(module_path!(), || B::swiglu(gate.clone(), up.clone()));
         finish(SwiGluBackward::<D>, parents, (gate, up), output)
     }
 
     fn swiglu_packed(gate_up: Tensor<Self, 2>) -> Tensor<Self, 2> {
         let parents = [primitive(gate_up.clone())];
         let gate_up = gate_up.inner();
-        let output = B::swiglu_packed(gate_up.clone());
+        let output = crate::op_times::forward(module_path!(), || B::swiglu_packed(gate_up.clone()));
         finish(SwiGluPackedBackward, parents, gate_up, output)
     }
 }

@@ -147,7 +147,9 @@ fn scores_node<B: RoutingBackend, C: CheckpointStrategy>(
 
     let inner_slots: Vec<_> = slots.iter().map(inner).collect();
     let inner_query = folded_query.inner();
-    let forward = scores_forward(&inner_slots, inner_query.clone(), epsilon);
+    let forward = crate::op_times::forward(module_path!(), || {
+        scores_forward(&inner_slots, inner_query.clone(), epsilon)
+    });
     let output = forward.scores.clone();
     let state = ScoresState {
         slots: inner_slots,
@@ -199,7 +201,9 @@ fn mixture_node<B: RoutingBackend, C: CheckpointStrategy>(
 
     let inner_slots: Vec<_> = slots.iter().map(inner).collect();
     let inner_weights = weights.inner();
-    let output = B::routing_mixture(&inner_slots, inner_weights.clone());
+    let output = crate::op_times::forward(module_path!(), || {
+        B::routing_mixture(&inner_slots, inner_weights.clone())
+    });
     let state = MixtureState {
         slots: inner_slots,
         weights: inner_weights,

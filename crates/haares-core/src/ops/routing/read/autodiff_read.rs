@@ -172,13 +172,15 @@ pub(super) fn read_node<B: RoutingBackend, C: CheckpointStrategy>(
         gain: norm.gain.inner(),
         epsilon: norm.epsilon,
     });
-    let forward = B::routing_read_forward(
-        &inner_slots,
-        &inner_query,
-        inner_bias.as_ref(),
-        epsilon,
-        inner_norm.as_ref(),
-    );
+    let forward = crate::op_times::forward(module_path!(), || {
+        B::routing_read_forward(
+            &inner_slots,
+            &inner_query,
+            inner_bias.as_ref(),
+            epsilon,
+            inner_norm.as_ref(),
+        )
+    });
     let read_state = ReadState {
         slots: inner_slots,
         query: inner_query,

@@ -29,12 +29,14 @@ impl<B: SourceWriteBackend, C: CheckpointStrategy> SourceWriteBackend for Autodi
         epsilon: f64,
     ) -> (Tensor<Self, 2>, Tensor<Self, 2>) {
         let parents = [primitive(detail_mean_square.clone())];
-        let (multiplier, matched) = B::rms_match_multiplier(
-            cumulative_mean_square.inner(),
-            detail_mean_square.inner(),
-            gamma,
-            epsilon,
-        );
+        let (multiplier, matched) = crate::op_times::forward(module_path!(), || {
+            B::rms_match_multiplier(
+                cumulative_mean_square.inner(),
+                detail_mean_square.inner(),
+                gamma,
+                epsilon,
+            )
+        });
         let matched = finish(
             MatchedMeanSquareBackward::<2>,
             parents,
@@ -49,7 +51,9 @@ impl<B: SourceWriteBackend, C: CheckpointStrategy> SourceWriteBackend for Autodi
         term: Tensor<Self, D>,
         sign: f64,
     ) -> Tensor<Self, D> {
-        let output = B::signed_sum(sum.clone().inner(), term.clone().inner(), sign);
+        let output = crate::op_times::forward(module_path!(), || {
+            B::signed_sum(sum.clone().inner(), term.clone().inner(), sign)
+        });
         signed_sum_node(&sum, &term, sign, output)
     }
 
@@ -60,8 +64,9 @@ impl<B: SourceWriteBackend, C: CheckpointStrategy> SourceWriteBackend for Autodi
         term: Tensor<Self, D>,
         sign: f64,
     ) -> (Tensor<Self, D>, Option<Tensor<Self, D>>) {
-        let (output, mean_square) =
-            B::signed_sum_with_mean_square(sum.clone().inner(), term.clone().inner(), sign);
+        let (output, mean_square) = crate::op_times::forward(module_path!(), || {
+            B::signed_sum_with_mean_square(sum.clone().inner(), term.clone().inner(), sign)
+        });
         let node = signed_sum_node(&sum, &term, sign, output.clone());
         let mean_square = mean_square.map(|mean_square| mean_square_of(&node, output, mean_square));
         (node, mean_square)
@@ -77,13 +82,15 @@ impl<B: SourceWriteBackend, C: CheckpointStrategy> SourceWriteBackend for Autodi
         sign: f64,
         matching: RmsMatching,
     ) -> PairWrite<Self, D> {
-        let inner = B::pair_write(
-            cumulative.clone().inner(),
-            detail.clone().map(Tensor::inner),
-            term.clone().inner(),
-            sign,
-            matching,
-        );
+        let inner = crate::op_times::forward(module_path!(), || {
+            B::pair_write(
+                cumulative.clone().inner(),
+                detail.clone().map(Tensor::inner),
+                term.clone().inner(),
+                sign,
+                matching,
+            )
+        });
         let tracked = |base: &Tensor<Self, D>, sign: f64, (sum, mean_square): (Tensor<B, D>, _)| {
             let node = signed_sum_node(base, &term, sign, sum.clone());
             let mean_square = mean_square_of(&node, sum, mean_square);
@@ -144,7 +151,8 @@ fn mean_square_node<B: SourceWriteBackend, C: CheckpointStrategy>(
     rows: Tensor<Autodiff<B, C>, 2>,
 ) -> Tensor<Autodiff<B, C>, 2> {
     let inner_rows = rows.clone().inner();
-    let output = B::row_mean_square(inner_rows.clone());
+    let output =
+        crate::op_times::forward(module_path!(), || B::row_mean_square(inner_rows.clone()));
     mean_square_of(&rows, inner_rows, output)
 }
 

@@ -1,0 +1,206 @@
+//! The markdown of `haares-bench anatomy` ([`crate::step_anatomy`]): per method, every
+//! operation's forward and backward milliseconds per steady step, what the phases spent outside
+//! them, and beside PyTorch's profiler the same step by category.
+
+use std::fmt::Write as _;
+
+use haares_core::op_times::{OpTime, Pass};
+
+use crate::cost::summary::method_with_path;
+use crate::step_anatomy::{AnatomyRun, MethodAnatomy, PeerProfile, pass_total};
+
+/// How many of PyTorch's operations the report lists.
+const PEER_ROWS: usize = 12;
+
+/// A category of work both implementations have: our operations in it, and a test on the
+/// names of PyTorch's.
+struct Category {
+    name: &'static str,
+    ours: &'static [&'static str],
+    theirs: fn(&str) -> bool,
+}
+
+/// PyTorch's fused attention (SDPA) computes its own products, which ours may leave to the
+/// matrix products (Flex does): one category holds both.
+const CATEGORIES: [Category; 2] = [
+    Category {
+        name: "matrix products and attention",
+        ours: &["matmul", "projections", "attention", "softmax"],
+        theirs: |name| {
+            matches!(
+                name,
+                "aten::mm" | "aten::addmm" | "aten::bmm" | "aten::baddbmm" | "aten::matmul"
+            ) || name.contains("scaled_dot_product")
+                || name.contains("flash_attention")
+        },
+    },
+    Category {
+        name: "cross-entropy",
+        ours: &["cross_entropy"],
+        theirs: |name| {
+            name.contains("log_softmax")
+                || name.contains("nll_loss")
+                || name.contains("cross_entropy")
+        },
+    },
+];
+
+/// The whole report.
+pub fn report(run: &AnatomyRun) -> String {
+    let spec = &run.spec;
+    let mut out = format!(
+        "# Step anatomy on `{}`\n\nThe cost protocol's `cpu` sizes: small family (d = 128), {} \
+         layers, N = {}, batch {} × {}; {} steps per method in a fresh worker, the last {} timed. \
+         Milliseconds per steady step. An operation's time is its call's wall time (forward) and \
+         its graph node's backward pass; \"other\" is what the phase spent outside them (residual \
+         adds, reshapes, the embedding, Burn's graph bookkeeping, allocation).\n",
+        spec.backend,
+        spec.layers,
+        spec.blocks,
+        spec.batch,
+        spec.seq,
+        spec.steps,
+        spec.steps - spec.warmup,
+    );
+    if let Some(why) = &run.peer_skipped {
+        let _ = writeln!(out, "\nPyTorch peer: not (fully) measured: {why}");
+    }
+    for method in &run.methods {
+        write_method(&mut out, method, run.torch_version.as_deref());
+    }
+    out
+}
+
+fn ms(seconds: f64) -> String {
+    format!("{:.2}", seconds * 1e3)
+}
+
+fn write_method(out: &mut String, method: &MethodAnatomy, torch: Option<&str>) {
+    let [forward, backward, update] = method.phase_s;
+    let _ = write!(
+        out,
+        "\n## {}\n\nSteady step {} ms (median); mean phases: forward {} (with the loss), \
+         backward {}, update {}.\n\n\
+         | operation | forward | backward | calls (fwd / bwd) | share of the step |\n\
+         |---|---|---|---|---|\n",
+        method_with_path(&method.method),
+        ms(method.step_s),
+        ms(forward),
+        ms(backward),
+        ms(update),
+    );
+    let step: f64 = method.phase_s.iter().sum();
+    let mut names: Vec<&str> = Vec::new();
+    for op in &method.operations {
+        if !names.contains(&op.operation.as_str()) {
+            names.push(&op.operation);
+        }
+    }
+    names.sort_by(|a, b| total(method, b).total_cmp(&total(method, a)));
+    for name in names {
+        let (fwd, bwd) = (
+            find(method, name, Pass::Forward),
+            find(method, name, Pass::Backward),
+        );
+        let calls = |op: Option<&OpTime>| op.map_or("–".into(), |op| op.calls.to_string());
+        let _ = writeln!(
+            out,
+            "| {name} | {} | {} | {} / {} | {:.1}% |",
+            fwd.map_or("–".into(), |op| ms(op.seconds)),
+            bwd.map_or("–".into(), |op| ms(op.seconds)),
+            calls(fwd),
+            calls(bwd),
+            100.0 * total(method, name) / step,
+        );
+    }
+    let other_forward = forward - pass_total(&method.operations, Pass::Forward);
+    let other_backward = backward - pass_total(&method.operations, Pass::Backward);
+    let _ = writeln!(
+        out,
+        "| other | {} | {} | | {:.1}% |\n| update (AdamW, gradient norm, clip) | {} | | | {:.1}% |",
+        ms(other_forward),
+        ms(other_backward),
+        100.0 * (other_forward + other_backward) / step,
+        ms(update),
+        100.0 * update / step,
+    );
+    if let Some(peer) = &method.peer {
+        write_peer(out, method, peer, torch.unwrap_or("?"));
+    }
+}
+
+fn find<'a>(method: &'a MethodAnatomy, name: &str, pass: Pass) -> Option<&'a OpTime> {
+    (method.operations.iter()).find(|op| op.operation == name && op.pass == pass)
+}
+
+fn total(method: &MethodAnatomy, name: &str) -> f64 {
+    (method.operations.iter())
+        .filter(|op| op.operation == name)
+        .map(|op| op.seconds)
+        .sum()
+}
+
+fn write_peer(out: &mut String, method: &MethodAnatomy, peer: &PeerProfile, torch: &str) {
+    let [forward, backward, update] = peer.phase_s;
+    let _ = write!(
+        out,
+        "\nPyTorch {torch} eager, the same model and batch: forward {} ms, backward {}, update {} \
+         (medians, without the profiler). By category, ours against PyTorch's self time under \
+         `torch.profiler` (its overhead included); \"everything else\" is each side's forward \
+         and backward less the categories above it:\n\n\
+         | category | ours | PyTorch | ours / PyTorch |\n|---|---|---|---|\n",
+        ms(forward),
+        ms(backward),
+        ms(update),
+    );
+    let (mut ours_left, mut theirs_left) =
+        (method.phase_s[0] + method.phase_s[1], forward + backward);
+    let mut row = |name: &str, ours: f64, theirs: f64| {
+        let _ = match ours > 0.0 {
+            true => writeln!(
+                out,
+                "| {name} | {} | {} | {:.2}× |",
+                ms(ours),
+                ms(theirs),
+                ours / theirs
+            ),
+            // Not an operation of its own on this backend: its plain operations are "everything
+            // else".
+            false => writeln!(out, "| {name} | – | {} | – |", ms(theirs)),
+        };
+    };
+    for category in &CATEGORIES {
+        let ours: f64 = category.ours.iter().map(|name| total(method, name)).sum();
+        let theirs: f64 = (peer.operations.iter())
+            .filter(|op| (category.theirs)(&op.name))
+            .map(|op| op.self_s)
+            .sum();
+        ours_left -= ours;
+        theirs_left -= theirs;
+        row(category.name, ours, theirs);
+    }
+    row(
+        "everything else in forward and backward",
+        ours_left,
+        theirs_left,
+    );
+    row("update", method.phase_s[2], update);
+    row(
+        "whole step",
+        method.phase_s.iter().sum(),
+        peer.phase_s.iter().sum(),
+    );
+    let _ = write!(
+        out,
+        "\nPyTorch's slowest operations (self time):\n\n| operation | ms per step | calls per step |\n|---|---|---|\n"
+    );
+    for op in peer.operations.iter().take(PEER_ROWS) {
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {:.0} |",
+            op.name,
+            ms(op.self_s),
+            op.calls
+        );
+    }
+}
