@@ -48,7 +48,7 @@ pub struct AnatomyArgs {
     /// The peer's Python interpreter (one that can `import torch, safetensors`).
     #[arg(long, default_value = "python3")]
     python: String,
-    /// Output path without extension [default: runs/bench/anatomy-<backend>].
+    /// Output path without extension [default: `runs/bench/anatomy-<backend>`].
     #[arg(long)]
     out: Option<PathBuf>,
 }
