@@ -186,8 +186,18 @@ impl CostSpec {
 
     /// The spec's K steps of `method` in `family` by a fresh worker process, every operation of
     /// the steps after the warm-up timed ([`haares_core::op_times`]).
-    pub fn operations_worker(&self, family: ModelFamily, method: &str) -> Result<TrainSample, String> {
-        self.worker(family, method, self.steps, KernelLog::Off, Some(self.warmup))
+    pub fn operations_worker(
+        &self,
+        family: ModelFamily,
+        method: &str,
+    ) -> Result<TrainSample, String> {
+        self.worker(
+            family,
+            method,
+            self.steps,
+            KernelLog::Off,
+            Some(self.warmup),
+        )
     }
 
     fn worker(
@@ -222,7 +232,10 @@ impl CostSpec {
             return Err("give at least one method and one family".into());
         }
         if self.peer_matmul.is_empty() || self.peer_modes.is_empty() {
-            return Err("give the peer at least one matrix-product precision (fp32, tf32) and one mode".into());
+            return Err(
+                "give the peer at least one matrix-product precision (fp32, tf32) and one mode"
+                    .into(),
+            );
         }
         if self.peer_matmul.contains(&peer::PeerMatmul::Tf32) && !self.backend.starts_with("cuda") {
             return Err(format!(

@@ -79,8 +79,10 @@ pub fn peer_costs(run: &CostRun) -> Vec<(ModelFamily, Vec<PeerCost>)> {
                         .filter(|s| s.sample.method == peer_model(method))
                         .filter(|s| (s.matmul, s.mode) == (matmul, mode))
                         .collect();
-                    let firsts: Vec<f64> =
-                        mine.iter().filter_map(|s| s.sample.step_s.first().copied()).collect();
+                    let firsts: Vec<f64> = mine
+                        .iter()
+                        .filter_map(|s| s.sample.step_s.first().copied())
+                        .collect();
                     let steady: Vec<f64> = mine
                         .iter()
                         .flat_map(|s| s.sample.step_s[warmup.min(s.sample.step_s.len())..].to_vec())
@@ -220,7 +222,11 @@ fn verdict(mine: &MethodCost, theirs: &[&PeerCost], ours: PeerMatmul, target: f6
         .map(|c| {
             let ratio = c.steady_step_s / mine.steady_step_s;
             let differ = if c.agrees { "" } else { " (logits differ)" };
-            format!("{} {} {ratio:.3}×{differ}", c.mode.label(), c.matmul.label())
+            format!(
+                "{} {} {ratio:.3}×{differ}",
+                c.mode.label(),
+                c.matmul.label()
+            )
         })
         .collect();
     format!(

@@ -223,7 +223,8 @@ impl BackendJob for Worker {
                         eprintln!("  {method}: first step {}", recorder.first_step_line());
                     }
                 }
-                let operations = record_operations_from.map(|_| haares_core::op_times::stop_recording());
+                let operations =
+                    record_operations_from.map(|_| haares_core::op_times::stop_recording());
                 let validation = config
                     .method
                     .is_routed()

@@ -190,7 +190,12 @@ fn the_compiled_peer_runs_beside_the_eager_one_and_the_faster_is_the_target() {
     let python = stand_in_peer(dir.path());
     let out = dir.path().join("cost");
     let mut args = tiny_cost();
-    args.extend(["--peer", "torch-compile,torch", "--python", python.to_str().unwrap()]);
+    args.extend([
+        "--peer",
+        "torch-compile,torch",
+        "--python",
+        python.to_str().unwrap(),
+    ]);
     args.extend(["--out", out.to_str().unwrap()]);
     let (ok, _, stderr) = bench(&args);
     assert!(ok, "{stderr}");

@@ -86,15 +86,19 @@ fn check_flex_product<const D: usize>(rng: &mut Rng, batch: [usize; D], [m, k, n
     }
 }
 
-/// Every threading path: one small matrix, one matrix large enough to split over threads
-/// (≥ 192³ multiply-adds), a batch too small to split, and a batch split a matrix per task
-/// (≥ 128³ in all); sizes off the SIMD width.
+/// Every threading path: one small matrix; matrices large enough to split over threads (≥ 192³
+/// multiply-adds), into bands of rows (taller than wide), of columns (wider than tall), with a
+/// last band narrower than the others, and a batch of them; a batch too small to split, and a
+/// batch split a matrix per task (≥ 128³ in all); sizes off the SIMD width.
 #[test]
 fn flex_matmul_agrees_with_f64_and_with_burns_matmul() {
     let mut rng = Rng::new(301);
     check_flex_product(&mut rng, [], [5, 7, 3]);
     check_flex_product(&mut rng, [], [1, 1, 1]);
     check_flex_product(&mut rng, [], [197, 203, 190]);
+    check_flex_product(&mut rng, [], [70, 301, 413]);
+    check_flex_product(&mut rng, [], [413, 301, 70]);
+    check_flex_product(&mut rng, [2], [130, 260, 257]);
     check_flex_product(&mut rng, [2, 3], [17, 16, 19]);
     check_flex_product(&mut rng, [4, 8], [64, 33, 65]);
 }

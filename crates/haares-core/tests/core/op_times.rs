@@ -21,7 +21,10 @@ fn forward_and_backward(method: ResidualMethod) {
         .forward(token_tensor::<Ad32>(&tokens, &device))
         .expect("valid tokens");
     let weights = Tensor::from_data(
-        TensorData::new(Rng::new(7).normals(logits.shape().num_elements(), 1.0), logits.dims()),
+        TensorData::new(
+            Rng::new(7).normals(logits.shape().num_elements(), 1.0),
+            logits.dims(),
+        ),
         &device,
     );
     let _ = (logits * weights).sum().backward();
@@ -55,10 +58,17 @@ fn a_recorded_pass_is_charged_to_its_operations_both_ways() {
         assert_eq!(calls(Pass::Forward), calls(Pass::Backward), "{times:?}");
         // The read and the write are HAARES's, not the plain stream's.
         for operation in ["routing::read", "routing::write"] {
-            assert_eq!(find(&times, operation, Pass::Forward).is_some(), routed, "{times:?}");
+            assert_eq!(
+                find(&times, operation, Pass::Forward).is_some(),
+                routed,
+                "{times:?}"
+            );
         }
         // Every name is an operation's folder, not a type path.
-        assert!(times.iter().all(|t| !t.operation.contains("haares_core")), "{times:?}");
+        assert!(
+            times.iter().all(|t| !t.operation.contains("haares_core")),
+            "{times:?}"
+        );
     }
     // Stopped, a pass records nothing.
     forward_and_backward(ResidualMethod::Standard);
