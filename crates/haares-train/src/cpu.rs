@@ -38,8 +38,19 @@ pub fn on_cpu_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
 /// the same `[tokens, d]` buffers hundreds of times, so each came back as fresh pages, faulted in
 /// again on first write: ≈ 3% of a step's samples, and with two threads each fault also stops the
 /// other core to flush its TLB. Here blocks up to 64 MiB come from the heap, and a heap is
-/// trimmed only when 1 GiB at its top is free. The process keeps what it freed: peak RSS on the
-/// cpu preset rose by about 6% (HAARES 394 → 418 MB), allocated memory not at all.
+/// trimmed only when 1 GiB at its top is free.
+///
+/// Every thread also allocates from the main arena (one arena in all). A thread that is not the
+/// main one otherwise gets an arena of its own, made of 64 MiB heaps, and glibc unmaps such a
+/// heap as soon as it is wholly free, whatever the trim threshold. The CPU job runs on a pool
+/// thread ([`on_cpu_pool`]) and a step's activations span several heaps, so without this the
+/// job's last heaps were unmapped and faulted in again every step: ≈ 6,800 page faults a step at
+/// the cost protocol's cpu preset (docs/notebook/cpu-speed.md). The job's few hundred allocations
+/// a step contend for the one arena's lock with at most the pool's other threads.
+///
+/// The process keeps what it freed: peak RSS on the cpu preset rose by about 6% (HAARES 394 →
+/// 418 MB), allocated memory not at all. Set before the threads it concerns first allocate: an
+/// arena is a thread's from its first allocation on.
 ///
 /// Does nothing where `GLIBC_TUNABLES` already sets malloc options (the user's choice wins), and
 /// on other C libraries.
@@ -48,10 +59,11 @@ pub fn keep_freed_memory() {
     {
         let user_set = std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc."));
         if !user_set {
-            // SAFETY: mallopt only sets the allocator's parameters; both values are in range.
+            // SAFETY: mallopt only sets the allocator's parameters; every value is in range.
             unsafe {
                 libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
                 libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+                libc::mallopt(libc::M_ARENA_MAX, 1);
             }
         }
     }

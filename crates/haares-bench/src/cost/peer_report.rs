@@ -44,6 +44,11 @@ pub struct PeerCost {
     pub first_step_s: f64,
     /// Median step seconds after the warm-up, over every repeat.
     pub steady_step_s: f64,
+    /// The same median within each repeat, in run order: the i-th ran right after our i-th
+    /// measurement of the method (or of its first routing path), so the two are one paired
+    /// comparison, as [`MethodCost::repeat_steps_s`]'s are between our methods.
+    #[serde(default)]
+    pub repeat_steps_s: Vec<f64>,
     /// Peak resident set size of the peer process.
     pub peak_rss_bytes: Option<u64>,
     /// The largest logits difference from ours over the repeats.
@@ -83,9 +88,12 @@ pub fn peer_costs(run: &CostRun) -> Vec<(ModelFamily, Vec<PeerCost>)> {
                         .iter()
                         .filter_map(|s| s.sample.step_s.first().copied())
                         .collect();
-                    let steady: Vec<f64> = mine
-                        .iter()
-                        .flat_map(|s| s.sample.step_s[warmup.min(s.sample.step_s.len())..].to_vec())
+                    let steady: Vec<f64> = (mine.iter())
+                        .flat_map(|s| steady_steps(s, warmup))
+                        .copied()
+                        .collect();
+                    let repeat_steps_s = (mine.iter())
+                        .map(|s| median(steady_steps(s, warmup)))
                         .collect();
                     (!mine.is_empty()).then(|| PeerCost {
                         method: method.clone(),
@@ -93,6 +101,7 @@ pub fn peer_costs(run: &CostRun) -> Vec<(ModelFamily, Vec<PeerCost>)> {
                         mode,
                         first_step_s: median(&firsts),
                         steady_step_s: median(&steady),
+                        repeat_steps_s,
                         peak_rss_bytes: mine.iter().filter_map(|s| s.sample.peak_rss_bytes).max(),
                         logits_max_abs_diff: mine
                             .iter()
@@ -105,6 +114,11 @@ pub fn peer_costs(run: &CostRun) -> Vec<(ModelFamily, Vec<PeerCost>)> {
             (*family, costs)
         })
         .collect()
+}
+
+/// A measurement's step times after the warm-up.
+fn steady_steps(sample: &PeerSample, warmup: usize) -> &[f64] {
+    &sample.sample.step_s[warmup.min(sample.sample.step_s.len())..]
 }
 
 /// Appends the peer's section to the report: what ran (or why not), one row per method, and
@@ -229,8 +243,20 @@ fn verdict(mine: &MethodCost, theirs: &[&PeerCost], ours: PeerMatmul, target: f6
             )
         })
         .collect();
+    let paired: Vec<f64> = (best.repeat_steps_s.iter())
+        .zip(&mine.repeat_steps_s)
+        .map(|(theirs, ours)| theirs / ours)
+        .collect();
+    let spread = match paired.len() >= 2 {
+        true => format!(
+            ", per repeat {:.3}–{:.3}×",
+            paired.iter().copied().fold(f64::INFINITY, f64::min),
+            paired.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+        ),
+        false => String::new(),
+    };
     format!(
-        "throughput / the best PyTorch ({} {}) {ratio:.3}× (target ≥ {target}×){}: {}",
+        "throughput / the best PyTorch ({} {}) {ratio:.3}× (target ≥ {target}×){spread}{}: {}",
         best.mode.label(),
         best.matmul.label(),
         match others.is_empty() {

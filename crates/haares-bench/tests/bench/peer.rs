@@ -222,6 +222,43 @@ fn the_compiled_peer_runs_beside_the_eager_one_and_the_faster_is_the_target() {
         "{line}"
     );
     assert!(md.contains("| compiled fp32 | 50.0000 | 50.0000 |"), "{md}");
+    the_peer_verdict_shows_its_spread_over_repeats(json);
+}
+
+/// The run's report with step times set by hand (one warm-up step, then two steady steps per
+/// measurement): the throughput verdict against the best PyTorch gives the range of its ratio
+/// over the repeats, each repeat's peer run against our run it followed.
+fn the_peer_verdict_shows_its_spread_over_repeats(mut json: serde_json::Value) {
+    let steady = |sample: &mut serde_json::Value, step: f64| {
+        sample["step_s"] = serde_json::json!([9.0, step, step]);
+    };
+    for sample in json["samples"][0][1].as_array_mut().unwrap() {
+        steady(sample, 1.0);
+    }
+    let mut seen = std::collections::HashMap::new();
+    for sample in json["peer"]["samples"][0][1].as_array_mut().unwrap() {
+        let key = (
+            sample["sample"]["method"].as_str().unwrap().to_string(),
+            sample["mode"].as_str().unwrap().to_string(),
+        );
+        let repeat = *seen
+            .entry(key.clone())
+            .and_modify(|r| *r += 1)
+            .or_insert(0usize);
+        let step = match (key.1.as_str(), repeat) {
+            ("eager", 0) => 1.2,
+            ("eager", _) => 1.5,
+            (_, 0) => 1.4,
+            (_, _) => 1.6,
+        };
+        steady(&mut sample["sample"], step);
+    }
+    let run: haares_bench::cost::CostRun = serde_json::from_value(json).unwrap();
+    let table = haares_bench::cost::report::cost_table(&run);
+    // Eager's pooled median 1.35 beats compiled's 1.5; per repeat 1.2 / 1.0 and 1.5 / 1.0.
+    let needle = "Standard Residual throughput / the best PyTorch (eager fp32) 1.350× (target ≥ \
+                  1.3×), per repeat 1.200–1.500×; against the others compiled fp32 1.500×: met";
+    assert!(table.contains(needle), "missing `{needle}` in\n{table}");
 }
 
 #[test]
@@ -243,7 +280,7 @@ fn tf32_for_the_peer_is_refused_off_cuda() {
 
 #[test]
 #[ignore = "needs PyTorch: HAARES_PEER_PYTHON=<python with torch and safetensors> \
-            cargo test -p haares-bench --test peer -- --ignored"]
+            cargo test -p haares-bench --test bench -- --ignored peer::"]
 fn the_pytorch_peer_computes_our_logits_for_every_method() {
     let python = std::env::var("HAARES_PEER_PYTHON")
         .expect("set HAARES_PEER_PYTHON to a Python interpreter that has torch and safetensors");

@@ -57,3 +57,72 @@ fn a_backend_without_a_runner_arm_names_the_feature() {
         "{error}"
     );
 }
+
+/// The child process's marker for [`freed_memory_is_reused_by_the_pool_threads`].
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const FREED_MEMORY_CHILD: &str = "HAARES_FREED_MEMORY_CHILD";
+
+/// A CPU job's buffers, freed and allocated again, come back without page faults on a pool
+/// thread, where each thread's own glibc arena unmapped its wholly free heaps every round
+/// (`keep_freed_memory`). Arenas are per process and taken at a thread's first allocation, so
+/// the rounds run in a child process of this test binary that runs nothing else, without
+/// `GLIBC_TUNABLES` (which would replace the setting).
+#[test]
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn freed_memory_is_reused_by_the_pool_threads() {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "cpu::freed_memory_rounds_in_a_child"])
+        .args(["--ignored", "--test-threads=1", "--nocapture"])
+        .env(FREED_MEMORY_CHILD, "1")
+        .env_remove("GLIBC_TUNABLES")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("1 passed"),
+        "the child ran no test:\n{stdout}"
+    );
+}
+
+/// Run by [`freed_memory_is_reused_by_the_pool_threads`] in a child process.
+#[test]
+#[ignore = "run in a child process by cpu::freed_memory_is_reused_by_the_pool_threads"]
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn freed_memory_rounds_in_a_child() {
+    assert!(
+        std::env::var_os(FREED_MEMORY_CHILD).is_some(),
+        "run by its parent test"
+    );
+    // 32 buffers of about 4 MiB live at once (128 MiB: more than one 64 MiB heap of an arena),
+    // then freed, ten rounds after a first that faults them in.
+    let round = || {
+        let live: Vec<Vec<f32>> = (0..32)
+            .map(|i| vec![1.0f32; (1 << 20) + i * 4096])
+            .collect();
+        std::hint::black_box(&live);
+    };
+    let page_faults = || {
+        // SAFETY: `getrusage` fills the zeroed struct it is given.
+        unsafe {
+            let mut usage: libc::rusage = std::mem::zeroed();
+            libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+            usage.ru_minflt
+        }
+    };
+    let later_rounds = on_cpu_pool(|| {
+        round();
+        let before = page_faults();
+        (0..10).for_each(|_| round());
+        page_faults() - before
+    });
+    // One round is 32,800 pages of 4 KiB; without the setting the ten rounds faulted ≈ 200,000.
+    assert!(
+        later_rounds < 4096,
+        "{later_rounds} page faults in ten rounds of reused buffers"
+    );
+}
