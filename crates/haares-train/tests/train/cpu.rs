@@ -126,3 +126,125 @@ fn freed_memory_rounds_in_a_child() {
         "{later_rounds} page faults in ten rounds of reused buffers"
     );
 }
+
+/// The child process's marker for [`the_other_threads_stay_awake_while_a_job_runs`].
+#[cfg(target_os = "linux")]
+const AWAKE_CHILD: &str = "HAARES_AWAKE_CHILD";
+
+/// While a CPU job runs, the pool's other threads look for its tasks instead of sleeping
+/// (`WorkersAwake`): in a stretch of serial work right after a parallel operation they use CPU
+/// time, where Rayon's own idle threads sleep. Process CPU time counts every test thread, so the
+/// job runs in a child process of this test binary that runs nothing else.
+#[test]
+#[cfg(target_os = "linux")]
+fn the_other_threads_stay_awake_while_a_job_runs() {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "cpu::awake_threads_in_a_child"])
+        .args(["--ignored", "--test-threads=1", "--nocapture"])
+        .env(AWAKE_CHILD, "1")
+        .env("RAYON_NUM_THREADS", "2")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("1 passed"),
+        "the child ran no test:\n{stdout}"
+    );
+}
+
+/// CPU seconds of this process (`RUSAGE_SELF`) or of the calling thread (`RUSAGE_THREAD`).
+#[cfg(target_os = "linux")]
+fn cpu_seconds(who: libc::c_int) -> f64 {
+    // SAFETY: `getrusage` fills the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// Run by [`the_other_threads_stay_awake_while_a_job_runs`] in a child process.
+#[test]
+#[ignore = "run in a child process by cpu::the_other_threads_stay_awake_while_a_job_runs"]
+#[cfg(target_os = "linux")]
+fn awake_threads_in_a_child() {
+    use rayon::prelude::*;
+    assert!(
+        std::env::var_os(AWAKE_CHILD).is_some(),
+        "run by its parent test"
+    );
+    let others_cpu_in_a_serial_stretch = || {
+        // A parallel operation, then 5 ms of this thread's serial work (a wait, so that the
+        // other thread's CPU time is all that is counted).
+        let total: u64 = (0..1u64 << 20).into_par_iter().sum();
+        std::hint::black_box(total);
+        let (process, thread) = (
+            cpu_seconds(libc::RUSAGE_SELF),
+            cpu_seconds(libc::RUSAGE_THREAD),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        (cpu_seconds(libc::RUSAGE_SELF) - process) - (cpu_seconds(libc::RUSAGE_THREAD) - thread)
+    };
+    let rounds = 20;
+    let kept_awake = on_cpu_pool(|| {
+        (0..rounds)
+            .map(|_| others_cpu_in_a_serial_stretch())
+            .sum::<f64>()
+    });
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let rayons_own = pool.install(|| {
+        (0..rounds)
+            .map(|_| others_cpu_in_a_serial_stretch())
+            .sum::<f64>()
+    });
+    // Awake, the other thread is on its core through each 5 ms wait (100 ms in all, 0.103 s
+    // measured; on a machine busy with other tests the kernel gives it less); asleep, it used
+    // under 1 ms (0.0002–0.0009 s).
+    assert!(
+        kept_awake > 0.02 && kept_awake > 4.0 * rayons_own,
+        "the other thread used {kept_awake:.4} s of CPU in {rounds} waits of 5 ms inside the job, \
+         {rayons_own:.4} s in Rayon's own pool"
+    );
+    // Inside the job the awake threads still take part in Rayon's blocking calls.
+    let indices = on_cpu_pool(|| rayon::broadcast(|context| context.index()));
+    assert_eq!(indices, vec![0, 1]);
+}
+
+/// When a job returns, the loops that kept its pool's threads awake end, and with them the pool's
+/// threads: none is left running (or spinning) in the process.
+#[test]
+#[cfg(target_os = "linux")]
+fn no_pool_thread_outlives_its_job() {
+    let pool_threads = || {
+        std::fs::read_dir("/proc/thread-self/..")
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .filter(|name| name.starts_with("haares-cpu-"))
+            .count()
+    };
+    let during = on_cpu_pool(|| {
+        // A parallel operation, so that the other threads surely started their loops.
+        rayon::join(|| (), || ());
+        pool_threads()
+    });
+    assert_eq!(during, rayon::current_num_threads());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while pool_threads() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(
+        pool_threads(),
+        0,
+        "pool threads still running after the job"
+    );
+}
