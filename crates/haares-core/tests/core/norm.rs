@@ -1,6 +1,6 @@
-//! RMSNorm (`ops::norm`) on NdArray f64 and Flex f32, both of which run the reference: against
-//! f64 written out, and the node's gradients against Burn's autodiff of the reference (the
-//! checks: `norm_checks.rs`).
+//! RMSNorm (`ops::norm`) on NdArray f64 (the reference) and Flex f32 (its SIMD loops): against
+//! f64 written out and against the reference, and the node's gradients against Burn's autodiff
+//! of the reference (the checks: `norm_checks.rs`).
 
 use burn::backend::{Autodiff, Flex};
 
@@ -10,7 +10,7 @@ use crate::norm_checks::{
     rms_norm_node_agrees_with_autodiff_of_the_reference,
 };
 
-/// RMSNorm's plain operations (the form Flex and NdArray run) against f64 written out.
+/// Flex's RMSNorm loops and NdArray's plain operations against f64 written out.
 #[test]
 fn rms_norm_agrees_with_f64_on_flex_and_in_f64() {
     rms_norm_agrees_with_f64_and_the_plain_operations::<Flex>(1e-5);

@@ -1,6 +1,6 @@
-//! RoPE (`ops::rotary`) on NdArray f64 and Flex f32, both of which run the reference: against
-//! the rotation written out in f64, and the node's gradient against Burn's autodiff of the
-//! reference (the checks: `rotary_checks.rs`).
+//! RoPE (`ops::rotary`) on NdArray f64 (the reference) and Flex f32 (its loop): against the
+//! rotation written out in f64 and the plain operations, and the node's gradient against Burn's
+//! autodiff of the reference (the checks: `rotary_checks.rs`).
 
 use burn::backend::{Autodiff, Flex};
 
@@ -10,7 +10,7 @@ use crate::rotary_checks::{
     rotary_node_agrees_with_autodiff_of_the_plain_operations,
 };
 
-/// RoPE's plain operations (Flex's and NdArray's form) against the rotation written out in f64,
+/// Flex's RoPE loop and NdArray's plain operations against the rotation written out in f64,
 /// and its node's gradient against Burn's autodiff.
 #[test]
 fn rotary_agrees_with_f64_on_flex_and_in_f64() {

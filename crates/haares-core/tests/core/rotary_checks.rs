@@ -13,8 +13,9 @@ use haares_core::rope::RotaryTable;
 
 use super::common::{Rng, max_abs_diff, tensor_values};
 
-/// `[batch, seq, heads, d_h]`: one pair; odd sequence lengths; the paper's d_h = 32 among them.
-const SHAPES: [[usize; 4]; 3] = [[1, 1, 1, 2], [2, 5, 3, 4], [2, 9, 4, 32]];
+/// `[batch, seq, heads, d_h]`: one pair; odd sequence lengths; the paper's d_h = 32 among them;
+/// positions over two of Flex's tasks (32 rows of 512 a task), the second starting mid-sequence.
+const SHAPES: [[usize; 4]; 4] = [[1, 1, 1, 2], [2, 5, 3, 4], [2, 9, 4, 32], [3, 12, 8, 64]];
 const MAX_SEQ: usize = 16;
 const BASE: f64 = 10_000.0;
 

@@ -2,7 +2,8 @@
 //! differentiable operation with its own backward pass: one kernel launch each way on the cube
 //! backends, where its tensor operations are as many launches.
 //!
-//! - [`naive`]: the reference, in Burn's tensor operations (the CPU backends run it).
+//! - [`naive`]: the reference, in Burn's tensor operations (NdArray runs it).
+//! - `flex.rs`: SIMD loops over whole rows on Rayon's pool.
 //! - `cube.rs`: one cube per row, the row's sums reduced in shared memory.
 //! - `autodiff.rs`: one graph node.
 //!
@@ -13,6 +14,8 @@
 mod autodiff;
 #[cfg(feature = "cube")]
 pub(super) mod cube;
+#[cfg(feature = "flex")]
+mod flex;
 pub mod naive;
 #[cfg(all(feature = "cuda", feature = "wgpu"))]
 pub(super) mod sources;
@@ -50,4 +53,4 @@ pub trait NormBackend: Backend {
     }
 }
 
-uses_the_reference!(NormBackend on ndarray, flex, fusion);
+uses_the_reference!(NormBackend on ndarray, fusion);

@@ -5,6 +5,7 @@
 //! keys' turned, the values' as they are).
 //!
 //! - [`naive`]: the reference, `x P` as one small matrix product ([`MatmulBackend`] is its bound).
+//! - `flex.rs`: one loop over the pairs, a task of whole positions on Rayon's pool.
 //! - `cube.rs`: one thread per element, one launch each way; one launch on a packed projection.
 //! - `autodiff.rs`: one graph node.
 //!
@@ -15,6 +16,8 @@
 mod autodiff;
 #[cfg(feature = "cube")]
 pub(super) mod cube;
+#[cfg(feature = "flex")]
+mod flex;
 pub mod naive;
 #[cfg(all(feature = "cuda", feature = "wgpu"))]
 pub(super) mod sources;
@@ -86,4 +89,4 @@ pub trait RotaryBackend: MatmulBackend {
     }
 }
 
-uses_the_reference!(RotaryBackend on ndarray, flex, fusion);
+uses_the_reference!(RotaryBackend on ndarray, fusion);
