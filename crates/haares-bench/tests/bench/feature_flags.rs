@@ -4,13 +4,13 @@
 //! dev-dependency's feature, which a build without tests leaves out, and builds the binary without
 //! it, silently.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The crates with a dev-dependency on themselves.
 const SELF_DEPENDENT: [&str; 3] = ["haares-core", "haares-train", "haares-bench"];
 
 fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    crate::common::crate_dir().join("../..")
 }
 
 /// The feature names of a crate's manifest: the keys of its `[features]` table.

@@ -11,7 +11,7 @@ use crate::common::gpu::{packed_summary, portability_bin, train_bin};
 use serde_json::Value;
 
 fn gpu_script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    crate::common::crate_dir()
         .join("../../scripts/gpu")
         .join(name)
 }

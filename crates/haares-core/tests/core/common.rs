@@ -307,3 +307,14 @@ pub fn random_on<B: burn::tensor::backend::Backend, const D: usize>(
         .collect();
     Tensor::from_data(TensorData::new(values, shape), &Default::default())
 }
+
+/// This crate's directory in the checkout under test: cargo's `CARGO_MANIFEST_DIR` when it runs the
+/// test, else the one compiled in. A test binary is reused from a shared target directory by
+/// another checkout of the same sources, and the compiled-in path would then read the first
+/// checkout's files.
+#[allow(dead_code)] // not every test file reads the checkout
+pub fn crate_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}

@@ -6,9 +6,7 @@
 use std::path::PathBuf;
 
 fn repository_file(path: &str) -> (PathBuf, String) {
-    let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path);
+    let full = crate::common::crate_dir().join("../..").join(path);
     let text = std::fs::read_to_string(&full).unwrap_or_else(|e| {
         panic!(
             "{} cannot be read ({e}): this test checks the repository's guide against the \

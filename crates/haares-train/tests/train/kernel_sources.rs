@@ -50,7 +50,7 @@ fn names_module(text: &str, name: &str) -> bool {
 
 #[test]
 fn every_launched_kernel_is_in_the_static_cuda_report() {
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let crates = crate::common::crate_dir().join("..");
     let files: Vec<PathBuf> = ["haares-core/src", "haares-train/src"]
         .iter()
         .flat_map(|dir| rust_files(&crates.join(dir)))
