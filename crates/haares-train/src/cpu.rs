@@ -153,15 +153,16 @@ fn take_tasks_until(stop: &AtomicBool) {
     }
 }
 
-/// The pool's threads, watched through `/proc`. Here rather than among the integration tests:
-/// this test binary runs only a few short tests beside them, and whether a thread sleeps is
-/// measured in wall-clock waits, which a busy machine (the training tests) would blur.
+/// The pool's threads and the allocator's setting, watched through `/proc` and `getrusage`. Here
+/// rather than among the integration tests: this test binary runs only a few short tests beside
+/// them, and whether a thread sleeps is measured in wall-clock waits, which a busy machine (the
+/// training tests) would blur.
 #[cfg(all(test, target_os = "linux", target_env = "gnu"))]
 mod tests {
     use super::on_cpu_pool;
 
-    /// The child process's marker for [`the_other_threads_stay_awake_while_a_job_runs`].
-    const AWAKE_CHILD: &str = "HAARES_AWAKE_CHILD";
+    /// The environment variable that marks a test run by [`passes_in_a_child`].
+    const CHILD: &str = "HAARES_CPU_TEST_CHILD";
 
     /// The kernel's thread ids of the current pool's threads, by index (a broadcast runs on each).
     fn pool_thread_ids() -> Vec<libc::pid_t> {
@@ -180,17 +181,20 @@ mod tests {
             .unwrap()
     }
 
-    /// While a CPU job runs, the pool's other threads look for its tasks instead of sleeping
-    /// ([`super::WorkersAwake`]): in a stretch of serial work right after a parallel operation
-    /// they do not go to sleep, where Rayon's own idle threads do. The job runs in a child process
-    /// with two pool threads whatever the host has.
-    #[test]
-    fn the_other_threads_stay_awake_while_a_job_runs() {
+    /// Runs the ignored test `name` of this binary alone in a child process with `env` set
+    /// (and `GLIBC_TUNABLES` removed, which would replace `keep_freed_memory`'s setting), and
+    /// asserts that it ran and passed.
+    fn passes_in_a_child(name: &str, env: &[(&str, &str)]) {
         let output = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "cpu::tests::awake_threads_in_a_child"])
-            .args(["--ignored", "--test-threads=1", "--nocapture"])
-            .env(AWAKE_CHILD, "1")
-            .env("RAYON_NUM_THREADS", "2")
+            .args([
+                "--exact",
+                name,
+                "--ignored",
+                "--test-threads=1",
+                "--nocapture",
+            ])
+            .envs(env.iter().copied())
+            .env_remove("GLIBC_TUNABLES")
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
@@ -205,14 +209,74 @@ mod tests {
         );
     }
 
+    /// The marker of a test run by [`passes_in_a_child`].
+    fn in_a_child() -> bool {
+        std::env::var_os(CHILD).is_some()
+    }
+
+    /// A CPU job's buffers, freed and allocated again, come back without page faults on a pool
+    /// thread, where each thread's own glibc arena unmapped its wholly free heaps every round
+    /// ([`super::keep_freed_memory`]). Arenas are per process and taken at a thread's first
+    /// allocation, so the rounds run in a child process that runs nothing else.
+    #[test]
+    fn freed_memory_is_reused_by_the_pool_threads() {
+        passes_in_a_child(
+            "cpu::tests::freed_memory_rounds_in_a_child",
+            &[(CHILD, "1")],
+        );
+    }
+
+    /// Run by [`freed_memory_is_reused_by_the_pool_threads`] in a child process.
+    #[test]
+    #[ignore = "run in a child process by cpu::tests::freed_memory_is_reused_by_the_pool_threads"]
+    fn freed_memory_rounds_in_a_child() {
+        assert!(in_a_child(), "run by its parent test");
+        // 32 buffers of about 4 MiB live at once (128 MiB: more than one 64 MiB heap of an arena),
+        // then freed, ten rounds after a first that faults them in.
+        let round = || {
+            let live: Vec<Vec<f32>> = (0..32)
+                .map(|i| vec![1.0f32; (1 << 20) + i * 4096])
+                .collect();
+            std::hint::black_box(&live);
+        };
+        let page_faults = || {
+            // SAFETY: `getrusage` fills the zeroed struct it is given.
+            unsafe {
+                let mut usage: libc::rusage = std::mem::zeroed();
+                libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+                usage.ru_minflt
+            }
+        };
+        let later_rounds = on_cpu_pool(|| {
+            round();
+            let before = page_faults();
+            (0..10).for_each(|_| round());
+            page_faults() - before
+        });
+        // One round is 32,800 pages of 4 KiB; without the setting the ten rounds faulted ≈ 200,000.
+        assert!(
+            later_rounds < 4096,
+            "{later_rounds} page faults in ten rounds of reused buffers"
+        );
+    }
+
+    /// While a CPU job runs, the pool's other threads look for its tasks instead of sleeping
+    /// ([`super::WorkersAwake`]): in a stretch of serial work right after a parallel operation
+    /// they do not go to sleep, where Rayon's own idle threads do. The job runs in a child process
+    /// with two pool threads whatever the host has.
+    #[test]
+    fn the_other_threads_stay_awake_while_a_job_runs() {
+        passes_in_a_child(
+            "cpu::tests::awake_threads_in_a_child",
+            &[(CHILD, "1"), ("RAYON_NUM_THREADS", "2")],
+        );
+    }
+
     /// Run by [`the_other_threads_stay_awake_while_a_job_runs`] in a child process.
     #[test]
     #[ignore = "run in a child process by cpu::tests::the_other_threads_stay_awake_while_a_job_runs"]
     fn awake_threads_in_a_child() {
-        assert!(
-            std::env::var_os(AWAKE_CHILD).is_some(),
-            "run by its parent test"
-        );
+        assert!(in_a_child(), "run by its parent test");
         let rounds = 50;
         let sleeps_of_the_other_thread_in_serial_stretches = || {
             let threads = pool_thread_ids();

@@ -281,12 +281,12 @@ fn a_few_step_cpu_sweep_reports_one_pair_against_the_paper() {
 fn t_density(t: f64, df: usize) -> f64 {
     // Γ(k / 2) for a positive integer k, from Γ(1/2) = √π and Γ(1) = 1.
     fn gamma_half(k: usize) -> f64 {
-        let mut x = if k % 2 == 0 {
+        let mut x = if k.is_multiple_of(2) {
             1.0
         } else {
             std::f64::consts::PI.sqrt()
         };
-        let mut arg = if k % 2 == 0 { 1.0 } else { 0.5 };
+        let mut arg = if k.is_multiple_of(2) { 1.0 } else { 0.5 };
         while arg < k as f64 / 2.0 {
             x *= arg;
             arg += 1.0;
