@@ -100,8 +100,9 @@ const IDLE_POLL: Duration = Duration::from_micros(500);
 ///
 /// Each loop takes tasks with [`rayon::yield_now`], so it runs whatever the pool is given
 /// (nested joins, broadcasts) as an idle Rayon thread would; it gives its core up with
-/// [`std::thread::yield_now`] between looks, and after [`AWAKE_AFTER_TASK`] without a task it
-/// looks only every [`IDLE_POLL`]. Outside a pool, or in a pool of one thread, it does nothing.
+/// [`std::thread::yield_now`] between looks, and after 10 ms without a task (`AWAKE_AFTER_TASK`)
+/// it looks only every 0.5 ms (`IDLE_POLL`). Outside a pool, or in a pool of one thread, it does
+/// nothing.
 pub struct WorkersAwake {
     stop: Arc<AtomicBool>,
     running: Arc<AtomicUsize>,
