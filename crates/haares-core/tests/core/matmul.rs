@@ -89,7 +89,9 @@ fn check_flex_product<const D: usize>(rng: &mut Rng, batch: [usize; D], [m, k, n
 /// Every threading path: one small matrix; matrices large enough to split over threads (≥ 192³
 /// multiply-adds), into bands of rows (taller than wide), of columns (wider than tall), with a
 /// last band narrower than the others, and a batch of them; a batch too small to split, and a
-/// batch split a matrix per task (≥ 128³ in all); sizes off the SIMD width.
+/// batch split a matrix per task (≥ 128³ in all); sizes off the SIMD width; a depth taken in
+/// chunks (a transposed left operand, taller than wide, `k` over 256), with a partial last chunk,
+/// split into bands and a matrix per task.
 #[test]
 fn flex_matmul_agrees_with_f64_and_with_burns_matmul() {
     let mut rng = Rng::new(301);
@@ -101,6 +103,7 @@ fn flex_matmul_agrees_with_f64_and_with_burns_matmul() {
     check_flex_product(&mut rng, [2], [130, 260, 257]);
     check_flex_product(&mut rng, [2, 3], [17, 16, 19]);
     check_flex_product(&mut rng, [4, 8], [64, 33, 65]);
+    check_flex_product(&mut rng, [2], [300, 520, 40]);
 }
 
 /// An operand that starts inside its buffer (a narrowed view) and a product with nothing to sum

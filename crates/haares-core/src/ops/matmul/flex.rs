@@ -7,7 +7,9 @@
 //! vector's alignment is 1. On the `cpu` preset the zeroing and the copy took ≈ 10% of a training
 //! step (docs/notebook/cpu-speed.md). An f32 buffer is aligned for its elements, which is all
 //! Flex's slices need. Operands are read through their strides, so transposed views (the backward
-//! pass's `Aᵀ` and `Bᵀ`, attention's `Kᵀ`) are not copied first.
+//! pass's `Aᵀ` and `Bᵀ`, attention's `Kᵀ`) are not copied first. A large product is split over
+//! the threads in bands of its output ([`bands`]); a weight gradient's depth may be taken in
+//! chunks ([`depth_chunk`]).
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -39,6 +41,13 @@ const BAND_ALIGN: usize = 64;
 /// A batch of smaller products is spread over Rayon's threads, a matrix per task, from this
 /// many multiply-adds in all.
 const PARALLEL_BATCH: usize = 128 * 128 * 128;
+
+/// The depth of a chunk where a product is taken in chunks ([`depth_chunk`]). On 2 threads of an
+/// AVX-512 host the `cpu` preset's down projection weight gradient (`1024 × 1024 · 1024 × 128`,
+/// the left operand read transposed) ran at 269 instead of 209 GFLOP/s in chunks of 256 with its
+/// operands hot, and took 1.28 instead of 1.97 ms inside a training step; `gemm` 0.19 takes at
+/// least 512 of the depth at a time, whatever its caches (docs/notebook/cpu-speed.md).
+const DEPTH_CHUNK: usize = 256;
 
 /// One operand: its elements, the offset of its first, and its strides (in elements).
 struct Operand {
@@ -114,34 +123,42 @@ fn matmul<const D: usize>(lhs: &Tensor<Flex, D>, rhs: &Tensor<Flex, D>) -> Optio
     let (lhs, rhs) = (Operand::new(lhs)?, Operand::new(rhs)?);
     // Rows `rows` and columns `columns` of matrix `matrix`'s product, written at `out`, the
     // start of its `m × n` row-major output.
+    let depth_chunk = depth_chunk(m, k, n, &lhs);
     let product = |matrix: usize, out: Output, rows: Range<usize>, columns: Range<usize>| {
         let lhs_at = lhs.matrix_offset(matrix, batch) + rows.start * lhs.row_stride as usize;
         let rhs_at = rhs.matrix_offset(matrix, batch) + columns.start * rhs.column_stride as usize;
-        // SAFETY: `out` points at an `m × n` row-major output and the band lies inside it; the
-        // operands' offsets and strides come from their own layouts, so every element `gemm`
-        // reads lies in their buffers (the band's first row or column is one of the operand's).
-        unsafe {
-            gemm::gemm(
-                rows.len(),
-                columns.len(),
-                k,
-                out.0.add(rows.start * n + columns.start),
-                1,
-                n as isize,
-                false,
-                lhs.elements()[lhs_at..].as_ptr(),
-                lhs.column_stride,
-                lhs.row_stride,
-                rhs.elements()[rhs_at..].as_ptr(),
-                rhs.column_stride,
-                rhs.row_stride,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                Parallelism::None,
-            )
+        for depth in (0..k).step_by(depth_chunk) {
+            let lhs_at = lhs_at + depth * lhs.column_stride as usize;
+            let rhs_at = rhs_at + depth * rhs.row_stride as usize;
+            let first = depth == 0;
+            // SAFETY: `out` points at an `m × n` row-major output and the band lies inside it;
+            // the operands' offsets and strides come from their own layouts, so every element
+            // `gemm` reads lies in their buffers (the band's first row or column and the chunk's
+            // first depth are the operand's). A chunk after the first adds to what the earlier
+            // ones wrote (`read_dst` with a factor of 1).
+            unsafe {
+                gemm::gemm(
+                    rows.len(),
+                    columns.len(),
+                    depth_chunk.min(k - depth),
+                    out.0.add(rows.start * n + columns.start),
+                    1,
+                    n as isize,
+                    !first,
+                    lhs.elements()[lhs_at..].as_ptr(),
+                    lhs.column_stride,
+                    lhs.row_stride,
+                    rhs.elements()[rhs_at..].as_ptr(),
+                    rhs.column_stride,
+                    rhs.row_stride,
+                    if first { 0.0 } else { 1.0 },
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    Parallelism::None,
+                )
+            }
         }
     };
     let whole = |matrix, out: &mut [MaybeUninit<f32>]| product(matrix, Output::of(out), 0..m, 0..n);
@@ -162,9 +179,20 @@ fn matmul<const D: usize>(lhs: &Tensor<Flex, D>, rhs: &Tensor<Flex, D>) -> Optio
     } else {
         (out.chunks_mut(m * n).enumerate()).for_each(|(matrix, out)| whole(matrix, out));
     }
-    // SAFETY: with `k > 0` and `read_dst` false, `gemm` wrote every element of every matrix.
+    // SAFETY: with `k > 0`, the first chunk's `gemm` call (`read_dst` false) wrote every element
+    // of every matrix.
     unsafe { output.set_len(len) };
     Some(flex_tensor(output, output_dims))
+}
+
+/// The depth (`k`) a product is taken in, in chunks added one after another: [`DEPTH_CHUNK`] for
+/// a left operand read transposed (a weight gradient, `Aᵀ ∂C`) whose output is at least as tall
+/// as it is wide, the whole depth otherwise.
+fn depth_chunk(m: usize, k: usize, n: usize, lhs: &Operand) -> usize {
+    match lhs.row_stride == 1 && lhs.column_stride != 1 && m >= n && k > DEPTH_CHUNK {
+        true => DEPTH_CHUNK,
+        false => k,
+    }
 }
 
 /// One matrix's `m × n` row-major output, shared by the tasks that write its bands.
