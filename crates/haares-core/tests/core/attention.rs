@@ -1,13 +1,14 @@
 //! Causal attention (`ops::attention`) on NdArray f64 and Flex f32: the plain pair (the output
 //! with each query's log-sum-exp, and the backward pass from them; the reference of the cube
 //! backends' kernels) and the differentiable operation against f64 written out (the checks:
-//! `attention_checks.rs`); and the swap of heads and positions, Flex's copy against Burn's
+//! `attention_checks.rs`; on Flex the fused pass); the fused pass on every layout it reads and its
+//! fallback for other float types; and the swap of heads and positions, Flex's copy against Burn's
 //! `swap_dims` on inputs laid out every way attention hands them over, and the autodiff node's
 //! gradient against Burn's autodiff of `swap_dims`.
 
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{DType, Tensor, TensorData};
 use haares_core::HaaresBackend;
 use haares_core::ops::AttentionBackend;
 use haares_core::ops::attention::naive;
@@ -94,4 +95,47 @@ fn causal_attention_agrees_with_f64_on_flex_and_in_f64() {
     attention_pair_agrees_with_f64::<Flex>(2e-5);
     attention_gradients_agree_with_f64::<Ad64>(1e-12);
     attention_gradients_agree_with_f64::<Autodiff<Flex>>(2e-5);
+}
+
+/// Flex's fused pass reads its inputs through their strides: a layout whose last dimension is
+/// strided (read element by element) gives the same bits as the contiguous one (read in runs),
+/// forward and backward; f64 takes the plain pair.
+#[test]
+fn flex_fused_attention_reads_every_layout_and_leaves_f64_to_the_plain_pair() {
+    let mut rng = Rng::new(63);
+    let shape = [2, 37, 3, 24];
+    let values: Vec<Vec<f64>> = (0..4).map(|_| rng.normals(2 * 37 * 3 * 24, 0.5)).collect();
+    let contiguous = |v: &Vec<f64>| tensor::<Flex>(v.clone(), shape);
+    // Stored `[d_h, batch, seq, heads]`, viewed as `[batch, seq, heads, d_h]`.
+    let strided_last = |v: &Vec<f64>| {
+        let [b, t, h, e] = shape;
+        let mut stored = vec![0.0; v.len()];
+        for (at, &x) in v.iter().enumerate() {
+            stored[(at % e) * b * t * h + at / e] = x;
+        }
+        tensor::<Flex>(stored, [e, b, t, h]).permute([1, 2, 3, 0])
+    };
+    let run = |make: &dyn Fn(&Vec<f64>) -> Tensor<Flex, 4>| {
+        let [q, k, v, g] = [0, 1, 2, 3].map(|i| make(&values[i]));
+        let (output, sums) = Flex::causal_attention_forward(q.clone(), k.clone(), v.clone());
+        let grads = Flex::causal_attention_backward(q, k, v, output.clone(), sums.clone(), g);
+        let mut all = vec![tensor_values(output), tensor_values(sums)];
+        all.extend(grads.into_iter().map(tensor_values));
+        all
+    };
+    let strided = run(&strided_last);
+    assert_eq!(strided, run(&contiguous));
+
+    let f64_inputs = [0, 1, 2].map(|i| contiguous(&values[i]).cast(DType::F64));
+    let [q, k, v] = f64_inputs.clone();
+    let (output, sums) = Flex::causal_attention_forward(q, k, v);
+    let [q, k, v] = f64_inputs;
+    let (plain_output, plain_sums) = naive::causal_attention_forward(q, k, v);
+    assert_eq!(output.dtype(), DType::F64);
+    assert_eq!(tensor_values(output), tensor_values(plain_output));
+    assert_eq!(tensor_values(sums), tensor_values(plain_sums));
+}
+
+fn tensor<B: Backend>(values: Vec<f64>, shape: [usize; 4]) -> Tensor<B, 4> {
+    Tensor::from_data(TensorData::new(values, shape), &Default::default())
 }

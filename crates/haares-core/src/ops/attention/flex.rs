@@ -1,15 +1,52 @@
-//! Attention's move of the heads on Burn's Flex backend: the swapped tensor written at once, in
-//! runs of `d_h` elements, where a use of Burn's view copies it element by element through a
-//! strided iterator.
+//! Attention on Burn's Flex backend: causal attention as one pass per sequence and head
+//! (`flex_fused.rs`) for f32, the plain pair for other float types; and the move of the heads,
+//! the swapped tensor written at once in runs of `d_h` elements, where a use of Burn's view copies
+//! it element by element through a strided iterator.
 
 use burn::backend::Flex;
 use burn::tensor::{DType, Tensor};
 use rayon::prelude::*;
 
+use super::flex_fused;
+use super::flex_heads::Heads;
 use super::{AttentionBackend, naive};
 use crate::simd::flex_tensor;
 
 impl AttentionBackend for Flex {
+    /// Every head width: the pass pads a head to whole vectors (`flex_fused.rs`).
+    fn fuses_causal_attention(_head_dim: usize) -> bool {
+        true
+    }
+
+    fn causal_attention_forward(
+        query: Tensor<Self, 4>,
+        key: Tensor<Self, 4>,
+        value: Tensor<Self, 4>,
+    ) -> (Tensor<Self, 4>, Tensor<Self, 3>) {
+        match heads_of([&query, &key, &value]) {
+            Some([query, key, value]) => flex_fused::forward([&query, &key, &value]),
+            None => naive::causal_attention_forward(query, key, value),
+        }
+    }
+
+    fn causal_attention_backward(
+        query: Tensor<Self, 4>,
+        key: Tensor<Self, 4>,
+        value: Tensor<Self, 4>,
+        output: Tensor<Self, 4>,
+        logsumexp: Tensor<Self, 3>,
+        grad: Tensor<Self, 4>,
+    ) -> [Tensor<Self, 4>; 3] {
+        let [batch, seq, heads] = logsumexp.dims();
+        let sums = logsumexp.clone().reshape([batch, seq, heads, 1]);
+        match heads_of([&query, &key, &value, &output, &grad]).zip(Heads::new(&sums)) {
+            Some(([query, key, value, output, grad], sums)) => {
+                flex_fused::backward([&query, &key, &value, &output, &sums, &grad])
+            }
+            None => naive::causal_attention_backward(query, key, value, output, logsumexp, grad),
+        }
+    }
+
     fn swap_heads(x: Tensor<Self, 4>) -> Tensor<Self, 4> {
         let [a, b, c, e] = x.dims();
         let buffer = x.clone().into_primitive().tensor();
@@ -37,4 +74,18 @@ impl AttentionBackend for Flex {
             });
         flex_tensor(swapped, [a, c, b, e])
     }
+}
+
+/// The tensors' elements for the fused pass, when each is f32 and readable through its strides
+/// and all have one shape.
+fn heads_of<const N: usize>(tensors: [&Tensor<Flex, 4>; N]) -> Option<[Heads; N]> {
+    let dims = tensors[0].dims();
+    if tensors.iter().any(|tensor| tensor.dims() != dims) {
+        return None;
+    }
+    let heads: Vec<Heads> = tensors
+        .iter()
+        .map(|tensor| Heads::new(tensor))
+        .collect::<Option<_>>()?;
+    heads.try_into().ok()
 }

@@ -13,8 +13,13 @@
 //! with `P = e^{S − lse}` recomputed. Elsewhere it is the plain composition: the heads moved, a
 //! product, the causal softmax ([`crate::ops::softmax`]), a product, the heads moved back.
 //!
-//! - [`naive`]: the reference, and the composition the CPU backends run.
-//! - `flex.rs`: the heads' move, written at once in runs of `d_h`.
+//! - [`naive`]: the reference, and the composition NdArray runs.
+//! - `flex.rs`: the fused pair on Flex (f32; other float types take the reference), and the
+//!   heads' move, written at once in runs of `d_h`.
+//!   - `flex_fused.rs`: one pass per sequence and head, the `[seq, seq]` matrices in the task's
+//!     own buffers, the masked half of every product skipped.
+//!   - `flex_tiles.rs`: its products, blocks of rows with their sums in registers.
+//!   - `flex_heads.rs`: a head copied into padded rows, transposed, and written back.
 //! - `cube.rs` with `cube/`: the flash-style kernel pair, one launch forward and two backward.
 //! - `autodiff.rs`: one graph node, over separate heads or a packed projection with RoPE.
 //!
@@ -27,6 +32,12 @@ mod autodiff;
 pub(super) mod cube;
 #[cfg(feature = "flex")]
 mod flex;
+#[cfg(feature = "flex")]
+mod flex_fused;
+#[cfg(feature = "flex")]
+mod flex_heads;
+#[cfg(feature = "flex")]
+mod flex_tiles;
 pub mod naive;
 
 use crate::ops::{RotaryBackend, SoftmaxBackend};
@@ -59,8 +70,8 @@ pub trait AttentionBackend: RotaryBackend + SoftmaxBackend {
     }
 
     /// Whether [`causal_attention`](Self::causal_attention) runs as the fused pair for heads of
-    /// width `head_dim`: the cube backends' kernels (`cube.rs`), up to 128. The CPU backends
-    /// keep the plain operations, whose products are their fastest kernels.
+    /// width `head_dim`: the cube backends' kernels (`cube.rs`), up to 128, and Flex's pass
+    /// (`flex_fused.rs`) at every width. NdArray keeps the plain operations.
     fn fuses_causal_attention(_head_dim: usize) -> bool {
         false
     }
