@@ -39,7 +39,9 @@ impl AttentionBackend for Flex {
     ) -> [Tensor<Self, 4>; 3] {
         let [batch, seq, heads] = logsumexp.dims();
         let sums = logsumexp.clone().reshape([batch, seq, heads, 1]);
-        match heads_of([&query, &key, &value, &output, &grad]).zip(Heads::new(&sums)) {
+        let matching = query.dims()[..3] == [batch, seq, heads];
+        let fused = heads_of([&query, &key, &value, &output, &grad]).filter(|_| matching);
+        match fused.zip(Heads::new(&sums)) {
             Some(([query, key, value, output, grad], sums)) => {
                 flex_fused::backward([&query, &key, &value, &output, &sums, &grad])
             }

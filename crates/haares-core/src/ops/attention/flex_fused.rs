@@ -53,7 +53,9 @@ struct Buffers {
 
 thread_local! {
     /// Each thread's buffers, kept from one call to the next: allocated (and zeroed) per task,
-    /// they took page faults and `memset`s at every call.
+    /// they took page faults and `memset`s at every call. After a backward pass they hold about
+    /// `2·seq² + 7·seq·d_h` floats per thread: 0.2 MB at the `cpu` preset's 128 positions of 16,
+    /// 37 MB at 2,048 positions of 64, until the thread ends (a CPU job's pool ends with the job).
     static BUFFERS: RefCell<Buffers> = RefCell::default();
 }
 
