@@ -14,7 +14,7 @@
 //! ```
 //!
 //! A block of queries reads keys only up to its last query's padded width: the masked half of
-//! every product is skipped. Row `i` of `P` and `∂S` is written on its padded width
+//! every product is skipped. Row `i` of `P` and `∂S` is written on at least its padded width
 //! `⌈(i + 1)/PAD⌉·PAD`, zero past `i`; the keys' products (`∂K`, `∂V`) read column blocks of
 //! them from their own position on, which those widths cover. The `[seq, seq]` matrices live in
 //! the task's buffers (64 KiB each at 128 positions), not in the graph.
