@@ -20,6 +20,7 @@
 //! the task's buffers (64 KiB each at 128 positions), not in the graph.
 //!
 //! [`AttentionBackend::causal_attention_forward`]: super::AttentionBackend::causal_attention_forward
+//! [`PAD`]: super::flex_heads::PAD
 
 use std::cell::RefCell;
 
@@ -28,7 +29,7 @@ use burn::tensor::Tensor;
 use macerator::Simd;
 use rayon::prelude::*;
 
-use super::flex_heads::{Heads, PAD, Shared, Sizes, transpose};
+use super::flex_heads::{Heads, Shared, Sizes, transpose};
 use super::flex_tiles::{ROWS, Strided, block_product};
 use crate::simd::{dot_product, exp, flex_tensor, max, sum};
 
@@ -181,18 +182,16 @@ fn forward_head<S: Simd>(
 }
 
 /// The exponentials `e^{s_j − max}` of a row's first `visible` scores, in place, zero after
-/// them; returns their maximum and sum. The exponentials run over whole vectors of [`PAD`] and
-/// the entries past `visible` are set to zero after them, instead of a scalar tail (`row.len()`
-/// is a multiple of [`PAD`], at least `visible`).
+/// them; returns their maximum and sum. The whole row is one loop that chooses zero past
+/// `visible`, which the compiler vectorises without a scalar tail or a fill (`row.len()` is a
+/// multiple of the padding, at least `visible`).
 #[inline(always)]
 fn exponentials<S: Simd>(row: &mut [f32], visible: usize) -> (f32, f32) {
-    let whole = visible.next_multiple_of(PAD);
     let largest = max::<S>(&row[..visible]);
-    for x in &mut row[..whole] {
-        *x = exp(*x - largest);
+    for (j, x) in row.iter_mut().enumerate() {
+        *x = if j < visible { exp(*x - largest) } else { 0.0 };
     }
-    row[visible..].fill(0.0);
-    (largest, sum::<S>(&row[..whole]))
+    (largest, sum::<S>(row))
 }
 
 /// Rows `first..first + ROWS` (those before `seq`) of head `h` of sequence `b`, from a block of
@@ -292,16 +291,14 @@ fn backward_head<S: Simd>(
             .zip(scores_grad[first * padded_seq..].chunks_exact_mut(padded_seq))
             .take(ROWS.min(seq - first));
         for (r, (p, ds)) in block_rows.enumerate() {
-            // Whole vectors, the entries past the diagonal set to zero after them.
             let i = first + r;
-            let whole = (i + 1).next_multiple_of(PAD);
             let (lse, along) = (logsumexp.element(b, i, h, 0), along[i]);
-            for (p, ds) in p[..whole].iter_mut().zip(&mut ds[..whole]) {
-                *p = exp(*p - lse);
-                *ds = *p * (*ds - along);
+            let row = p[..keys_read].iter_mut().zip(&mut ds[..keys_read]);
+            for (j, (p, ds)) in row.enumerate() {
+                let probability = if j <= i { exp(*p - lse) } else { 0.0 };
+                *ds = probability * (*ds - along);
+                *p = probability;
             }
-            p[i + 1..keys_read].fill(0.0);
-            ds[i + 1..keys_read].fill(0.0);
         }
         let block_grad = Strided::rows(scores_grad, first, padded_seq);
         let out = (&mut block_out[..], padded_width);
