@@ -203,6 +203,30 @@ pub(crate) fn f32_buffers<const D: usize, const N: usize>(
     (readable && contiguous).then_some(buffers)
 }
 
+/// A Flex f32 tensor's buffer, the offset of its first element and its strides, when no
+/// dimension is empty, no stride is negative and every element lies inside the buffer: what the
+/// loops that read an operand through its strides (the matrix product, fused attention) need.
+pub(crate) fn strided_f32<const D: usize>(
+    tensor: &Tensor<Flex, D>,
+) -> Option<(FlexTensor, usize, [usize; D])> {
+    let dims = tensor.dims();
+    if tensor.dtype() != DType::F32 || dims.contains(&0) {
+        return None;
+    }
+    let buffer = tensor.clone().into_primitive().tensor();
+    let layout = buffer.layout();
+    let strides: Vec<usize> = (layout.strides().iter())
+        .map(|&stride| usize::try_from(stride).ok())
+        .collect::<Option<_>>()?;
+    let strides: [usize; D] = strides.try_into().ok()?;
+    let start = layout.start_offset();
+    let last = (dims.iter().zip(&strides))
+        .map(|(&size, &stride)| (size - 1) * stride)
+        .sum::<usize>()
+        + start;
+    (last < buffer.storage::<f32>().len()).then_some((buffer, start, strides))
+}
+
 /// The elements of a buffer [`f32_buffers`] accepted.
 pub(crate) fn slice(buffer: &FlexTensor) -> &[f32] {
     buffer

@@ -5,10 +5,11 @@
 use std::mem::MaybeUninit;
 
 use burn::backend::Flex;
-use burn::tensor::{DType, Tensor};
+use burn::tensor::Tensor;
 use burn_flex::FlexTensor;
 
 use super::flex_tiles::ROWS;
+use crate::simd::strided_f32;
 
 /// Head widths and positions are padded to a multiple of this: AVX-512's f32 lanes, a multiple
 /// of every instruction set's, and of [`ROWS`].
@@ -23,25 +24,11 @@ pub(super) struct Heads {
 }
 
 impl Heads {
-    /// The tensor's elements, when it is f32, not empty, with non-negative strides that keep every
-    /// element inside its buffer.
+    /// The tensor's elements, when [`strided_f32`] can read them.
     pub(super) fn new(tensor: &Tensor<Flex, 4>) -> Option<Self> {
+        let (buffer, start, strides) = strided_f32(tensor)?;
         let dims = tensor.dims();
-        if tensor.dtype() != DType::F32 || dims.contains(&0) {
-            return None;
-        }
-        let buffer = tensor.clone().into_primitive().tensor();
-        let layout = buffer.layout();
-        let strides: Vec<usize> = (layout.strides().iter())
-            .map(|&stride| usize::try_from(stride).ok())
-            .collect::<Option<_>>()?;
-        let strides: [usize; 4] = strides.try_into().ok()?;
-        let last = (dims.iter().zip(&strides))
-            .map(|(&size, &stride)| (size - 1) * stride)
-            .sum::<usize>()
-            + layout.start_offset();
-        let start = layout.start_offset();
-        (last < buffer.storage::<f32>().len()).then_some(Self {
+        Some(Self {
             buffer,
             start,
             strides,

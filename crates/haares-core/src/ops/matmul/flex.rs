@@ -15,13 +15,13 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use burn::backend::Flex;
-use burn::tensor::{DType, Tensor};
+use burn::tensor::Tensor;
 use burn_flex::FlexTensor;
 use gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::{MatmulBackend, naive};
-use crate::simd::flex_tensor;
+use crate::simd::{flex_tensor, strided_f32};
 
 impl MatmulBackend for Flex {
     fn matmul<const D: usize>(lhs: Tensor<Self, D>, rhs: Tensor<Self, D>) -> Tensor<Self, D> {
@@ -59,28 +59,11 @@ struct Operand {
 }
 
 impl Operand {
-    /// The operand behind `tensor` (no dimension empty), when it is f32 with non-negative
-    /// strides that keep every element inside its buffer.
+    /// The operand behind `tensor`, when [`strided_f32`] can read it.
     fn new<const D: usize>(tensor: &Tensor<Flex, D>) -> Option<Self> {
-        if tensor.dtype() != DType::F32 {
-            return None;
-        }
-        let buffer = tensor.clone().into_primitive().tensor();
-        let layout = buffer.layout();
-        let strides = layout
-            .strides()
-            .iter()
-            .map(|&stride| usize::try_from(stride).ok())
-            .collect::<Option<Vec<usize>>>()?;
-        let last = (tensor.dims().iter().zip(&strides))
-            .map(|(&size, &stride)| (size - 1) * stride)
-            .sum::<usize>()
-            + layout.start_offset();
-        if last >= buffer.storage::<f32>().len() {
-            return None;
-        }
+        let (buffer, start, strides) = strided_f32(tensor)?;
         Some(Self {
-            start: layout.start_offset(),
+            start,
             batch_strides: strides[..D - 2].to_vec(),
             row_stride: strides[D - 2] as isize,
             column_stride: strides[D - 1] as isize,
