@@ -4,6 +4,8 @@
 //! instruction set and inlines these helpers, so even their scalar parts (the exponential below)
 //! are vectorised by the compiler for the set it runs on.
 
+use std::mem::MaybeUninit;
+
 use burn::backend::Flex;
 use burn::tensor::{DType, Element, Tensor, TensorData, TensorPrimitive};
 use burn_flex::FlexTensor;
@@ -225,6 +227,54 @@ pub(crate) fn strided_f32<const D: usize>(
         .sum::<usize>()
         + start;
     (last < buffer.storage::<f32>().len()).then_some((buffer, start, strides))
+}
+
+/// An output buffer shared by Rayon tasks that each write a part of it no other task writes (a
+/// matrix product's bands, attention's rows of one sequence and head).
+#[derive(Clone, Copy)]
+pub(crate) struct SharedOutput(*mut f32);
+
+// SAFETY: the users' tasks write disjoint parts of the buffer, and the buffer outlives them (they
+// end inside the function that allocated it); each user's call sites say why theirs are disjoint.
+unsafe impl Send for SharedOutput {}
+unsafe impl Sync for SharedOutput {}
+
+impl SharedOutput {
+    pub(crate) fn of(buffer: &mut [MaybeUninit<f32>]) -> Self {
+        Self(buffer.as_mut_ptr().cast())
+    }
+
+    /// The address of element `at`.
+    ///
+    /// # Safety
+    /// `at` lies in the buffer (or one past its end).
+    pub(crate) unsafe fn at(self, at: usize) -> *mut f32 {
+        // SAFETY: by the caller's guarantee.
+        unsafe { self.0.add(at) }
+    }
+
+    /// Writes `values` at element `at`.
+    ///
+    /// # Safety
+    /// `at..at + values.len()` lies in the buffer and no other task writes it.
+    pub(crate) unsafe fn write(self, at: usize, values: &[f32]) {
+        const CHUNK: usize = 16;
+        let (chunks, rest) = values.as_chunks::<CHUNK>();
+        // SAFETY: by the caller's guarantee; whole chunks are moved as arrays, which the compiler
+        // inlines, where a `copy_nonoverlapping` of a short row's length would call `memcpy`.
+        unsafe {
+            let out = self.at(at);
+            for (k, chunk) in chunks.iter().enumerate() {
+                out.add(k * CHUNK)
+                    .cast::<[f32; CHUNK]>()
+                    .write_unaligned(*chunk);
+            }
+            let out = out.add(chunks.len() * CHUNK);
+            for (k, &x) in rest.iter().enumerate() {
+                out.add(k).write(x);
+            }
+        }
+    }
 }
 
 /// The elements of a buffer [`f32_buffers`] accepted.

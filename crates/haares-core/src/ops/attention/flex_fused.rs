@@ -29,9 +29,9 @@ use burn::tensor::Tensor;
 use macerator::Simd;
 use rayon::prelude::*;
 
-use super::flex_heads::{Heads, Shared, Sizes, transpose};
+use super::flex_heads::{Heads, Sizes, transpose};
 use super::flex_tiles::{ROWS, Strided, block_product};
-use crate::simd::{dot_product, exp, flex_tensor, max, sum};
+use crate::simd::{SharedOutput, dot_product, exp, flex_tensor, max, sum};
 
 /// One task's buffers: its head's rows (`[padded positions, padded width]`), the keys and
 /// values transposed (`[width, padded positions]`), rows of the `[padded positions, padded
@@ -99,8 +99,8 @@ pub(super) fn forward(inputs: [&Heads; 3]) -> (Tensor<Flex, 4>, Tensor<Flex, 3>)
     let mut output = Vec::with_capacity(len);
     let mut logsumexp = Vec::with_capacity(batch * seq * heads);
     let targets = [
-        Shared::of(&mut output.spare_capacity_mut()[..len]),
-        Shared::of(&mut logsumexp.spare_capacity_mut()[..batch * seq * heads]),
+        SharedOutput::of(&mut output.spare_capacity_mut()[..len]),
+        SharedOutput::of(&mut logsumexp.spare_capacity_mut()[..batch * seq * heads]),
     ];
     (0..batch * heads).into_par_iter().for_each(|task| {
         Buffers::with(sizes, ROWS, |buffers| {
@@ -125,7 +125,7 @@ fn forward_head<S: Simd>(
     sizes: Sizes,
     task: usize,
     buffers: &mut Buffers,
-    targets: [Shared; 2],
+    targets: [SharedOutput; 2],
 ) {
     let (b, h) = (task / sizes.heads, task % sizes.heads);
     let (seq, padded_seq, padded_width) = (sizes.seq, sizes.padded_seq, sizes.padded_width);
@@ -196,7 +196,12 @@ fn exponentials<S: Simd>(row: &mut [f32], visible: usize) -> (f32, f32) {
 
 /// Rows `first..first + ROWS` (those before `seq`) of head `h` of sequence `b`, from a block of
 /// padded rows.
-fn write_block(target: Shared, sizes: Sizes, (b, first, h): (usize, usize, usize), block: &[f32]) {
+fn write_block(
+    target: SharedOutput,
+    sizes: Sizes,
+    (b, first, h): (usize, usize, usize),
+    block: &[f32],
+) {
     let rows = block
         .chunks_exact(sizes.padded_width)
         .take(sizes.seq - first);
@@ -215,7 +220,7 @@ pub(super) fn backward(inputs: [&Heads; 6]) -> [Tensor<Flex, 4>; 3] {
     let mut grads: [Vec<f32>; 3] = std::array::from_fn(|_| Vec::with_capacity(len));
     let targets = grads
         .each_mut()
-        .map(|grad| Shared::of(&mut grad.spare_capacity_mut()[..len]));
+        .map(|grad| SharedOutput::of(&mut grad.spare_capacity_mut()[..len]));
     (0..batch * heads).into_par_iter().for_each(|task| {
         let square_rows = sizes.padded_seq;
         Buffers::with(sizes, square_rows, |buffers| {
@@ -236,7 +241,7 @@ fn backward_head<S: Simd>(
     sizes: Sizes,
     task: usize,
     buffers: &mut Buffers,
-    targets: [Shared; 3],
+    targets: [SharedOutput; 3],
 ) {
     let (b, h) = (task / sizes.heads, task % sizes.heads);
     let (seq, width, padded_seq, padded_width) =

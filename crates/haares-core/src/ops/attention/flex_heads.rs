@@ -2,8 +2,6 @@
 //! works on it: copied into rows padded with zeros to whole vectors ([`PAD`]), or transposed, and
 //! written back into a shared output, one task per sequence and head.
 
-use std::mem::MaybeUninit;
-
 use burn::backend::Flex;
 use burn::tensor::Tensor;
 use burn_flex::FlexTensor;
@@ -90,43 +88,6 @@ pub(super) fn transpose(rows: &[f32], sizes: Sizes, out: &mut [f32]) {
     {
         for (x, row) in column.iter_mut().zip(rows.chunks_exact(sizes.padded_width)) {
             *x = row[e];
-        }
-    }
-}
-
-/// A `[batch, seq, heads, ·]` output shared by the tasks, each writing its own heads' rows.
-#[derive(Clone, Copy)]
-pub(super) struct Shared(*mut f32);
-
-// SAFETY: the tasks write disjoint rows (those of their own sequence and head), and the buffer
-// outlives them (they end inside the function that allocated it).
-unsafe impl Send for Shared {}
-unsafe impl Sync for Shared {}
-
-impl Shared {
-    pub(super) fn of(buffer: &mut [MaybeUninit<f32>]) -> Self {
-        Self(buffer.as_mut_ptr().cast())
-    }
-
-    /// Writes `values` at element `at`.
-    ///
-    /// # Safety
-    /// `at..at + values.len()` lies in the buffer and no other task writes it.
-    pub(super) unsafe fn write(self, at: usize, values: &[f32]) {
-        let (chunks, rest) = values.as_chunks::<PAD>();
-        // SAFETY: by the caller's guarantee; whole chunks are moved as arrays, which the compiler
-        // inlines, where a `copy_nonoverlapping` of a row's length would call `memcpy`.
-        unsafe {
-            let out = self.0.add(at);
-            for (k, chunk) in chunks.iter().enumerate() {
-                out.add(k * PAD)
-                    .cast::<[f32; PAD]>()
-                    .write_unaligned(*chunk);
-            }
-            let out = out.add(chunks.len() * PAD);
-            for (k, &x) in rest.iter().enumerate() {
-                out.add(k).write(x);
-            }
         }
     }
 }

@@ -21,7 +21,7 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 
 use super::{MatmulBackend, naive};
-use crate::simd::{flex_tensor, strided_f32};
+use crate::simd::{SharedOutput, flex_tensor, strided_f32};
 
 impl MatmulBackend for Flex {
     fn matmul<const D: usize>(lhs: Tensor<Self, D>, rhs: Tensor<Self, D>) -> Tensor<Self, D> {
@@ -107,14 +107,15 @@ fn matmul<const D: usize>(lhs: &Tensor<Flex, D>, rhs: &Tensor<Flex, D>) -> Optio
     // Rows `rows` and columns `columns` of matrix `matrix`'s product, written at `out`, the
     // start of its `m × n` row-major output.
     let depth_chunk = depth_chunk(m, k, n, &lhs);
-    let product = |matrix: usize, out: Output, rows: Range<usize>, columns: Range<usize>| {
+    let product = |matrix: usize, out: SharedOutput, rows: Range<usize>, columns: Range<usize>| {
         let lhs_at = lhs.matrix_offset(matrix, batch) + rows.start * lhs.row_stride as usize;
         let rhs_at = rhs.matrix_offset(matrix, batch) + columns.start * rhs.column_stride as usize;
         for depth in (0..k).step_by(depth_chunk) {
             let lhs_at = lhs_at + depth * lhs.column_stride as usize;
             let rhs_at = rhs_at + depth * rhs.row_stride as usize;
             let first = depth == 0;
-            // SAFETY: `out` points at an `m × n` row-major output and the band lies inside it;
+            // SAFETY: `out` points at an `m × n` row-major output and the band lies inside it,
+            // written by no other task ([`bands`] are disjoint);
             // the operands' offsets and strides come from their own layouts, so every element
             // `gemm` reads lies in their buffers (the band's first row or column and the chunk's
             // first depth are the operand's). A chunk after the first adds to what the earlier
@@ -124,7 +125,7 @@ fn matmul<const D: usize>(lhs: &Tensor<Flex, D>, rhs: &Tensor<Flex, D>) -> Optio
                     rows.len(),
                     columns.len(),
                     depth_chunk.min(k - depth),
-                    out.0.add(rows.start * n + columns.start),
+                    out.at(rows.start * n + columns.start),
                     1,
                     n as isize,
                     !first,
@@ -144,14 +145,15 @@ fn matmul<const D: usize>(lhs: &Tensor<Flex, D>, rhs: &Tensor<Flex, D>) -> Optio
             }
         }
     };
-    let whole = |matrix, out: &mut [MaybeUninit<f32>]| product(matrix, Output::of(out), 0..m, 0..n);
+    let whole =
+        |matrix, out: &mut [MaybeUninit<f32>]| product(matrix, SharedOutput::of(out), 0..m, 0..n);
     let per_matrix = m * n * k;
     let mut output = Vec::with_capacity(len);
     // `with_capacity` may reserve more than asked: only the first `len` are written.
     let out = &mut output.spare_capacity_mut()[..len];
     if per_matrix >= PARALLEL_MATRIX {
         for (matrix, out) in out.chunks_mut(m * n).enumerate() {
-            let out = Output::of(out);
+            let out = SharedOutput::of(out);
             match m >= n {
                 true => bands(m).for_each(|rows| product(matrix, out, rows, 0..n)),
                 false => bands(n).for_each(|columns| product(matrix, out, 0..m, columns)),
@@ -175,21 +177,6 @@ fn depth_chunk(m: usize, k: usize, n: usize, lhs: &Operand) -> usize {
     match lhs.row_stride == 1 && lhs.column_stride != 1 && m >= n && k > DEPTH_CHUNK {
         true => DEPTH_CHUNK,
         false => k,
-    }
-}
-
-/// One matrix's `m × n` row-major output, shared by the tasks that write its bands.
-#[derive(Clone, Copy)]
-struct Output(*mut f32);
-
-// SAFETY: the tasks sharing an `Output` write disjoint bands of it ([`bands`]), and the
-// buffer outlives them (they end inside `matmul`).
-unsafe impl Send for Output {}
-unsafe impl Sync for Output {}
-
-impl Output {
-    fn of(out: &mut [MaybeUninit<f32>]) -> Self {
-        Self(out.as_mut_ptr().cast())
     }
 }
 
