@@ -248,6 +248,7 @@ impl SharedOutput {
     ///
     /// # Safety
     /// `at` lies in the buffer (or one past its end).
+    #[inline]
     pub(crate) unsafe fn at(self, at: usize) -> *mut f32 {
         // SAFETY: by the caller's guarantee.
         unsafe { self.0.add(at) }
@@ -257,6 +258,7 @@ impl SharedOutput {
     ///
     /// # Safety
     /// `at..at + values.len()` lies in the buffer and no other task writes it.
+    #[inline]
     pub(crate) unsafe fn write(self, at: usize, values: &[f32]) {
         const CHUNK: usize = 16;
         let (chunks, rest) = values.as_chunks::<CHUNK>();
