@@ -14,6 +14,7 @@ Modes (one JSON answer per run on stdout, after the marker the Rust side looks f
          [--compile]
   profile --checkpoint F --batch B --seq T --steps K --warmup W
                                      the steady step's phases, then torch.profiler's table of it
+                                     and its matrix products by shape
   version                            PyTorch's version, threads and inter-op threads
 """
 
@@ -27,6 +28,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 from safetensors import safe_open
 
 RESULT_PREFIX = "HAARES-COST-RESULT "
@@ -387,8 +389,44 @@ def profile(args):
         for event in profiler.key_averages()
     ]
     operations.sort(key=lambda o: -o["self_s"])
+    # By shape, each product timed on its own: the profiler's `record_shapes` made this step's
+    # products half as slow again (`aten::mm` 304 → 470 ms a step on a 2-core host).
+    with ProductTimer() as timer:
+        for _ in range(args.steps):
+            step()
+    products = [{**shape, "seconds": seconds / args.steps, "calls": calls / args.steps}
+                for shape, (seconds, calls) in timer.products()]
     return {"phase_s": [median([p[i] for p in phases]) for i in range(3)],
-            "operations": operations}
+            "operations": operations, "products": products}
+
+
+class ProductTimer(TorchDispatchMode):
+    """Times every matrix product run while it is active (the backward pass's too), by shape:
+    `matrices` products `[m, k] · [k, n]`."""
+
+    OPERANDS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2)}  # addmm's first is the added term
+
+    def __init__(self):
+        super().__init__()
+        self.times = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        operands = self.OPERANDS.get(func.overloadpacket.__name__)
+        if operands is None:
+            return func(*args, **(kwargs or {}))
+        start = time.perf_counter()
+        result = func(*args, **(kwargs or {}))
+        seconds = time.perf_counter() - start
+        lhs, rhs = args[operands[0]].shape, args[operands[1]].shape
+        key = (lhs[0] if len(lhs) == 3 else 1, lhs[-2], lhs[-1], rhs[-1])
+        total = self.times.setdefault(key, [0.0, 0])
+        total[0] += seconds
+        total[1] += 1
+        return result
+
+    def products(self):
+        return [({"matrices": matrices, "m": m, "k": k, "n": n}, tuple(total))
+                for (matrices, m, k, n), total in self.times.items()]
 
 
 def main():

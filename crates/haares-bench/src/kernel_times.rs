@@ -124,6 +124,7 @@ pub(crate) mod tests {
             first_loss: 5.5,
             last_loss: 5.4,
             operations: None,
+            products: None,
         }
     }
 

@@ -6,12 +6,13 @@
 //! ([`haares_core::op_times`]). What a phase spends outside them (residual adds, reshapes, the
 //! embedding, Burn's graph bookkeeping, allocation) is its "other" row; the update (AdamW, the
 //! gradient norm and clip) is one row. PyTorch's: the same model, weights and batch shapes, its
-//! phases timed without the profiler, then its operations' self time under it.
+//! phases timed without the profiler, then its operations' self time under it. Both sides' matrix
+//! products are also timed call by call and set side by side by shape.
 
 use std::path::PathBuf;
 
 use haares_core::ModelFamily;
-use haares_core::op_times::{OpTime, Pass};
+use haares_core::op_times::{OpTime, Pass, ProductShape, ProductTime};
 use serde::{Deserialize, Serialize};
 
 use crate::cost::export::ExportTask;
@@ -64,6 +65,9 @@ pub struct MethodAnatomy {
     pub phase_s: [f64; 3],
     /// Every operation's seconds and calls per steady step.
     pub operations: Vec<OpTime>,
+    /// The matrix products' seconds and calls per steady step, by shape (both passes).
+    #[serde(default)]
+    pub products: Vec<ProductTime>,
     /// PyTorch eager's step, where asked.
     pub peer: Option<PeerProfile>,
 }
@@ -77,6 +81,34 @@ pub struct PeerProfile {
     pub phase_s: [f64; 3],
     /// The profiler's operations.
     pub operations: Vec<PeerOperation>,
+    /// Its matrix products (`aten::mm`, `aten::addmm`, `aten::bmm`) by shape, each call's wall
+    /// time outside the profiler (whose shape recording slowed them by half on a 2-core host).
+    #[serde(default)]
+    pub products: Vec<PeerProduct>,
+}
+
+/// One shape of PyTorch's matrix products: `matrices` products `[m, k] · [k, n]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PeerProduct {
+    /// Products in the batch (1 for `aten::mm`).
+    pub matrices: usize,
+    /// Rows of the left operand.
+    pub m: usize,
+    /// The shared dimension.
+    pub k: usize,
+    /// Columns of the right operand.
+    pub n: usize,
+    /// Wall seconds per step.
+    pub seconds: f64,
+    /// Calls per step.
+    pub calls: f64,
+}
+
+impl PeerProduct {
+    /// Its shape as ours are kept.
+    pub fn shape(&self) -> ProductShape {
+        ProductShape::new(self.matrices, self.m, self.k, self.n)
+    }
 }
 
 /// One of `torch.profiler`'s operations.
@@ -184,11 +216,19 @@ fn method_anatomy(sample: &TrainSample, warmup: usize) -> Result<MethodAnatomy, 
             ..op.clone()
         })
         .collect();
+    let products = (sample.products.iter().flatten())
+        .map(|product| ProductTime {
+            seconds: product.seconds / steps,
+            calls: (product.calls as f64 / steps).round() as usize,
+            ..product.clone()
+        })
+        .collect();
     Ok(MethodAnatomy {
         method: sample.method.clone(),
         step_s: crate::cost::stats::median(steady),
         phase_s,
         operations,
+        products,
         peer: None,
     })
 }

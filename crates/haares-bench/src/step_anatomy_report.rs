@@ -1,10 +1,11 @@
 //! The markdown of `haares-bench anatomy` ([`crate::step_anatomy`]): per method, every
 //! operation's forward and backward milliseconds per steady step, what the phases spent outside
-//! them, and beside PyTorch's profiler the same step by category.
+//! them, and beside PyTorch's profiler the same step by category; then the matrix products by
+//! shape, ours beside PyTorch's.
 
 use std::fmt::Write as _;
 
-use haares_core::op_times::{OpTime, Pass};
+use haares_core::op_times::{OpTime, Pass, ProductShape};
 
 use crate::cost::summary::method_with_path;
 use crate::step_anatomy::{AnatomyRun, MethodAnatomy, PeerProfile, pass_total};
@@ -126,6 +127,86 @@ fn write_method(out: &mut String, method: &MethodAnatomy, torch: Option<&str>) {
     );
     if let Some(peer) = &method.peer {
         write_peer(out, method, peer, torch.unwrap_or("?"));
+    }
+    write_products(out, method);
+}
+
+/// The matrix products by shape, slowest first (ours), with PyTorch's products of the same shape
+/// where the peer ran; a shape only one side computes has "–" on the other.
+fn write_products(out: &mut String, method: &MethodAnatomy) {
+    if method.products.is_empty() {
+        return;
+    }
+    let peer_products = method.peer.as_ref().map(|peer| &peer.products[..]);
+    let mut shapes: Vec<ProductShape> = method.products.iter().map(|p| p.shape).collect();
+    for product in peer_products.unwrap_or_default() {
+        if !shapes.contains(&product.shape()) {
+            shapes.push(product.shape());
+        }
+    }
+    let ours = |shape: &ProductShape| method.products.iter().find(|p| p.shape == *shape);
+    // PyTorch may list one shape more than once (`mm` and `addmm`, or both orientations).
+    let theirs = |shape: &ProductShape| {
+        let matching = (peer_products.unwrap_or_default().iter()).filter(|p| p.shape() == *shape);
+        let (seconds, calls) = matching.fold((0.0, 0.0), |(s, c), p| (s + p.seconds, c + p.calls));
+        (calls > 0.0).then_some((seconds, calls))
+    };
+    let ours_s = |shape: &ProductShape| ours(shape).map_or(0.0, |p| p.seconds);
+    shapes.sort_by(|a, b| ours_s(b).total_cmp(&ours_s(a)));
+    let _ = write!(
+        out,
+        "\nMatrix products by shape, both passes (a product and its transpose, `C = A B` and `Cᵀ = \
+         Bᵀ Aᵀ`, are one shape: the output's sides and the depth), each call timed on its own: ours in \
+         the step above, PyTorch's (`aten::mm`, `addmm`, `bmm`) in steps run after the profiled \
+         ones, outside the profiler:\n\n\
+         | output sides, depth | calls | ours (ms) | ours GFLOP/s |{}\n|---|---|---|---|{}\n",
+        match peer_products {
+            Some(_) => " PyTorch calls | PyTorch (ms) | PyTorch GFLOP/s | ours / PyTorch |",
+            None => "",
+        },
+        if peer_products.is_some() {
+            "---|---|---|---|"
+        } else {
+            ""
+        },
+    );
+    let rate = |shape: &ProductShape, seconds: f64, calls: f64| {
+        format!("{:.1}", shape.flops() * calls / seconds / 1e9)
+    };
+    for shape in &shapes {
+        let mut line = format!("| {} |", describe(shape));
+        let _ = match ours(shape) {
+            Some(p) => write!(
+                line,
+                " {} | {} | {} |",
+                p.calls,
+                ms(p.seconds),
+                rate(shape, p.seconds, p.calls as f64)
+            ),
+            None => write!(line, " – | – | – |"),
+        };
+        if peer_products.is_some() {
+            let _ = match (theirs(shape), ours(shape)) {
+                (Some((seconds, calls)), ours) => write!(
+                    line,
+                    " {calls:.0} | {} | {} | {} |",
+                    ms(seconds),
+                    rate(shape, seconds, calls),
+                    ours.map_or("–".into(), |p| format!("{:.2}×", p.seconds / seconds)),
+                ),
+                (None, _) => write!(line, " – | – | – | – |"),
+            };
+        }
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+/// `1024 × 128, depth 1024`, with `32 × ` before a batch of 32 products.
+fn describe(shape: &ProductShape) -> String {
+    let [short, long] = shape.sides;
+    match shape.matrices {
+        1 => format!("{short} × {long}, depth {}", shape.depth),
+        matrices => format!("{matrices} × ({short} × {long}, depth {})", shape.depth),
     }
 }
 

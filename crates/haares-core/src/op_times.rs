@@ -9,7 +9,9 @@
 //! (`haares-bench first-step --kernel-times` times kernels on the device).
 //!
 //! Only the outermost timed call on a thread counts: an operation that runs another inside it
-//! (the routing read's norm) is charged the whole.
+//! (the routing read's norm) is charged the whole. Matrix products are also timed one by one and
+//! kept by shape ([`ProductTime`], [`take_products`]), inside whichever operation runs them, so
+//! that a step's products can be set beside another library's of the same shapes.
 
 use std::cell::Cell;
 use std::sync::Mutex;
@@ -41,8 +43,56 @@ pub struct OpTime {
     pub calls: usize,
 }
 
+/// A matrix product's shape as another library may state it: `matrices` products of `m × k` by
+/// `k × n`, with `{m, n}` unordered (`sides`, the shorter first), since `C = A B` and `Cᵀ = Bᵀ Aᵀ`
+/// are the same work and libraries choose either (a weight's gradient is `Xᵀ ∂Y` here and
+/// `∂Yᵀ X` in PyTorch, whose weights are stored transposed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ProductShape {
+    /// Products in the batch (1 for a plain matrix product).
+    pub matrices: usize,
+    /// The shared (inner) dimension.
+    pub depth: usize,
+    /// The output's two sides, the shorter first.
+    pub sides: [usize; 2],
+}
+
+impl ProductShape {
+    /// The shape of `matrices` products `[m, k] · [k, n]`.
+    pub fn new(matrices: usize, m: usize, k: usize, n: usize) -> Self {
+        Self {
+            matrices,
+            depth: k,
+            sides: [m.min(n), m.max(n)],
+        }
+    }
+
+    /// The shape of `lhs · rhs` for a left operand of dimensions `[..., m, k]` and a product
+    /// `n` wide.
+    pub fn of<const D: usize>(lhs: [usize; D], n: usize) -> Self {
+        Self::new(lhs[..D - 2].iter().product(), lhs[D - 2], lhs[D - 1], n)
+    }
+
+    /// Floating-point operations of one call (a multiply and an add per term).
+    pub fn flops(&self) -> f64 {
+        2.0 * (self.matrices * self.depth * self.sides[0] * self.sides[1]) as f64
+    }
+}
+
+/// The recorded time of every product of one shape, forward and backward together.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProductTime {
+    /// The products' shape.
+    pub shape: ProductShape,
+    /// Wall seconds, summed over calls.
+    pub seconds: f64,
+    /// Calls.
+    pub calls: usize,
+}
+
 static RECORDING: AtomicBool = AtomicBool::new(false);
 static TIMES: Mutex<Vec<OpTime>> = Mutex::new(Vec::new());
+static PRODUCTS: Mutex<Vec<ProductTime>> = Mutex::new(Vec::new());
 
 thread_local! {
     static DEPTH: Cell<usize> = const { Cell::new(0) };
@@ -51,6 +101,7 @@ thread_local! {
 /// Starts recording, from nothing.
 pub fn start_recording() {
     lock().clear();
+    lock_products().clear();
     RECORDING.store(true, Ordering::Relaxed);
 }
 
@@ -66,8 +117,42 @@ pub fn recording() -> bool {
     RECORDING.load(Ordering::Relaxed)
 }
 
+/// The products recorded since [`start_recording`], by shape in order of first call; what is
+/// taken is not returned again.
+pub fn take_products() -> Vec<ProductTime> {
+    std::mem::take(&mut *lock_products())
+}
+
 fn lock() -> std::sync::MutexGuard<'static, Vec<OpTime>> {
     TIMES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn lock_products() -> std::sync::MutexGuard<'static, Vec<ProductTime>> {
+    PRODUCTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `work`, a product of shape `shape`, charging its wall time to that shape while
+/// recording (whatever operation runs it: products are timed apart from [`timed`]'s nesting).
+pub(crate) fn product<R>(shape: ProductShape, work: impl FnOnce() -> R) -> R {
+    if !recording() {
+        return work();
+    }
+    let started = Instant::now();
+    let result = work();
+    let seconds = started.elapsed().as_secs_f64();
+    let mut products = lock_products();
+    match products.iter_mut().find(|p| p.shape == shape) {
+        Some(time) => {
+            time.seconds += seconds;
+            time.calls += 1;
+        }
+        None => products.push(ProductTime {
+            shape,
+            seconds,
+            calls: 1,
+        }),
+    }
+    result
 }
 
 /// Runs `work`, charging its wall time to `operation` in `pass` while recording.

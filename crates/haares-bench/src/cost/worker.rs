@@ -123,6 +123,9 @@ pub struct TrainSample {
     /// Every operation's time over the steps the task asked to record, summed.
     #[serde(default)]
     pub operations: Option<Vec<haares_core::op_times::OpTime>>,
+    /// The matrix products' time by shape over the same steps, summed (both passes).
+    #[serde(default)]
+    pub products: Option<Vec<haares_core::op_times::ProductTime>>,
 }
 
 /// Seconds of single validation batches of the learner's validation pass ([`validate`]), timed
@@ -225,6 +228,9 @@ impl BackendJob for Worker {
                 }
                 let operations =
                     record_operations_from.map(|_| haares_core::op_times::stop_recording());
+                let products = operations
+                    .as_ref()
+                    .map(|_| haares_core::op_times::take_products());
                 let validation = config
                     .method
                     .is_routed()
@@ -243,6 +249,7 @@ impl BackendJob for Worker {
                     first_loss: losses.first().copied().unwrap_or(f64::NAN),
                     last_loss: losses.last().copied().unwrap_or(f64::NAN),
                     operations,
+                    products,
                 }))
             }
         })

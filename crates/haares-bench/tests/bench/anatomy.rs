@@ -85,7 +85,7 @@ profile)
   for arg in "$@"; do case "$arg" in
     --checkpoint=*) test -s "${arg#--checkpoint=}" || exit 3 ;;
   esac; done
-  echo 'HAARES-COST-RESULT {"phase_s": [0.1, 0.2, 0.05], "operations": [{"name": "aten::mm", "self_s": 0.08, "calls": 10}, {"name": "aten::mul", "self_s": 0.05, "calls": 30}, {"name": "aten::_scaled_dot_product_flash_attention_for_cpu", "self_s": 0.02, "calls": 2}]}' ;;
+  echo 'HAARES-COST-RESULT {"phase_s": [0.1, 0.2, 0.05], "operations": [{"name": "aten::mm", "self_s": 0.08, "calls": 10}, {"name": "aten::mul", "self_s": 0.05, "calls": 30}, {"name": "aten::_scaled_dot_product_flash_attention_for_cpu", "self_s": 0.02, "calls": 2}], "products": [{"matrices": 1, "m": 480, "k": 160, "n": 120, "seconds": 0.001, "calls": 4}, {"matrices": 1, "m": 120, "k": 160, "n": 480, "seconds": 0.003, "calls": 4}, {"matrices": 1, "m": 7, "k": 5, "n": 3, "seconds": 0.002, "calls": 1}]}' ;;
 *) exit 2 ;;
 esac
 "#;
@@ -113,20 +113,61 @@ esac
         assert_eq!(cells[3], theirs, "{line}");
     }
     assert!(md.contains("| `aten::mm` | 80.00 | 10 |"), "{md}");
+    // Its products by shape, a product and its transpose as one: 8 calls in 4 ms of
+    // 2 · 480 · 160 · 120 flops each (36.9 GFLOP/s); a shape only it has is set beside nothing of
+    // ours.
+    let products = json["methods"][0]["products"].as_array().unwrap();
+    assert!(!products.is_empty(), "{}", json["methods"][0]);
+    let row = |sides: &str| {
+        (md.lines())
+            .find(|l| l.starts_with(&format!("| {sides} |")))
+            .unwrap_or_else(|| panic!("no {sides} row in\n{md}"))
+            .split('|')
+            .map(|cell| cell.trim().to_string())
+            .collect::<Vec<_>>()
+    };
+    let stand_in = row("120 × 480, depth 160");
+    assert_eq!(&stand_in[5..8], ["8", "4.00", "36.9"], "{stand_in:?}");
+    let only_theirs = row("3 × 7, depth 5");
+    assert_eq!(&only_theirs[2..5], ["–", "–", "–"], "{only_theirs:?}");
+    assert_eq!(
+        &only_theirs[5..9],
+        ["1", "2.00", "0.0", "–"],
+        "{only_theirs:?}"
+    );
 }
 
 #[test]
-fn a_gpu_backend_is_refused_with_the_command_that_times_kernels() {
+fn our_products_are_kept_by_shape_inside_the_operations_that_run_them() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("anatomy");
-    let (ok, _, stderr) = bench(&[
-        "anatomy",
-        "--backend",
-        "wgpu",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(!ok);
-    assert!(stderr.contains("first-step --kernel-times"), "{stderr}");
-    assert!(!out.with_extension("md").exists());
+    let (ok, stderr, json, md) = anatomy(dir.path(), &[]);
+    assert!(ok, "{stderr}");
+    for method in json["methods"].as_array().unwrap() {
+        let (products, operations) = (
+            method["products"].as_array().unwrap(),
+            method["operations"].as_array().unwrap(),
+        );
+        let sum = |values: &[Value], field: &str, operation: Option<&str>| -> f64 {
+            (values.iter())
+                .filter(|v| operation.is_none_or(|name| v["operation"] == name))
+                .map(|v| v[field].as_f64().unwrap())
+                .sum()
+        };
+        // A product node's forward call is one product and its backward pass one or two.
+        let (calls, nodes) = (
+            sum(products, "calls", None),
+            sum(operations, "calls", Some("matmul")),
+        );
+        assert!(calls >= nodes && calls <= 1.5 * nodes, "{calls} of {nodes}");
+        // Each is timed inside an operation's call or node.
+        let (inside, outside) = (
+            sum(products, "seconds", None),
+            sum(operations, "seconds", None),
+        );
+        assert!(inside > 0.0 && inside <= outside, "{inside} of {outside}");
+    }
+    assert!(
+        md.contains("| output sides, depth | calls | ours (ms) | ours GFLOP/s |\n"),
+        "{md}"
+    );
 }

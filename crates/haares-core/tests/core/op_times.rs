@@ -1,11 +1,13 @@
 //! The operation timer (`haares_core::op_times`): while it records, a model's forward and
 //! backward passes on Burn's autodiff backend are charged to the operations under `ops`, each
-//! node's backward pass once; stopped, it records nothing.
+//! node's backward pass once; stopped, it records nothing. Matrix products are also kept by
+//! shape, both passes' products under the shapes their arithmetic has.
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData};
 use haares_core::ResidualMethod;
-use haares_core::op_times::{self, OpTime, Pass};
+use haares_core::op_times::{self, OpTime, Pass, ProductShape};
+use haares_core::ops::matmul::MatmulBackend;
 
 use crate::common::{Rng, model_on, random_params, random_tokens, tiny_config, token_tensor};
 
@@ -74,4 +76,40 @@ fn a_recorded_pass_is_charged_to_its_operations_both_ways() {
     forward_and_backward(ResidualMethod::Standard);
     assert!(op_times::stop_recording().is_empty());
     assert!(!op_times::recording());
+}
+
+#[test]
+fn products_are_kept_by_their_shape_with_the_transposed_problem_as_one() {
+    let device = Default::default();
+    let data = |rows: usize, columns: usize| {
+        let values = Rng::new((rows * 10 + columns) as u64).normals(rows * columns, 1.0);
+        TensorData::new(values, [rows, columns])
+    };
+    let a = Tensor::<Ad32, 2>::from_data(data(2, 3), &device).require_grad();
+    let b = Tensor::<Ad32, 2>::from_data(data(3, 5), &device).require_grad();
+    let c = Tensor::<Ad32, 2>::from_data(data(5, 3), &device).require_grad();
+    op_times::start_recording();
+    // `Y = (A B) C`, with `C` `[5, 3]` passed as the right operand `Cᵀ` of `lhs · rhsᵀ`.
+    let ab = Ad32::matmul(a, b);
+    let y = Ad32::matmul_transposed_rhs(ab, c.transpose());
+    let _ = y.sum().backward();
+    let _ = op_times::stop_recording();
+    let products = op_times::take_products();
+    let calls = |m, k, n| {
+        (products.iter())
+            .find(|p| p.shape == ProductShape::new(1, m, k, n))
+            .map_or(0, |p| p.calls)
+    };
+    // `A B` (2 × 3 · 3 × 5) and `∂(A B) = ∂Y Cᵀ` (2 × 3 · 3 × 5).
+    assert_eq!(calls(2, 3, 5), 2, "{products:?}");
+    // `(A B) C` (2 × 5 · 5 × 3) and `∂A = ∂(A B) Bᵀ` (2 × 5 · 5 × 3).
+    assert_eq!(calls(2, 5, 3), 2, "{products:?}");
+    // `∂B = Aᵀ ∂(A B)` (3 × 2 · 2 × 5) and the right operand's `∂Yᵀ (A B)` (3 × 2 · 2 × 5): one
+    // shape with its transpose, `5 × 2 · 2 × 3`.
+    assert_eq!(calls(3, 2, 5), 2, "{products:?}");
+    assert_eq!(ProductShape::new(1, 3, 2, 5), ProductShape::new(1, 5, 2, 3));
+    assert_eq!(products.iter().map(|p| p.calls).sum::<usize>(), 6);
+    assert!(products.iter().all(|p| p.seconds > 0.0), "{products:?}");
+    // Taken once; nothing is kept while not recording.
+    assert!(op_times::take_products().is_empty());
 }

@@ -10,31 +10,36 @@ use burn::tensor::Tensor;
 
 use super::MatmulBackend;
 use crate::autodiff_node::{finish, from_primitive, primitive, register};
+use crate::op_times::ProductShape;
 
 impl<B: MatmulBackend, C: CheckpointStrategy> MatmulBackend for Autodiff<B, C> {
     fn matmul<const D: usize>(lhs: Tensor<Self, D>, rhs: Tensor<Self, D>) -> Tensor<Self, D> {
-        product_node(MatmulBackward::<D>, lhs, rhs, B::matmul)
+        let width = rhs.dims()[D - 1];
+        product_node(MatmulBackward::<D>, lhs, rhs, width, B::matmul)
     }
 
     fn matmul_transposed_rhs<const D: usize>(
         lhs: Tensor<Self, D>,
         rhs: Tensor<Self, D>,
     ) -> Tensor<Self, D> {
+        let width = rhs.dims()[D - 2];
         product_node(
             MatmulTransposedRhsBackward::<D>,
             lhs,
             rhs,
+            width,
             B::matmul_transposed_rhs,
         )
     }
 }
 
-/// The node of a product of two operands, `forward` on the inner backend. `∂A` needs `B` and
-/// `∂B` needs `A`: an operand is kept only for the other's gradient.
+/// The node of a product of two operands, `forward` on the inner backend, `width` columns wide.
+/// `∂A` needs `B` and `∂B` needs `A`: an operand is kept only for the other's gradient.
 fn product_node<B, C, T, const D: usize>(
     backward: T,
     lhs: Tensor<Autodiff<B, C>, D>,
     rhs: Tensor<Autodiff<B, C>, D>,
+    width: usize,
     forward: impl FnOnce(Tensor<B, D>, Tensor<B, D>) -> Tensor<B, D>,
 ) -> Tensor<Autodiff<B, C>, D>
 where
@@ -45,7 +50,10 @@ where
     let parents = [primitive(lhs.clone()), primitive(rhs.clone())];
     let (lhs_tracked, rhs_tracked) = (parents[0].is_tracked(), parents[1].is_tracked());
     let (lhs, rhs) = (lhs.inner(), rhs.inner());
-    let output = crate::op_times::forward(module_path!(), || forward(lhs.clone(), rhs.clone()));
+    let shape = ProductShape::of(lhs.dims(), width);
+    let output = crate::op_times::forward(module_path!(), || {
+        crate::op_times::product(shape, || forward(lhs.clone(), rhs.clone()))
+    });
     let state = (rhs_tracked.then_some(lhs), lhs_tracked.then_some(rhs));
     finish(backward, parents, state, output)
 }
@@ -65,10 +73,10 @@ impl<B: MatmulBackend, const D: usize> Backward<B, 2> for MatmulBackward<D> {
         let (lhs, rhs) = ops.state.clone();
         let transposed = |x: Tensor<B, D>| x.swap_dims(D - 2, D - 1);
         if let Some(rhs) = rhs.filter(|_| ops.parents[0].is_some()) {
-            register(grads, &ops, 0, B::matmul(grad.clone(), transposed(rhs)));
+            register(grads, &ops, 0, matmul(grad.clone(), transposed(rhs)));
         }
         if let Some(lhs) = lhs.filter(|_| ops.parents[1].is_some()) {
-            register(grads, &ops, 1, B::matmul(transposed(lhs), grad));
+            register(grads, &ops, 1, matmul(transposed(lhs), grad));
         }
     }
 }
@@ -82,10 +90,17 @@ impl<B: MatmulBackend, const D: usize> Backward<B, 2> for MatmulTransposedRhsBac
         let grad: Tensor<B, D> = from_primitive(grads.consume::<B>(&ops.node));
         let (lhs, rhs) = ops.state.clone();
         if let Some(rhs) = rhs.filter(|_| ops.parents[0].is_some()) {
-            register(grads, &ops, 0, B::matmul(grad.clone(), rhs));
+            register(grads, &ops, 0, matmul(grad.clone(), rhs));
         }
         if let Some(lhs) = lhs.filter(|_| ops.parents[1].is_some()) {
-            register(grads, &ops, 1, B::matmul(grad.swap_dims(D - 2, D - 1), lhs));
+            register(grads, &ops, 1, matmul(grad.swap_dims(D - 2, D - 1), lhs));
         }
     }
+}
+
+/// A backward pass's product on the inner backend, timed by shape while
+/// [`crate::op_times`] records.
+fn matmul<B: MatmulBackend, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B, D>) -> Tensor<B, D> {
+    let shape = ProductShape::of(lhs.dims(), rhs.dims()[D - 1]);
+    crate::op_times::product(shape, || B::matmul(lhs, rhs))
 }
