@@ -28,7 +28,6 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 from safetensors import safe_open
 
 RESULT_PREFIX = "HAARES-COST-RESULT "
@@ -389,44 +388,43 @@ def profile(args):
         for event in profiler.key_averages()
     ]
     operations.sort(key=lambda o: -o["self_s"])
-    # By shape, each product timed on its own: the profiler's `record_shapes` made this step's
-    # products half as slow again (`aten::mm` 304 → 470 ms a step on a 2-core host).
-    with ProductTimer() as timer:
-        for _ in range(args.steps):
-            step()
-    products = [{**shape, "seconds": seconds / args.steps, "calls": calls / args.steps}
-                for shape, (seconds, calls) in timer.products()]
+    # By shape, each product timed on its own: under the profiler's `record_shapes` this step's
+    # products took half as long again (`aten::mm` 304 → 470 ms a step on a 2-core host).
+    products = timed_products(step, args.steps)
     return {"phase_s": [median([p[i] for p in phases]) for i in range(3)],
             "operations": operations, "products": products}
 
 
-class ProductTimer(TorchDispatchMode):
-    """Times every matrix product run while it is active (the backward pass's too), by shape:
-    `matrices` products `[m, k] · [k, n]`."""
+def timed_products(step, steps):
+    """Runs `step` `steps` times, timing every matrix product in it (the backward pass's too) on
+    its own: per shape, `matrices` products `[m, k] · [k, n]`, their seconds and calls per step.
+    `TorchDispatchMode` is imported here, so that the other modes run on a PyTorch without it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
-    OPERANDS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2)}  # addmm's first is the added term
+    operands = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2)}  # addmm's first is the added term
+    times = {}
 
-    def __init__(self):
-        super().__init__()
-        self.times = {}
+    class ProductTimer(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            at = operands.get(func.overloadpacket.__name__)
+            if at is None:
+                return func(*args, **(kwargs or {}))
+            start = time.perf_counter()
+            result = func(*args, **(kwargs or {}))
+            seconds = time.perf_counter() - start
+            lhs, rhs = args[at[0]].shape, args[at[1]].shape
+            total = times.setdefault((lhs[0] if len(lhs) == 3 else 1, lhs[-2], lhs[-1], rhs[-1]),
+                                     [0.0, 0])
+            total[0] += seconds
+            total[1] += 1
+            return result
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        operands = self.OPERANDS.get(func.overloadpacket.__name__)
-        if operands is None:
-            return func(*args, **(kwargs or {}))
-        start = time.perf_counter()
-        result = func(*args, **(kwargs or {}))
-        seconds = time.perf_counter() - start
-        lhs, rhs = args[operands[0]].shape, args[operands[1]].shape
-        key = (lhs[0] if len(lhs) == 3 else 1, lhs[-2], lhs[-1], rhs[-1])
-        total = self.times.setdefault(key, [0.0, 0])
-        total[0] += seconds
-        total[1] += 1
-        return result
-
-    def products(self):
-        return [({"matrices": matrices, "m": m, "k": k, "n": n}, tuple(total))
-                for (matrices, m, k, n), total in self.times.items()]
+    with ProductTimer():
+        for _ in range(steps):
+            step()
+    return [{"matrices": matrices, "m": m, "k": k, "n": n, "seconds": seconds / steps,
+             "calls": calls / steps}
+            for (matrices, m, k, n), (seconds, calls) in times.items()]
 
 
 def main():
