@@ -17,11 +17,25 @@ use crate::{
 #[test]
 fn cpu_backends_pass_every_operation_check() {
     use burn::backend::{Flex, NdArray};
-    // NdArray's f32 `recip` is an approximate SIMD instruction (≈ 1e-4 relative error on large
-    // tensors), which Burn's autodiff of the reference's divisions takes: the nodes are compared
-    // with that autodiff, so at its error.
-    every_operation_check::<NdArray<f32>>(2e-4);
+    // NdArray's f32 `recip` is an approximate SIMD instruction, which Burn's autodiff of the
+    // reference's divisions takes: the nodes are compared with that autodiff, so at its error.
+    // The causal softmax's gradient carries at least two of its quotients: three times the
+    // instruction's bound, and no less than the 2e-4 these checks had on AVX-512 hosts.
+    every_operation_check::<NdArray<f32>>((3.0 * approximate_reciprocal_error()).max(2e-4));
     every_operation_check::<Flex>(2e-5);
+}
+
+/// The largest relative error of the approximate reciprocal NdArray's f32 `recip` runs on this
+/// CPU (through `macerator`, once a tensor is large enough for SIMD): x86's `rcp14` where AVX-512
+/// is present (at most 2⁻¹⁴, Intel's bound), its `rcp` on AVX2 and SSE hosts (at most 1.5 · 2⁻¹²,
+/// six times as large; an AVX2 host's softmax gradient check differed by 6.9e-4). Other
+/// architectures are given the larger bound.
+fn approximate_reciprocal_error() -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        return 2f64.powi(-14);
+    }
+    1.5 * 2f64.powi(-12)
 }
 
 /// The operation checks of one backend, at f32's tolerances: a few roundings of f32 against f64
@@ -63,6 +77,9 @@ where
     source_write_checks::signed_sums_with_mean_squares_match::<B>(false);
     source_write_checks::pair_writes_match::<B>();
     read_checks::read_forward_matches_the_composition::<B>();
-    read_checks::read_backward_matches_the_composition::<B>(1e-5);
+    // Flex's read sums its gradients from f32 dot products whose order of addition follows the
+    // host's vector width; the bias's gradient, a sum over slots and tokens that cancels, was off
+    // by 1.7e-5 of its size on an AVX2 host (where NdArray's, summed in f64, matched f64's).
+    read_checks::read_backward_matches_the_composition::<B>(5e-5);
     read_checks::operator_matches_the_reference_read::<Autodiff<B>>();
 }
