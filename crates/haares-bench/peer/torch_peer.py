@@ -12,6 +12,9 @@ Modes (one JSON answer per run on stdout, after the marker the Rust side looks f
   gemm   --size n [--matmul fp32|tf32]  the best of 3 square f32 products, FLOP/s
   train  --checkpoint F --check P --reference R --batch B --seq T --steps K [--matmul fp32|tf32]
          [--compile]
+  serve  --checkpoint F --check P --reference R --batch B --seq T [--matmul fp32|tf32] [--compile]
+                                     checks the logits, then one training step per `step` line
+                                     on stdin, each answered at once
   profile --checkpoint F --batch B --seq T --steps K --warmup W
                                      the steady step's phases, then torch.profiler's table of it
                                      and its matrix products by shape
@@ -299,7 +302,9 @@ def optimizer(model):
     return torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
 
 
-def train(args, started):
+def check_agreement(args):
+    """Our logits of the perturbed copy against the peer's, computed eagerly in full fp32: the
+    agreement is about the model, not the precision the steps are then timed at."""
     with open(args.reference) as f:
         reference = json.load(f)
     tokens = torch.tensor(reference["tokens"], device=args.device)
@@ -307,38 +312,50 @@ def train(args, started):
     with torch.no_grad():
         logits = load(args.check, args.device)(tokens).flatten().cpu().double()
     expected = torch.tensor(reference["logits"], dtype=torch.float64)
-    agreement = {
+    set_matmul_precision(args.matmul)
+    return {
         "logits_max_abs_diff": (logits - expected).abs().max().item(),
         "logits_max_abs": expected.abs().max().item(),
     }
-    # The logits are checked in full fp32 above: agreement is about the model, not the precision
-    # the steps are then timed at.
-    set_matmul_precision(args.matmul)
+
+
+def training_step(args):
+    """The model of the checkpoint, its optimizer, and one training step of it on a fresh random
+    batch (eager, or through `torch.compile` with `--compile`), which returns the loss and its
+    wall time in seconds."""
     model = load(args.checkpoint, args.device)
     opt = optimizer(model)
     forward = torch.compile(model) if args.compile else model
     vocab, generator = model.config["vocab_size"], torch.Generator().manual_seed(2026)
-    sync(args.device)
-    startup_s = time.perf_counter() - started
-    step_s, losses = [], []
-    for _ in range(args.steps):
+
+    def step():
         start = time.perf_counter()
         ids = torch.randint(vocab, (2, args.batch, args.seq), generator=generator).to(args.device)
         logits = forward(ids[0])
         loss = F.cross_entropy(logits.reshape(-1, vocab), ids[1].reshape(-1))
-        losses.append(loss.item())
+        value = loss.item()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sync(args.device)
-        step_s.append(time.perf_counter() - start)
+        return value, time.perf_counter() - start
+
+    return step
+
+
+def train(args, started):
+    agreement = check_agreement(args)
+    step = training_step(args)
+    sync(args.device)
+    startup_s = time.perf_counter() - started
+    losses, step_s = zip(*[step() for _ in range(args.steps)]) if args.steps else ((), ())
     return {
         "sample": {
             "method": args.method,
             "startup_s": startup_s,
             "total_s": time.perf_counter() - started,
-            "step_s": step_s,
+            "step_s": list(step_s),
             "peak_rss_bytes": peak_rss_bytes(),
             "device_in_use_bytes": torch.cuda.max_memory_allocated() if args.device == "cuda" else None,
             "first_loss": losses[0] if losses else math.nan,
@@ -348,6 +365,21 @@ def train(args, started):
         "mode": "compiled" if args.compile else "eager",
         **agreement,
     }
+
+
+def serve(args):
+    """Checks the logits, answers that it is ready, then runs one training step per `step` line
+    read from stdin, answering each with its loss and seconds, until `quit` or the end of stdin:
+    `haares-bench versus` alternates these steps with its own."""
+    answer = check_agreement(args)
+    step = training_step(args)
+    print(RESULT_PREFIX + json.dumps({"ready": True, **answer}), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "step":
+            break
+        loss, seconds = step()
+        print(RESULT_PREFIX + json.dumps({"loss": loss, "step_s": seconds}), flush=True)
+    return None
 
 
 def profile(args):
@@ -430,7 +462,7 @@ def timed_products(step, steps):
 def main():
     started = time.perf_counter()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["gemm", "train", "profile", "version"])
+    parser.add_argument("mode", choices=["gemm", "train", "serve", "profile", "version"])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--size", type=int, default=1024)
@@ -456,6 +488,8 @@ def main():
         answer = gemm(args)
     elif args.mode == "profile":
         answer = profile(args)
+    elif args.mode == "serve":
+        return serve(args)
     else:
         answer = train(args, started)
     print(RESULT_PREFIX + json.dumps(answer), flush=True)

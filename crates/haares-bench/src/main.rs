@@ -3,11 +3,12 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use haares_bench::analytic::{params_table, sources_table};
 use haares_bench::backends::dispatch;
 use haares_bench::cost::paired::{PairedArgs, run_paired, write_paired_run};
-use haares_bench::cost::peer::{PeerMatmul, PeerMode};
+use haares_bench::cost::peer::{PeerKind, PeerMatmul};
+use haares_bench::cost::versus::{VersusArgs, run_versus, write_versus_run};
 use haares_bench::cost::worker::{KernelLog, RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
 use haares_bench::cost::{CostSpec, Family, Preset, SizeArgs, run_cost, write_cost_run};
 use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
@@ -62,6 +63,10 @@ enum Command {
     /// step-time ratio pair by pair, with a 95% interval and the target's verdict; writes
     /// `<out>.md` and `<out>.json`.
     Paired(PairedArgs),
+    /// Our training step and PyTorch's (eager and compiled, each in a process of its own)
+    /// alternated round by round: the median of our throughput over theirs within each round,
+    /// with a 95% interval and the throughput target's verdict; writes `<out>.md` and `<out>.json`.
+    Versus(VersusArgs),
     /// First-step anatomy: backend start, model init, forward, backward and update of one fresh
     /// worker per depth × method, with the kernels CubeCL compiled and autotuned; writes
     /// `<out>.md` and `<out>.json` after every worker.
@@ -177,24 +182,6 @@ struct CostArgs {
     out: Option<PathBuf>,
 }
 
-/// A peer implementation for the cost protocol (`crates/haares-bench/peer/torch_peer.py`).
-#[derive(Clone, Copy, PartialEq, ValueEnum)]
-enum PeerKind {
-    /// PyTorch eager.
-    Torch,
-    /// The same model through `torch.compile` (TorchInductor), its compilation timed apart.
-    TorchCompile,
-}
-
-impl From<PeerMode> for PeerKind {
-    fn from(mode: PeerMode) -> Self {
-        match mode {
-            PeerMode::Eager => Self::Torch,
-            PeerMode::Compiled => Self::TorchCompile,
-        }
-    }
-}
-
 #[derive(clap::Args)]
 struct FirstStepArgs {
     /// Backend: flex, ndarray, wgpu, cuda.
@@ -279,10 +266,7 @@ impl CostArgs {
             spec.methods = methods;
         }
         if !self.peer.is_empty() {
-            spec.peer_modes = [PeerMode::Eager, PeerMode::Compiled]
-                .into_iter()
-                .filter(|mode| self.peer.contains(&PeerKind::from(*mode)))
-                .collect();
+            spec.peer_modes = PeerKind::modes(&self.peer);
             spec.peer = Some(self.python);
         }
         if let Some(matmul) = self.peer_matmul {
@@ -316,6 +300,14 @@ fn paired(args: PairedArgs) -> Result<String, String> {
     let (spec, out) = args.spec();
     let run = run_paired(&spec, |line| eprintln!("{line}"))?;
     let table = write_paired_run(&run, &out)?;
+    eprintln!("wrote {0}.md and {0}.json", out.display());
+    Ok(table)
+}
+
+fn versus(args: VersusArgs) -> Result<String, String> {
+    let (spec, out) = args.spec();
+    let run = run_versus(&spec, |line| eprintln!("{line}"))?;
+    let table = write_versus_run(&run, &out)?;
     eprintln!("wrote {0}.md and {0}.json", out.display());
     Ok(table)
 }
@@ -387,6 +379,7 @@ fn main() -> ExitCode {
         ),
         Command::Cost(args) => cost(args),
         Command::Paired(args) => paired(args),
+        Command::Versus(args) => versus(args),
         Command::FirstStep(args) => first_step(args),
         Command::Gemm { backend, size } => gemm(&backend, size),
         Command::GpuCheck(args) => gpu_check(args),

@@ -131,12 +131,14 @@ fn lock_products() -> std::sync::MutexGuard<'static, Vec<ProductTime>> {
     PRODUCTS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs `work`, a product of shape `shape`, charging its wall time to that shape while
+/// Runs `work`, a product of shape `shape()`, charging its wall time to that shape while
 /// recording (whatever operation runs it: products are timed apart from [`timed`]'s nesting).
-pub(crate) fn product<R>(shape: ProductShape, work: impl FnOnce() -> R) -> R {
+/// The shape is worked out only while recording.
+pub(crate) fn product<R>(shape: impl FnOnce() -> ProductShape, work: impl FnOnce() -> R) -> R {
     if !recording() {
         return work();
     }
+    let shape = shape();
     let started = Instant::now();
     let result = work();
     let seconds = started.elapsed().as_secs_f64();

@@ -13,10 +13,13 @@ pub mod launches;
 pub mod paired;
 pub mod peer;
 pub mod peer_report;
+pub mod peer_server;
 pub mod peer_settings;
 pub mod report;
 pub mod stats;
 pub mod summary;
+pub mod versus;
+pub mod versus_report;
 pub mod worker;
 
 use std::path::Path;

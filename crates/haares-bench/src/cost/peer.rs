@@ -29,7 +29,7 @@ use crate::step_anatomy::PeerProfile;
 pub const SCRIPT: &str = include_str!("../../peer/torch_peer.py");
 
 pub use super::peer_settings::{
-    LOGITS_TOLERANCE, PeerMatmul, PeerMode, TF32_LOGITS_TOLERANCE, logits_tolerance,
+    LOGITS_TOLERANCE, PeerKind, PeerMatmul, PeerMode, TF32_LOGITS_TOLERANCE, logits_tolerance,
 };
 
 /// What the peer measured in a cost run, or why it did not run.
@@ -148,27 +148,17 @@ impl Peer {
         export: &ExportTask,
         method: &str,
         (batch, seq, steps): (usize, usize, usize),
-        (matmul, mode): (PeerMatmul, PeerMode),
+        setting: (PeerMatmul, PeerMode),
     ) -> Result<PeerSample, String> {
-        let path = |p: &Path| p.display().to_string();
-        let mut args = vec![
-            "train".to_string(),
-            format!("--checkpoint={}", path(&export.initial)),
-            format!("--check={}", path(&export.perturbed)),
-            format!("--reference={}", path(&export.reference)),
-            format!("--method={method}"),
-            format!("--batch={batch}"),
-            format!("--seq={seq}"),
-            format!("--steps={steps}"),
-            format!("--matmul={}", matmul.label().to_lowercase()),
-        ];
-        if mode == PeerMode::Compiled {
-            args.push("--compile".into());
-        }
+        let mut args = vec!["train".to_string(), format!("--steps={steps}")];
+        args.extend(model_args(export, method, (batch, seq), setting));
         let answer = self.run(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
         let sample: PeerSample = serde_json::from_value(answer)
             .map_err(|e| format!("the peer's answer is malformed: {e}"))?;
-        Ok(PeerSample { mode, ..sample })
+        Ok(PeerSample {
+            mode: setting.1,
+            ..sample
+        })
     }
 
     /// A steady eager step of the model a worker of ours exported, under `torch.profiler`
@@ -201,11 +191,27 @@ impl Peer {
         )
     }
 
-    fn run(&self, args: &[&str]) -> Result<serde_json::Value, String> {
-        let output = Command::new(&self.python)
+    /// The interpreter running the peer script in `mode` with `args` (the device added).
+    pub(crate) fn command(&self, mode: &str, args: &[String]) -> Command {
+        let mut command = Command::new(&self.python);
+        command
             .arg(self.folder.path().join("torch_peer.py"))
+            .arg(mode)
             .args(args)
-            .arg(format!("--device={}", self.device))
+            .arg(format!("--device={}", self.device));
+        command
+    }
+
+    /// The interpreter asked for.
+    pub(crate) fn python(&self) -> &str {
+        &self.python
+    }
+
+    fn run(&self, args: &[&str]) -> Result<serde_json::Value, String> {
+        let (mode, rest) = args.split_first().ok_or("no peer mode")?;
+        let rest: Vec<String> = rest.iter().map(|a| a.to_string()).collect();
+        let output = self
+            .command(mode, &rest)
             .stderr(Stdio::piped())
             .output()
             .map_err(|e| format!("cannot start `{}`: {e}", self.python))?;
@@ -224,6 +230,30 @@ impl Peer {
             }
         }
     }
+}
+
+/// The peer's arguments for training the model a worker of ours exported to `export`, as
+/// `method`, on batches of `batch × seq`, at `(matmul, mode)`: `train`'s and `serve`'s.
+pub(crate) fn model_args(
+    export: &ExportTask,
+    method: &str,
+    (batch, seq): (usize, usize),
+    (matmul, mode): (PeerMatmul, PeerMode),
+) -> Vec<String> {
+    let path = |p: &Path| p.display().to_string();
+    let mut args = vec![
+        format!("--checkpoint={}", path(&export.initial)),
+        format!("--check={}", path(&export.perturbed)),
+        format!("--reference={}", path(&export.reference)),
+        format!("--method={method}"),
+        format!("--batch={batch}"),
+        format!("--seq={seq}"),
+        format!("--matmul={}", matmul.label().to_lowercase()),
+    ];
+    if mode == PeerMode::Compiled {
+        args.push("--compile".into());
+    }
+    args
 }
 
 /// The model PyTorch trains for one of our methods: the method without its routing path (the

@@ -76,3 +76,31 @@ impl PeerMode {
         }
     }
 }
+
+/// A peer implementation on the command line (`--peer torch,torch-compile`), each run by
+/// `crates/haares-bench/peer/torch_peer.py`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PeerKind {
+    /// PyTorch eager.
+    Torch,
+    /// The same model through `torch.compile` (TorchInductor), its compilation timed apart.
+    TorchCompile,
+}
+
+impl PeerKind {
+    /// How this peer runs the model.
+    pub fn mode(self) -> PeerMode {
+        match self {
+            Self::Torch => PeerMode::Eager,
+            Self::TorchCompile => PeerMode::Compiled,
+        }
+    }
+
+    /// The modes of the peers named, eager before compiled, each once.
+    pub fn modes(kinds: &[PeerKind]) -> Vec<PeerMode> {
+        [PeerMode::Eager, PeerMode::Compiled]
+            .into_iter()
+            .filter(|mode| kinds.iter().any(|kind| kind.mode() == *mode))
+            .collect()
+    }
+}

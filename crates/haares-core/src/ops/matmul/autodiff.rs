@@ -50,7 +50,7 @@ where
     let parents = [primitive(lhs.clone()), primitive(rhs.clone())];
     let (lhs_tracked, rhs_tracked) = (parents[0].is_tracked(), parents[1].is_tracked());
     let (lhs, rhs) = (lhs.inner(), rhs.inner());
-    let shape = ProductShape::of(lhs.dims(), width);
+    let shape = || ProductShape::of(lhs.dims(), width);
     let output = crate::op_times::forward(module_path!(), || {
         crate::op_times::product(shape, || forward(lhs.clone(), rhs.clone()))
     });
@@ -101,6 +101,6 @@ impl<B: MatmulBackend, const D: usize> Backward<B, 2> for MatmulTransposedRhsBac
 /// A backward pass's product on the inner backend, timed by shape while
 /// [`crate::op_times`] records.
 fn matmul<B: MatmulBackend, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B, D>) -> Tensor<B, D> {
-    let shape = ProductShape::of(lhs.dims(), rhs.dims()[D - 1]);
-    crate::op_times::product(shape, || B::matmul(lhs, rhs))
+    let shape = || ProductShape::of(lhs.dims(), rhs.dims()[D - 1]);
+    crate::op_times::product(shape, || B::matmul(lhs.clone(), rhs.clone()))
 }

@@ -1,0 +1,140 @@
+//! The report of `haares-bench versus`: each method's median steps, the round-by-round ratios
+//! to each PyTorch peer and to the better of them with their 95% intervals, and the verdict.
+
+use std::fmt::Write as _;
+
+use super::peer::{PeerMode, logits_tolerance};
+use super::stats::{median, median_interval};
+use super::summary::method_with_path;
+use super::versus::{VersusMethod, VersusRun, verdict};
+
+/// The host's CPU model, as the first `model name` line of `/proc/cpuinfo` gives it (what
+/// `lscpu` shows as "Model name" on x86); `None` where there is no such line.
+pub fn host_cpu() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("model name"))
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(_, name)| name.trim().to_string())
+}
+
+/// The run's report in Markdown.
+pub fn versus_table(run: &VersusRun) -> String {
+    let cost = &run.spec.cost;
+    let (torch, threads, interop) = &run.torch;
+    let mut out = format!(
+        "# Ours against PyTorch, step by step\n\n\
+         Host: {}; {} threads of ours (Rayon's pool). PyTorch {} with {} threads and {} inter-op \
+         threads. `{}`, {:?} family, {} layers, N = {}, batch {} × {}, {} rounds per method, the \
+         first {} left out. Each round takes one training step of ours and one of each PyTorch \
+         peer, one after another, the order turning every round; while one steps, the others \
+         wait. The ratios are PyTorch's step over ours (our throughput over its) within each \
+         round: their median, and its distribution-free 95% interval over the rounds.\n\n",
+        run.host.as_deref().unwrap_or("unknown CPU"),
+        run.threads,
+        torch.as_deref().unwrap_or("?"),
+        threads.map_or("?".into(), |t| t.to_string()),
+        interop.map_or("?".into(), |t| t.to_string()),
+        cost.backend,
+        cost.families[0],
+        cost.layers,
+        cost.blocks,
+        cost.batch,
+        cost.seq,
+        cost.steps,
+        cost.warmup,
+    );
+    let Some(first) = run.methods.first() else {
+        out.push_str("No method was measured.\n");
+        return out;
+    };
+    out.push_str("| method | ours (s) |");
+    for peer in &first.peers {
+        let _ = write!(out, " PyTorch {} (s) |", peer.mode.label());
+    }
+    for peer in &first.peers {
+        let _ = write!(out, " ours / {} |", peer.mode.label());
+    }
+    out.push_str(" ours / best PyTorch |\n|---|---|");
+    out.push_str(&"---|".repeat(2 * first.peers.len() + 1));
+    out.push('\n');
+    let mut verdicts = String::new();
+    for method in &run.methods {
+        let row = MethodRow::of(method, run);
+        out.push_str(&row.line);
+        verdicts.push_str(&row.verdict);
+    }
+    out.push_str("\nA ratio's 95% interval is in brackets. Targets:\n\n");
+    out.push_str(&verdicts);
+    let compiled = run.methods.iter().flat_map(|m| {
+        let compiled = m.peers.iter().filter(|p| p.mode == PeerMode::Compiled);
+        compiled.map(move |p| (m, p.step_s.first().copied().unwrap_or(f64::NAN)))
+    });
+    let compiled: Vec<String> = compiled
+        .map(|(m, first)| format!("{} {first:.1} s", method_with_path(&m.method)))
+        .collect();
+    if !compiled.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n`torch.compile`'s first steps (its compilation, left out with the warm-up): {}.",
+            compiled.join(", ")
+        );
+    }
+    out
+}
+
+/// One method's table row and verdict line.
+struct MethodRow {
+    line: String,
+    verdict: String,
+}
+
+impl MethodRow {
+    fn of(method: &VersusMethod, run: &VersusRun) -> Self {
+        let (warmup, target) = (run.spec.cost.warmup, run.spec.target);
+        let steady = |steps: &[f64]| median(steps.get(warmup..).unwrap_or(&[]));
+        let label = method_with_path(&method.method);
+        let mut line = format!("| {label} | {:.4} |", steady(&method.ours_s));
+        for peer in &method.peers {
+            let _ = write!(line, " {:.4} |", steady(&peer.step_s));
+        }
+        let agreeing: Vec<usize> = (0..method.peers.len())
+            .filter(|&p| {
+                let (diff, scale) = method.peers[p].agreement;
+                diff <= logits_tolerance(method.peers[p].matmul) * scale.max(1.0)
+            })
+            .collect();
+        for p in 0..method.peers.len() {
+            let cell = match agreeing.contains(&p) {
+                true => interval_cell(&method.ratios(warmup, &[p])),
+                false => format!("– (logits {:.1e} from ours)", method.peers[p].agreement.0),
+            };
+            let _ = write!(line, " {cell} |");
+        }
+        let best = method.ratios(warmup, &agreeing);
+        let verdict = match agreeing.is_empty() {
+            true => format!("- {label}: not compared: no PyTorch peer's logits agree with ours\n"),
+            false => format!(
+                "- {label}: our throughput / the best PyTorch's {} over {} rounds; target ≥ \
+                 {target:.2}×: {}\n",
+                interval_cell(&best),
+                best.len(),
+                verdict(&best, target)
+            ),
+        };
+        let best_cell = match agreeing.is_empty() {
+            true => "–".to_string(),
+            false => interval_cell(&best),
+        };
+        line.push_str(&format!(" {best_cell} |\n"));
+        Self { line, verdict }
+    }
+}
+
+/// `1.234× (1.200–1.300)`: a ratio's median and 95% interval.
+fn interval_cell(ratios: &[f64]) -> String {
+    match median_interval(ratios) {
+        Some(i) => format!("{:.3}× ({:.3}–{:.3})", i.median, i.low, i.high),
+        None => format!("{:.3}× (too few rounds)", median(ratios)),
+    }
+}
