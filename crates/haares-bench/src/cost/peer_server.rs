@@ -114,10 +114,9 @@ impl PeerServer {
         let errors = std::fs::read_to_string(&self.errors).unwrap_or_default();
         let last = errors.lines().rev().find(|l| !l.trim().is_empty());
         format!(
-            "{} {what} ({status}): {} (its whole stderr: {})",
+            "{} {what} ({status}): {}",
             self.name,
-            last.unwrap_or("no message"),
-            self.errors.display()
+            last.unwrap_or("no message")
         )
     }
 

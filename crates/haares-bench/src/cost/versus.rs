@@ -396,3 +396,48 @@ impl VersusArgs {
         (VersusSpec { cost, target }, out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(mode: PeerMode, step_s: Vec<f64>) -> VersusPeer {
+        VersusPeer {
+            mode,
+            matmul: PeerMatmul::Fp32,
+            step_s,
+            losses: (0.0, 0.0),
+            agreement: (0.0, 1.0),
+        }
+    }
+
+    /// Round by round, the faster of the peers named over ours, the warm-up left out.
+    #[test]
+    fn a_rounds_ratio_is_the_faster_peer_over_ours() {
+        let method = VersusMethod {
+            method: "standard".into(),
+            ours_s: vec![9.0, 1.0, 2.0, 1.0],
+            ours_losses: (0.0, 0.0),
+            peers: vec![
+                peer(PeerMode::Eager, vec![9.0, 1.5, 3.0, 4.0]),
+                peer(PeerMode::Compiled, vec![0.1, 2.0, 2.5, 1.2]),
+            ],
+            first: vec![0, 1, 2, 0],
+        };
+        assert_eq!(method.ratios(1, &[0, 1]), [1.5, 1.25, 1.2]);
+        assert_eq!(method.ratios(1, &[0]), [1.5, 1.5, 4.0]);
+        assert_eq!(method.ratios(0, &[1]), [0.1 / 9.0, 2.0, 1.25, 1.2]);
+    }
+
+    /// The target is met only when the whole interval is at or above it, missed only when the
+    /// whole interval is below it.
+    #[test]
+    fn the_verdict_reads_the_whole_interval() {
+        let around =
+            |centre: f64| -> Vec<f64> { (0..10).map(|i| centre + 0.01 * i as f64).collect() };
+        assert!(verdict(&around(1.30), 1.3).starts_with("met"));
+        assert!(verdict(&around(1.20), 1.3).starts_with("not met"));
+        assert!(verdict(&around(1.25), 1.3).starts_with("not settled by this run"));
+        assert!(verdict(&[2.0; 5], 1.3).contains("too few rounds"));
+    }
+}

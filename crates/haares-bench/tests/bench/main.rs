@@ -1,5 +1,5 @@
 //! haares-bench's test suite, one binary (one link) for all of it: the analytic commands, the
-//! cost protocol and its PyTorch peer through the real binary, the GPU check's stages and scripts
+//! cost protocol, its PyTorch peer and `versus` through the real binary, the GPU check's stages and scripts
 //! at the tiny profile, the counting allocator's measurements, and (on wgpu) the kernel-launch
 //! accounting.
 //!
@@ -24,5 +24,6 @@ mod gpu_scripts;
 mod heap;
 mod model_file_memory;
 mod peer;
+mod versus;
 #[cfg(feature = "wgpu")]
 mod wgpu_launches;
