@@ -309,7 +309,14 @@ fn versus(args: VersusArgs) -> Result<String, String> {
     let run = run_versus(&spec, |line| eprintln!("{line}"))?;
     let table = write_versus_run(&run, &out)?;
     eprintln!("wrote {0}.md and {0}.json", out.display());
-    Ok(table)
+    match &run.stopped {
+        None => Ok(table),
+        Some(reason) => Err(format!(
+            "{reason}; the {} method(s) measured before it are in {}.md and .json",
+            run.methods.len(),
+            out.display()
+        )),
+    }
 }
 
 fn cost_worker(backend: &str, task: &str) -> Result<String, String> {

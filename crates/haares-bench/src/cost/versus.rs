@@ -77,8 +77,12 @@ pub struct VersusRun {
     pub threads: usize,
     /// PyTorch's version, threads and inter-op threads.
     pub torch: (Option<String>, Option<usize>, Option<usize>),
-    /// Every method's rounds, in the spec's order.
+    /// Every method's rounds, in the spec's order: those measured before the run stopped, if it
+    /// did.
     pub methods: Vec<VersusMethod>,
+    /// Why the run stopped before its last method (a peer failed), if it did.
+    #[serde(default)]
+    pub stopped: Option<String>,
 }
 
 /// One method's rounds.
@@ -111,7 +115,9 @@ pub struct VersusPeer {
     pub agreement: (f64, f64),
 }
 
-/// Runs the rounds: for each method, our model here and one peer process per mode.
+/// Runs the rounds: for each method, our model here and one peer process per mode. Where a peer
+/// fails, the methods measured before it are returned with [`VersusRun::stopped`] saying why; where
+/// none was, the reason is the error.
 pub fn run_versus(
     spec: &VersusSpec,
     mut log: impl FnMut(&str) + Send,
@@ -136,7 +142,10 @@ pub fn run_versus(
         configs,
         log: &mut log,
     };
-    let methods = dispatch(kind, job).map_err(|e| e.to_string())??;
+    let (methods, stopped) = dispatch(kind, job).map_err(|e| e.to_string())?;
+    if let (true, Some(reason)) = (methods.is_empty(), &stopped) {
+        return Err(reason.clone());
+    }
     Ok(VersusRun {
         spec: spec.clone(),
         host: host_cpu(),
@@ -147,6 +156,7 @@ pub fn run_versus(
             version.interop_threads,
         ),
         methods,
+        stopped,
     })
 }
 
@@ -158,7 +168,8 @@ struct VersusJob<'a, L> {
 }
 
 impl<L: FnMut(&str) + Send> BackendJob for VersusJob<'_, L> {
-    type Output = Result<Vec<VersusMethod>, String>;
+    /// The methods measured, and why the run stopped before the rest, if it did.
+    type Output = (Vec<VersusMethod>, Option<String>);
 
     fn run<B: TrainingBackend>(
         mut self,
@@ -184,16 +195,16 @@ impl<L: FnMut(&str) + Send> BackendJob for VersusJob<'_, L> {
             export.run::<B>(&device)?;
             let servers = match self.start_peers(&export, method) {
                 Ok(servers) => servers,
-                Err(e) => return Ok(Err(e)),
+                Err(e) => return Ok((methods, Some(e))),
             };
             let (batch, seq) = (spec.cost.batch, spec.cost.seq);
             let trainer = Trainer::<B>::new(&export.config, batch, seq, &device)?;
             match self.rounds(method, trainer, servers)? {
                 Ok(rounds) => methods.push(rounds),
-                Err(e) => return Ok(Err(e)),
+                Err(e) => return Ok((methods, Some(e))),
             }
         }
-        Ok(Ok(methods))
+        Ok((methods, None))
     }
 }
 

@@ -44,6 +44,14 @@ pub fn versus_table(run: &VersusRun) -> String {
         cost.steps,
         cost.warmup,
     );
+    if let Some(reason) = &run.stopped {
+        let _ = writeln!(
+            out,
+            "**The run stopped** after {} of {} methods: {reason}\n",
+            run.methods.len(),
+            cost.methods.len()
+        );
+    }
     let Some(first) = run.methods.first() else {
         out.push_str("No method was measured.\n");
         return out;

@@ -11,9 +11,9 @@ use crate::common::{TINY_SIZES, bench};
 /// A stand-in for `python` running `torch_peer.py`: `version`, and `serve`, which checks the
 /// exported files, answers ready after a line of chatter, then answers each `step` with
 /// `step_s` = `eager` or `compiled` seconds (the times it reports, nothing slept), appending
-/// `<method> <mode>` to `steps.log` in `dir`. Compiled HAARES's logits disagree. With `die_after`,
-/// each peer exits after that many steps, saying why on stderr.
-fn stand_in(dir: &Path, (eager, compiled): (f64, f64), die_after: Option<usize>) -> PathBuf {
+/// `<method> <mode>` to `steps.log` in `dir`. Compiled HAARES's logits disagree. With `die`, a
+/// method's peers exit after that many steps, saying why on stderr.
+fn stand_in(dir: &Path, (eager, compiled): (f64, f64), die: Option<(&str, usize)>) -> PathBuf {
     let log = dir.join("steps.log");
     let body = format!(
         r#"#!/bin/sh
@@ -34,7 +34,7 @@ serve)
   n=0
   while read -r line; do
     [ "$line" = step ] || break
-    [ "$n" = "{die_after}" ] && {{ echo "RuntimeError: out of memory" >&2; exit 9; }}
+    [ "$method $n" = "{die}" ] && {{ echo "RuntimeError: out of memory" >&2; exit 9; }}
     n=$((n + 1))
     echo "$method $mode" >> '{log}'
     echo "HAARES-COST-RESULT {{\"step_s\": $step, \"loss\": 5.5}}"
@@ -42,7 +42,7 @@ serve)
 *) exit 2 ;;
 esac
 "#,
-        die_after = die_after.map_or("never".to_string(), |n| n.to_string()),
+        die = die.map_or("never".to_string(), |(method, n)| format!("{method} {n}")),
         log = log.display(),
     );
     let path = dir.join("stand-in-python");
@@ -152,12 +152,12 @@ fn a_peer_whose_logits_disagree_is_not_compared() {
     assert!(row("HAARES").contains(&median), "{median} in {md}");
 }
 
-/// A peer that dies mid-run stops the run with its reason, and nothing is written. Both die at
-/// their third step; round 2 asks the compiled peer first.
+/// A peer that dies mid-run stops the run with its reason; with nothing measured before it,
+/// nothing is written. Both die at their third step; round 2 asks the compiled peer first.
 #[test]
 fn a_peer_that_dies_stops_the_run_with_its_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let python = stand_in(dir.path(), (1.0, 1.0), Some(2));
+    let python = stand_in(dir.path(), (1.0, 1.0), Some(("standard", 2)));
     let (ok, stderr, json, _) = versus(&python, "standard", dir.path());
     assert!(!ok);
     assert!(
@@ -166,6 +166,36 @@ fn a_peer_that_dies_stops_the_run_with_its_reason() {
         "{stderr}"
     );
     assert!(json.is_null());
+}
+
+/// The methods measured before a peer failed are written, with the reason, and the run still
+/// ends in failure.
+#[test]
+fn what_was_measured_before_a_peer_failed_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = stand_in(dir.path(), (1.0, 1.0), Some(("haares", 0)));
+    let (ok, stderr, json, md) = versus(&python, "standard,haares", dir.path());
+    assert!(!ok);
+    assert!(
+        stderr.contains("the 1 method(s) measured before it are in"),
+        "{stderr}"
+    );
+    assert_eq!(json["methods"].as_array().unwrap().len(), 1);
+    assert_eq!(json["methods"][0]["method"], "standard");
+    assert!(
+        json["stopped"]
+            .as_str()
+            .unwrap()
+            .contains("RuntimeError: out of memory")
+    );
+    assert!(
+        md.contains("**The run stopped** after 1 of 2 methods"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| Standard Residual |") && !md.contains("| HAARES |"),
+        "{md}"
+    );
 }
 
 #[test]
