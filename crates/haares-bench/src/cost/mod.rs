@@ -9,6 +9,7 @@
 
 pub mod anatomy;
 pub mod export;
+pub mod family_args;
 pub mod launches;
 pub mod paired;
 pub mod peer;
@@ -319,7 +320,7 @@ impl Preset {
     }
 }
 
-/// The model sizes `cost` and `paired` take on the command line, each replacing its preset's.
+/// The model sizes `cost`, `paired` and `versus` take on the command line, each replacing its preset's.
 #[derive(clap::Args)]
 pub struct SizeArgs {
     /// Depth L [default: the preset's].

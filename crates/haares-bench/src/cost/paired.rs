@@ -243,17 +243,8 @@ pub fn write_paired_run(run: &PairedRun, stem: &Path) -> Result<String, String> 
 /// `haares-bench paired`'s options: the cost protocol's sizes for two methods of one family.
 #[derive(clap::Args)]
 pub struct PairedArgs {
-    /// Backend: flex, ndarray, wgpu, cuda (GPU backends need `--features wgpu|cuda`).
-    #[arg(long, default_value = "flex")]
-    backend: String,
-    /// The cost preset the sizes start from.
-    #[arg(long, value_enum, default_value = "cpu")]
-    preset: super::Preset,
-    /// Family (width).
-    #[arg(long, value_enum, default_value = "small")]
-    family: super::Family,
     #[command(flatten)]
-    sizes: super::SizeArgs,
+    model: super::family_args::FamilyArgs,
     /// Pairs of steps.
     #[arg(long, default_value_t = 60)]
     pairs: usize,
@@ -276,15 +267,10 @@ pub struct PairedArgs {
 impl PairedArgs {
     /// The run these options describe, and where it is written.
     pub fn spec(self) -> (PairedSpec, std::path::PathBuf) {
-        let (mut cost, _) = self.preset.spec(&self.backend);
-        cost.families = super::Family::of(vec![self.family]);
-        self.sizes.apply(&mut cost);
-        (cost.steps, cost.warmup, cost.repeats) = (self.pairs, self.warmup, 1);
+        let mut cost = self.model.spec(self.pairs, self.warmup);
         cost.methods = self.methods;
         let reordered = over_baseline(&mut cost.methods);
-        let out = self.out.unwrap_or_else(|| {
-            std::path::PathBuf::from(format!("runs/bench/paired-{}", self.backend))
-        });
+        let out = self.model.out(self.out, "paired");
         let spec = PairedSpec {
             cost,
             target: self.target,

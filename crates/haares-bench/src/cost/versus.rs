@@ -20,16 +20,15 @@ use haares_core::{ModelConfig, TrainingBackend};
 use haares_train::backend::{BackendJob, BackendKind};
 use serde::{Deserialize, Serialize};
 
+use super::CostSpec;
 use super::export::ExportTask;
 use super::peer::{Peer, PeerKind, PeerMatmul, PeerMode, peer_model};
 use super::peer_report::throughput_target;
 use super::peer_server::{PeerServer, PeerStep};
-use super::stats::median_interval;
 use super::worker::Trainer;
-use super::{CostSpec, write_atomically_both};
 use crate::backends::dispatch;
 
-pub use super::versus_report::{host_cpu, versus_table};
+pub use super::versus_report::{host_cpu, verdict, versus_table, write_versus_run};
 
 /// A `versus` run: the cost protocol's models (one family) for each method, against PyTorch
 /// eager and/or compiled.
@@ -308,55 +307,11 @@ impl<L: FnMut(&str) + Send> VersusJob<'_, L> {
 /// Rounds between progress lines.
 const LOG_EVERY: usize = 10;
 
-impl VersusMethod {
-    /// PyTorch's step over ours (our throughput over its) round by round after the warm-up,
-    /// for each peer whose logits agree with ours; for several, the smallest of a round (the
-    /// best PyTorch's).
-    pub fn ratios(&self, warmup: usize, peers: &[usize]) -> Vec<f64> {
-        (warmup..self.ours_s.len())
-            .map(|round| {
-                let best = peers.iter().map(|&p| self.peers[p].step_s[round]);
-                best.fold(f64::INFINITY, f64::min) / self.ours_s[round]
-            })
-            .collect()
-    }
-}
-
-/// Whether a throughput ratio's interval settles the target (at least `target`).
-pub fn verdict(ratios: &[f64], target: f64) -> &'static str {
-    match median_interval(ratios) {
-        Some(interval) if interval.low >= target => {
-            "met (the whole interval is at or above the target)"
-        }
-        Some(interval) if interval.high < target => {
-            "not met (the whole interval is below the target)"
-        }
-        Some(_) => "not settled by this run (the interval contains the target): run more rounds",
-        None => "not settled: too few rounds",
-    }
-}
-
-/// Writes `run` as `<stem>.json` and its table as `<stem>.md`, atomically; returns the table.
-pub fn write_versus_run(run: &VersusRun, stem: &std::path::Path) -> Result<String, String> {
-    let table = versus_table(run);
-    write_atomically_both(stem, run, &table)?;
-    Ok(table)
-}
-
 /// `haares-bench versus`'s options: the cost protocol's sizes, the methods, the peers.
 #[derive(clap::Args)]
 pub struct VersusArgs {
-    /// Backend: flex or ndarray on the CPU, cuda with a CUDA build (PyTorch on the same device).
-    #[arg(long, default_value = "flex")]
-    backend: String,
-    /// The cost preset the sizes start from.
-    #[arg(long, value_enum, default_value = "cpu")]
-    preset: super::Preset,
-    /// Family (width).
-    #[arg(long, value_enum, default_value = "small")]
-    family: super::Family,
     #[command(flatten)]
-    sizes: super::SizeArgs,
+    model: super::family_args::FamilyArgs,
     /// Methods, as for `cost`, each measured in turn.
     #[arg(
         long,
@@ -393,62 +348,14 @@ pub struct VersusArgs {
 impl VersusArgs {
     /// The run these options describe, and where it is written.
     pub fn spec(self) -> (VersusSpec, std::path::PathBuf) {
-        let (mut cost, _) = self.preset.spec(&self.backend);
-        cost.families = super::Family::of(vec![self.family]);
-        self.sizes.apply(&mut cost);
-        (cost.steps, cost.warmup, cost.repeats) = (self.rounds, self.warmup, 1);
+        let mut cost = self.model.spec(self.rounds, self.warmup);
+        let backend = cost.backend.clone();
         cost.methods = self.methods;
         cost.peer = Some(self.python);
         cost.peer_modes = PeerKind::modes(&self.peer);
-        cost.peer_matmul = vec![PeerMatmul::ours(&self.backend)];
-        let out =
-            (self.out).unwrap_or_else(|| format!("runs/bench/versus-{}", self.backend).into());
-        let target = self.target.unwrap_or(throughput_target(&self.backend));
+        cost.peer_matmul = vec![PeerMatmul::ours(&backend)];
+        let out = self.model.out(self.out, "versus");
+        let target = self.target.unwrap_or(throughput_target(&backend));
         (VersusSpec { cost, target }, out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn peer(mode: PeerMode, step_s: Vec<f64>) -> VersusPeer {
-        VersusPeer {
-            mode,
-            matmul: PeerMatmul::Fp32,
-            step_s,
-            losses: (0.0, 0.0),
-            agreement: (0.0, 1.0),
-        }
-    }
-
-    /// Round by round, the faster of the peers named over ours, the warm-up left out.
-    #[test]
-    fn a_rounds_ratio_is_the_faster_peer_over_ours() {
-        let method = VersusMethod {
-            method: "standard".into(),
-            ours_s: vec![9.0, 1.0, 2.0, 1.0],
-            ours_losses: (0.0, 0.0),
-            peers: vec![
-                peer(PeerMode::Eager, vec![9.0, 1.5, 3.0, 4.0]),
-                peer(PeerMode::Compiled, vec![0.1, 2.0, 2.5, 1.2]),
-            ],
-            first: vec![0, 1, 2, 0],
-        };
-        assert_eq!(method.ratios(1, &[0, 1]), [1.5, 1.25, 1.2]);
-        assert_eq!(method.ratios(1, &[0]), [1.5, 1.5, 4.0]);
-        assert_eq!(method.ratios(0, &[1]), [0.1 / 9.0, 2.0, 1.25, 1.2]);
-    }
-
-    /// The target is met only when the whole interval is at or above it, missed only when the
-    /// whole interval is below it.
-    #[test]
-    fn the_verdict_reads_the_whole_interval() {
-        let around =
-            |centre: f64| -> Vec<f64> { (0..10).map(|i| centre + 0.01 * i as f64).collect() };
-        assert!(verdict(&around(1.30), 1.3).starts_with("met"));
-        assert!(verdict(&around(1.20), 1.3).starts_with("not met"));
-        assert!(verdict(&around(1.25), 1.3).starts_with("not settled by this run"));
-        assert!(verdict(&[2.0; 5], 1.3).contains("too few rounds"));
     }
 }

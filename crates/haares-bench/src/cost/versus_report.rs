@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use super::peer::{PeerMode, logits_tolerance};
 use super::stats::{median, median_interval};
 use super::summary::method_with_path;
-use super::versus::{VersusMethod, VersusRun, verdict};
+use super::versus::{VersusMethod, VersusRun};
+use super::write_atomically_both;
 
 /// The host's CPU model, as the first `model name` line of `/proc/cpuinfo` gives it (what
 /// `lscpu` shows as "Model name" on x86); `None` where there is no such line.
@@ -144,5 +145,87 @@ fn interval_cell(ratios: &[f64]) -> String {
     match median_interval(ratios) {
         Some(i) => format!("{:.3}× ({:.3}–{:.3})", i.median, i.low, i.high),
         None => format!("{:.3}× (too few rounds)", median(ratios)),
+    }
+}
+
+impl VersusMethod {
+    /// PyTorch's step over ours (our throughput over its) round by round after the warm-up,
+    /// for each peer whose logits agree with ours; for several, the smallest of a round (the
+    /// best PyTorch's).
+    pub fn ratios(&self, warmup: usize, peers: &[usize]) -> Vec<f64> {
+        (warmup..self.ours_s.len())
+            .map(|round| {
+                let best = peers.iter().map(|&p| self.peers[p].step_s[round]);
+                best.fold(f64::INFINITY, f64::min) / self.ours_s[round]
+            })
+            .collect()
+    }
+}
+
+/// Whether a throughput ratio's interval settles the target (at least `target`).
+pub fn verdict(ratios: &[f64], target: f64) -> &'static str {
+    match median_interval(ratios) {
+        Some(interval) if interval.low >= target => {
+            "met (the whole interval is at or above the target)"
+        }
+        Some(interval) if interval.high < target => {
+            "not met (the whole interval is below the target)"
+        }
+        Some(_) => "not settled by this run (the interval contains the target): run more rounds",
+        None => "not settled: too few rounds",
+    }
+}
+
+/// Writes `run` as `<stem>.json` and its table as `<stem>.md`, atomically; returns the table.
+pub fn write_versus_run(run: &VersusRun, stem: &std::path::Path) -> Result<String, String> {
+    let table = versus_table(run);
+    write_atomically_both(stem, run, &table)?;
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::peer::{PeerMatmul, PeerMode};
+    use crate::cost::versus::VersusPeer;
+
+    fn peer(mode: PeerMode, step_s: Vec<f64>) -> VersusPeer {
+        VersusPeer {
+            mode,
+            matmul: PeerMatmul::Fp32,
+            step_s,
+            losses: (0.0, 0.0),
+            agreement: (0.0, 1.0),
+        }
+    }
+
+    /// Round by round, the faster of the peers named over ours, the warm-up left out.
+    #[test]
+    fn a_rounds_ratio_is_the_faster_peer_over_ours() {
+        let method = VersusMethod {
+            method: "standard".into(),
+            ours_s: vec![9.0, 1.0, 2.0, 1.0],
+            ours_losses: (0.0, 0.0),
+            peers: vec![
+                peer(PeerMode::Eager, vec![9.0, 1.5, 3.0, 4.0]),
+                peer(PeerMode::Compiled, vec![0.1, 2.0, 2.5, 1.2]),
+            ],
+            first: vec![0, 1, 2, 0],
+        };
+        assert_eq!(method.ratios(1, &[0, 1]), [1.5, 1.25, 1.2]);
+        assert_eq!(method.ratios(1, &[0]), [1.5, 1.5, 4.0]);
+        assert_eq!(method.ratios(0, &[1]), [0.1 / 9.0, 2.0, 1.25, 1.2]);
+    }
+
+    /// The target is met only when the whole interval is at or above it, missed only when the
+    /// whole interval is below it.
+    #[test]
+    fn the_verdict_reads_the_whole_interval() {
+        let around =
+            |centre: f64| -> Vec<f64> { (0..10).map(|i| centre + 0.01 * i as f64).collect() };
+        assert!(verdict(&around(1.30), 1.3).starts_with("met"));
+        assert!(verdict(&around(1.20), 1.3).starts_with("not met"));
+        assert!(verdict(&around(1.25), 1.3).starts_with("not settled by this run"));
+        assert!(verdict(&[2.0; 5], 1.3).contains("too few rounds"));
     }
 }
