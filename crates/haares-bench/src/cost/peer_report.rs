@@ -214,7 +214,12 @@ pub fn write_peer_section(
     } else {
         "the CPU-speed issue"
     };
-    let _ = write!(out, "\nTargets ({issue})\n\n{targets}");
+    let _ = write!(
+        out,
+        "\nTargets ({issue})\n\n{targets}\nThe throughput ratios compare medians of runs seconds \
+         apart; where the host's speed drifts on that scale, `haares-bench versus` alternates our \
+         steps with PyTorch's round by round and gives each ratio a 95% interval.\n"
+    );
 }
 
 /// A method's throughput against the fastest PyTorch run at our matrix products' precision whose
