@@ -7,8 +7,8 @@
 //! peer (a process of its own, [`PeerServer`]) take one step each per round, one after another,
 //! the order turning every round, so that the steps of a round see nearly the same machine. The
 //! ratio is taken within each round, and its median over the rounds comes with the sign test's
-//! distribution-free 95% interval ([`median_interval`]), which says whether the throughput target
-//! is met, missed, or not settled by the run.
+//! distribution-free 95% interval ([`median_interval`](super::stats::median_interval)), which
+//! says whether the throughput target is met, missed, or not settled by the run.
 //!
 //! While one side steps, the others wait on a pipe. Our pool's threads look for work for 10 ms
 //! after our step and then every 0.5 ms (`haares_train::cpu::WorkersAwake`), yielding the core
