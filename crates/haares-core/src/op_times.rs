@@ -131,16 +131,20 @@ fn lock_products() -> std::sync::MutexGuard<'static, Vec<ProductTime>> {
     PRODUCTS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs `work`, a product of shape `shape()`, charging its wall time to that shape while
-/// recording (whatever operation runs it: products are timed apart from [`timed`]'s nesting).
-/// The shape is worked out only while recording.
-pub(crate) fn product<R>(shape: impl FnOnce() -> ProductShape, work: impl FnOnce() -> R) -> R {
+/// Runs `work` on `operands`, a product of shape `shape(&operands)`, charging its wall time to
+/// that shape while recording (whatever operation runs it: products are timed apart from
+/// [`timed`]'s nesting). The shape is read from the operands only while recording.
+pub(crate) fn product<T, R>(
+    operands: T,
+    shape: impl FnOnce(&T) -> ProductShape,
+    work: impl FnOnce(T) -> R,
+) -> R {
     if !recording() {
-        return work();
+        return work(operands);
     }
-    let shape = shape();
+    let shape = shape(&operands);
     let started = Instant::now();
-    let result = work();
+    let result = work(operands);
     let seconds = started.elapsed().as_secs_f64();
     let mut products = lock_products();
     match products.iter_mut().find(|p| p.shape == shape) {

@@ -29,7 +29,8 @@ use crate::step_anatomy::PeerProfile;
 pub const SCRIPT: &str = include_str!("../../peer/torch_peer.py");
 
 pub use super::peer_settings::{
-    LOGITS_TOLERANCE, PeerKind, PeerMatmul, PeerMode, TF32_LOGITS_TOLERANCE, logits_tolerance,
+    LOGITS_TOLERANCE, PeerKind, PeerMatmul, PeerMode, TF32_LOGITS_TOLERANCE, logits_agree,
+    logits_tolerance,
 };
 
 /// What the peer measured in a cost run, or why it did not run.
@@ -73,7 +74,7 @@ impl PeerSample {
     /// Whether the peer's logits agree with ours, whose matrix products ran at `ours`
     /// ([`logits_tolerance`]).
     pub fn agrees(&self, ours: PeerMatmul) -> bool {
-        self.logits_max_abs_diff <= logits_tolerance(ours) * self.logits_max_abs.max(1.0)
+        logits_agree(self.logits_max_abs_diff, self.logits_max_abs, ours)
     }
 }
 

@@ -21,6 +21,12 @@ pub fn logits_tolerance(ours: PeerMatmul) -> f64 {
     }
 }
 
+/// Whether logits `diff` apart at a scale of `scale` (`max |logit|` of ours) agree, where our
+/// matrix products run at `ours`: within [`logits_tolerance`] of `max(1, scale)`.
+pub fn logits_agree(diff: f64, scale: f64, ours: PeerMatmul) -> bool {
+    diff <= logits_tolerance(ours) * scale.max(1.0)
+}
+
 /// The precision of the peer's f32 matrix products on CUDA (on a CPU PyTorch computes in fp32
 /// either way).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]

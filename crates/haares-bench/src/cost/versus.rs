@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::CostSpec;
 use super::export::ExportTask;
-use super::peer::{Peer, PeerKind, PeerMatmul, PeerMode, peer_model};
+use super::peer::{Peer, PeerKind, PeerMatmul, PeerMode, logits_agree, peer_model};
 use super::peer_report::throughput_target;
 use super::peer_server::{PeerServer, PeerStep};
 use super::worker::Trainer;
@@ -112,6 +112,13 @@ pub struct VersusPeer {
     pub losses: (f64, f64),
     /// `max |logits_peer − logits_haares|` on the perturbed copy, and `max |logits_haares|`.
     pub agreement: (f64, f64),
+}
+
+impl VersusPeer {
+    /// Whether its logits agree with ours (the cost protocol's tolerance at our precision).
+    pub fn agrees(&self) -> bool {
+        logits_agree(self.agreement.0, self.agreement.1, self.matmul)
+    }
 }
 
 /// Runs the rounds: for each method, our model here and one peer process per mode. Where a peer

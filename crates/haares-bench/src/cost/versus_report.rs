@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::peer::{PeerMode, logits_tolerance};
+use super::peer::PeerMode;
 use super::stats::{median, median_interval};
 use super::summary::method_with_path;
 use super::versus::{VersusMethod, VersusRun};
@@ -108,10 +108,7 @@ impl MethodRow {
             let _ = write!(line, " {:.4} |", steady(&peer.step_s));
         }
         let agreeing: Vec<usize> = (0..method.peers.len())
-            .filter(|&p| {
-                let (diff, scale) = method.peers[p].agreement;
-                diff <= logits_tolerance(method.peers[p].matmul) * scale.max(1.0)
-            })
+            .filter(|&p| method.peers[p].agrees())
             .collect();
         for p in 0..method.peers.len() {
             let cell = match agreeing.contains(&p) {
@@ -120,20 +117,22 @@ impl MethodRow {
             };
             let _ = write!(line, " {cell} |");
         }
-        let best = method.ratios(warmup, &agreeing);
-        let verdict = match agreeing.is_empty() {
-            true => format!("- {label}: not compared: no PyTorch peer's logits agree with ours\n"),
-            false => format!(
-                "- {label}: our throughput / the best PyTorch's {} over {} rounds; target ≥ \
-                 {target:.2}×: {}\n",
-                interval_cell(&best),
-                best.len(),
-                verdict(&best, target)
+        let (best_cell, verdict) = match agreeing.is_empty() {
+            true => (
+                "–".to_string(),
+                format!("- {label}: not compared: no PyTorch peer's logits agree with ours\n"),
             ),
-        };
-        let best_cell = match agreeing.is_empty() {
-            true => "–".to_string(),
-            false => interval_cell(&best),
+            false => {
+                let best = method.ratios(warmup, &agreeing);
+                let cell = interval_cell(&best);
+                let verdict = format!(
+                    "- {label}: our throughput / the best PyTorch's {cell} over {} rounds; target \
+                     ≥ {target:.2}×: {}\n",
+                    best.len(),
+                    verdict(&best, target)
+                );
+                (cell, verdict)
+            }
         };
         line.push_str(&format!(" {best_cell} |\n"));
         Self { line, verdict }

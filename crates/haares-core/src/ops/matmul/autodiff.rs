@@ -50,9 +50,12 @@ where
     let parents = [primitive(lhs.clone()), primitive(rhs.clone())];
     let (lhs_tracked, rhs_tracked) = (parents[0].is_tracked(), parents[1].is_tracked());
     let (lhs, rhs) = (lhs.inner(), rhs.inner());
-    let shape = || ProductShape::of(lhs.dims(), width);
     let output = crate::op_times::forward(module_path!(), || {
-        crate::op_times::product(shape, || forward(lhs.clone(), rhs.clone()))
+        crate::op_times::product(
+            (lhs.clone(), rhs.clone()),
+            |(lhs, _)| ProductShape::of(lhs.dims(), width),
+            |(lhs, rhs)| forward(lhs, rhs),
+        )
     });
     let state = (rhs_tracked.then_some(lhs), lhs_tracked.then_some(rhs));
     finish(backward, parents, state, output)
@@ -101,6 +104,9 @@ impl<B: MatmulBackend, const D: usize> Backward<B, 2> for MatmulTransposedRhsBac
 /// A backward pass's product on the inner backend, timed by shape while
 /// [`crate::op_times`] records.
 fn matmul<B: MatmulBackend, const D: usize>(lhs: Tensor<B, D>, rhs: Tensor<B, D>) -> Tensor<B, D> {
-    let shape = || ProductShape::of(lhs.dims(), rhs.dims()[D - 1]);
-    crate::op_times::product(shape, || B::matmul(lhs.clone(), rhs.clone()))
+    crate::op_times::product(
+        (lhs, rhs),
+        |(lhs, rhs)| ProductShape::of(lhs.dims(), rhs.dims()[D - 1]),
+        |(lhs, rhs)| B::matmul(lhs, rhs),
+    )
 }
