@@ -7,14 +7,15 @@
 # small models; they finished within the first step's compilation on the H200.
 #
 # Usage: bash scripts/gpu/overlap.sh OUT [STAGES] [more gpu-check options]
-#   STAGES as for run.sh, without portability (default: first-step,first-step-deep,cost,real-run)
+#   STAGES as for run.sh, without portability (default: first-step,first-step-deep,real-run:
+#   stages whose timings the portability tests beside them would disturb are better run alone)
 # OUT/portability/ and OUT/check/ then each hold what run.sh leaves in its OUT (8 files at most:
 # two beside, two and up to four kernel-cache parts here; a lent machine hands back 8).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:?usage: bash scripts/gpu/overlap.sh OUT [STAGES] [options]}"
 shift
-stages="first-step,first-step-deep,cost,real-run"
+stages="first-step,first-step-deep,real-run"
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
     stages="$1"
     shift

@@ -7,15 +7,17 @@
 #
 # Usage: bash scripts/gpu/run.sh OUT [STAGES] [more haares-bench gpu-check options]
 #   OUT      output folder (on the device tool: "$OUT")
-#   STAGES   comma-separated subset of facts,portability,first-step,first-step-deep,cost,
-#            cost-repeats,real-run,placement,kernel-times (default: all; the gpu profile's
-#            budgets add up to 2,090 s, so use several calls: scripts/gpu/README.md)
+#   STAGES   comma-separated subset of facts,portability,products,cost-small,cost-medium,
+#            compile-small,kernel-times,first-step,first-step-deep,real-run,placement (default:
+#            all; the gpu profile's budgets add up to 1,800 s, so use several calls:
+#            scripts/gpu/README.md)
 # Environment: HAARES_GPU_BUNDLE (default .gpu), HAARES_GPU_BACKEND (default cuda),
 #              HAARES_KERNEL_CACHE (CubeCL's compiled-kernel and autotune caches; default
 #              ~/.cache/haares/kernels, seeded from the bundle's kernel-cache.tar.gz if it has one),
 #              HAARES_GPU_TUNED=1 (the check and its GEMM, first-step and cost workers run the
 #              bundle's haares-bench-tuned, built with CubeCL autotuning; the default bench and the
-#              real run's haares-train are built without it).
+#              real run's haares-train are built without it), HAARES_PRODUCTS (the matrix
+#              products' provider, default cublas here: docs/decisions.md, decision 36).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:?usage: bash scripts/gpu/run.sh OUT [STAGES] [options]}"
@@ -52,6 +54,39 @@ if [ -d "$bundle/python" ] && ! python3 -c 'import safetensors' 2> /dev/null; th
     export PYTHONPATH="$bundle/python${PYTHONPATH:+:$PYTHONPATH}"
     echo "python3 has no safetensors: the PyTorch peer takes the bundle's" >&2
 fi
+# cuBLAS for the matrix products (decision 36): the loader's, the CUDA toolkit's, or PyTorch's own
+# copy; its folder goes on the loader's path, since cudarc loads it by name at run time.
+export HAARES_PRODUCTS="${HAARES_PRODUCTS:-cublas}"
+find_cublas() {
+    local candidate sp
+    if ldconfig -p 2> /dev/null | grep -q 'libcublas\.so'; then
+        echo "the loader's cache"
+        return
+    fi
+    for candidate in ${CUDA_HOME:+"$CUDA_HOME/lib64"} /usr/local/cuda/lib64 \
+        /usr/local/cuda/targets/x86_64-linux/lib; do
+        if ls "$candidate"/libcublas.so* > /dev/null 2>&1; then
+            echo "$candidate"
+            return
+        fi
+    done
+    for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2> /dev/null); do
+        candidate="$(find "$sp/nvidia" "$sp/torch/lib" -name 'libcublas.so*' 2> /dev/null | head -n 1)"
+        if [ -n "$candidate" ]; then
+            dirname "$candidate"
+            return
+        fi
+    done
+}
+cublas="$(find_cublas || true)"
+case "$cublas" in
+    "") echo "cuBLAS: no libcublas found (loader cache, CUDA toolkit, PyTorch's nvidia/ or" \
+        "torch/lib); the products run on cubek and every stage says so" >&2 ;;
+    "the loader's cache") echo "cuBLAS: in the loader's cache; products by $HAARES_PRODUCTS" >&2 ;;
+    *) export LD_LIBRARY_PATH="$cublas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+       echo "cuBLAS: $(ls "$cublas"/libcublas.so* | head -n 1), put on LD_LIBRARY_PATH;" \
+           "products by $HAARES_PRODUCTS" >&2 ;;
+esac
 # The check's own folder stays outside OUT; OUT gets the packed files after every stage.
 raw="$(mktemp -d)/check"
 mkdir -p "$raw"

@@ -209,10 +209,25 @@ pub fn install() -> bool {
     true
 }
 
-/// The tally so far; `None` without [`install`].
+/// The tally so far; `None` without [`install`]. While cuBLAS's products are timed (CUDA,
+/// `--kernel-times`), they are in it as the kernel [`CUBLAS_GEMM`]: CubeCL's log does not see
+/// them.
 pub fn tally() -> Option<KernelTally> {
-    TALLY.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    let mut tally = TALLY.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
+    #[cfg(feature = "cuda")]
+    if haares_core::ops::matmul::cublas::is_timing() {
+        let blas = haares_core::ops::matmul::cublas::timed_so_far();
+        let nanos = (blas.seconds * 1e9).round() as u64;
+        tally.launched += blas.calls as usize;
+        tally.device_ns += nanos;
+        tally.launched_by_name.insert(CUBLAS_GEMM.into(), blas.calls as usize);
+        tally.device_ns_by_name.insert(CUBLAS_GEMM.into(), nanos);
+    }
+    Some(tally)
 }
+
+/// The name cuBLAS's products take in a tally.
+pub const CUBLAS_GEMM: &str = "cuBLAS gemmStridedBatchedEx";
 
 /// The last compilation or autotune result counted (its message's first line), and how long ago.
 pub fn last_event() -> Option<(String, Duration)> {

@@ -17,11 +17,14 @@ use crate::kernel_events::KernelTally;
 /// Kernels named per row of the table, largest device time first.
 const LARGEST: usize = 5;
 
-/// The markdown table: per method and depth, the second step's device time by phase, its
-/// launches, the mean device time per launch, and the kernels that took most of it, from a first
-/// step's `(layers, sample)` pairs. Empty when no worker logged times.
+/// The markdown tables: per method and depth, the second step's device time by phase, its
+/// launches, the mean device time per launch and the kernels that took most of it; then, for
+/// each, every kernel it launched with its launches and device time (cuBLAS's products among
+/// them on CUDA), from a first step's `(layers, sample)` pairs. Empty when no worker logged
+/// times.
 pub fn kernel_times_table(samples: &[(usize, TrainSample)]) -> String {
     let mut rows = String::new();
+    let mut every_kernel = String::new();
     for (layers, sample) in samples {
         let Some(second) = sample
             .anatomy
@@ -51,6 +54,7 @@ pub fn kernel_times_table(samples: &[(usize, TrainSample)]) -> String {
             step.device_ns as f64 / 1e3 / step.launched.max(1) as f64,
             largest_kernels(&step)
         );
+        every_kernel += &kernels_table(&method_with_path(&sample.method), *layers, &step);
     }
     if rows.is_empty() {
         return String::new();
@@ -61,8 +65,29 @@ pub fn kernel_times_table(samples: &[(usize, TrainSample)]) -> String {
          the gaps between launches. A real step (the cost protocol's) minus this is the gaps: \
          launching and the host's work between kernels.\n\n\
          | method | L | device ms (fwd + bwd + upd) | launches | µs per launch | largest shares |\n\
-         |---|---|---|---|---|---|\n{rows}"
+         |---|---|---|---|---|---|\n{rows}{every_kernel}"
     )
+}
+
+/// Every kernel of one worker's steady step, largest device time first: launches, device ms,
+/// µs per launch and share of the step.
+fn kernels_table(method: &str, layers: usize, step: &KernelTally) -> String {
+    let mut by_time: Vec<(&String, &u64)> = step.device_ns_by_name.iter().collect();
+    by_time.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let mut table = format!(
+        "\nEvery kernel of {method}'s steady step at L = {layers}:\n\n         | kernel | launches | device ms | µs per launch | share |\n|---|---|---|---|---|\n"
+    );
+    for (name, &ns) in by_time {
+        let launches = step.launched_by_name.get(name).copied().unwrap_or(0);
+        let _ = writeln!(
+            table,
+            "| `{name}` | {launches} | {:.3} | {:.1} | {:.1}% |",
+            ns as f64 / 1e6,
+            ns as f64 / 1e3 / launches.max(1) as f64,
+            100.0 * ns as f64 / step.device_ns.max(1) as f64
+        );
+    }
+    table
 }
 
 /// The [`LARGEST`] kernels by device time: `name share% (launches)`.
@@ -125,6 +150,7 @@ pub(crate) mod tests {
             last_loss: 5.4,
             operations: None,
             products: None,
+            product_kernels: String::new(),
         }
     }
 
@@ -141,6 +167,15 @@ pub(crate) mod tests {
                         `matmul` 70% (12), `attention_grad` 15% (2), `adamw` 10% (1), \
                         `rms_norm` 5% (2) |";
         assert!(table.contains(expected), "{table}");
+        // Every kernel, each with its own launches and time: matmul 3 + 4 ms over 12 launches.
+        for row in [
+            "| `matmul` | 12 | 7.000 | 583.3 | 70.0% |",
+            "| `attention_grad` | 2 | 1.500 | 750.0 | 15.0% |",
+            "| `adamw` | 1 | 1.000 | 1000.0 | 10.0% |",
+            "| `rms_norm` | 2 | 0.500 | 250.0 | 5.0% |",
+        ] {
+            assert!(table.contains(row), "{row} in {table}");
+        }
     }
 
     #[test]

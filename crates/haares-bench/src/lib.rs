@@ -25,5 +25,6 @@ pub mod heap;
 pub mod heartbeat;
 pub mod kernel_events;
 pub mod kernel_times;
+pub mod products;
 pub mod step_anatomy;
 pub mod step_anatomy_report;

@@ -71,6 +71,10 @@ enum Command {
     /// worker per depth × method, with the kernels CubeCL compiled and autotuned; writes
     /// `<out>.md` and `<out>.json` after every worker.
     FirstStep(FirstStepArgs),
+    /// The matrix products of a training step, shape by shape, on CUDA: every provider's TFLOP/s
+    /// by device time and error against f64, beside PyTorch's `torch.matmul`; writes `<out>.md`
+    /// and `<out>.json` (needs `--features cuda`).
+    Products(haares_bench::products::ProductsArgs),
     /// The GEMM peak: the best of 3 square f32 products (after one warm-up), in GFLOP/s.
     Gemm {
         /// Backend.
@@ -296,6 +300,13 @@ fn cost(args: CostArgs) -> Result<String, String> {
     Ok(table)
 }
 
+fn products(args: &haares_bench::products::ProductsArgs) -> Result<String, String> {
+    let run = haares_bench::products::run_products(args, |line| eprintln!("{line}"))?;
+    let table = haares_bench::products::write_products_run(&run, args)?;
+    eprintln!("wrote {0}.md and {0}.json", args.out.display());
+    Ok(table)
+}
+
 fn paired(args: PairedArgs) -> Result<String, String> {
     let (spec, out) = args.spec();
     let run = run_paired(&spec, |line| eprintln!("{line}"))?;
@@ -348,6 +359,11 @@ fn count_kernel_events(kind: BackendKind, launches: KernelLog) -> Result<(), Str
             if !haares_bench::kernel_events::install() {
                 return Err("another logger was installed first: kernels cannot be counted".into());
             }
+            // cuBLAS's products are not in CubeCL's log: timed with CUDA events instead.
+            #[cfg(feature = "cuda")]
+            if matches!(launches, KernelLog::Times) {
+                haares_core::ops::matmul::cublas::start_timing();
+            }
         }
     }
     Ok(())
@@ -367,7 +383,14 @@ fn gemm(backend: &str, size: usize) -> Result<String, String> {
 }
 
 fn main() -> ExitCode {
-    let result = match Cli::parse().command {
+    let cli = Cli::parse();
+    // The products' provider (HAARES_PRODUCTS) is the process's and its workers': a misspelt one
+    // is refused before any work.
+    if let Err(error) = haares_core::ops::matmul::ProductProvider::from_env() {
+        eprintln!("error: {error}");
+        return ExitCode::FAILURE;
+    }
+    let result = match cli.command {
         Command::Sources { layers, blocks } => {
             sources_table(layers, &blocks).map_err(|e| e.to_string())
         }
@@ -385,6 +408,7 @@ fn main() -> ExitCode {
             &grid.methods,
         ),
         Command::Cost(args) => cost(args),
+        Command::Products(args) => products(&args),
         Command::Paired(args) => paired(args),
         Command::Versus(args) => versus(args),
         Command::FirstStep(args) => first_step(args),

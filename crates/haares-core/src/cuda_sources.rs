@@ -108,6 +108,10 @@ impl CudaSources {
     }
 }
 
+/// The plane (warp) reductions CUDA's launches choose (`cube_shared::plane_reduction`: CUDA
+/// reports plane operations and one 32-wide plane size, which divides every row cube).
+pub const CUDA_PLANES: bool = true;
+
 /// Settings of a kernel launched with `cube_dim`, addressed with 32-bit indices (as Burn's
 /// cube backends launch these kernels at the sizes they take).
 pub fn settings(cube_dim: CubeDim) -> KernelSettings {

@@ -16,6 +16,9 @@ mod attention_checks;
 mod common;
 #[path = "core/cross_entropy_checks.rs"]
 mod cross_entropy_checks;
+#[cfg(feature = "cuda")]
+#[path = "core/cublas_checks.rs"]
+mod cublas_checks;
 #[path = "../examples/foreign_decoder/model.rs"]
 mod foreign_model;
 #[path = "core/matmul_checks.rs"]
@@ -509,6 +512,19 @@ cube_backend_tests!(
      `--features cuda`",
     []
 );
+
+/// cuBLAS's products on CUDA in every layout the model hands them (`--features cuda`), whichever
+/// provider the process takes. Named `cublas::cuda::…` so that the GPU check's filter of the
+/// backend's tests (`cuda::`) takes it.
+#[cfg(feature = "cuda")]
+mod cublas {
+    mod cuda {
+        #[test]
+        fn products_match_f64_in_every_layout() {
+            crate::cublas_checks::cublas_products_match_f64_in_every_layout();
+        }
+    }
+}
 
 #[path = "f32/checkpoints.rs"]
 mod f32_checkpoints;

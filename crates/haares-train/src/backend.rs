@@ -167,6 +167,9 @@ pub fn dispatch<J: BackendJob + Send>(kind: BackendKind, job: J) -> Result<J::Ou
 where
     J::Output: Send,
 {
+    // A misspelt provider stops the job here rather than being ignored for the default.
+    haares_core::ops::matmul::ProductProvider::from_env()
+        .map_err(|error| TrainError::Config(error.to_string()))?;
     match kind {
         #[cfg(feature = "flex")]
         BackendKind::Flex => on_flex(job),

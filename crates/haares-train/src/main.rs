@@ -50,7 +50,14 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let outcome = match Cli::parse().command {
+    let cli = Cli::parse();
+    // The products' provider is the process's (HAARES_PRODUCTS): a misspelt one is refused before
+    // any work, not replaced by the default.
+    if let Err(error) = haares_core::ops::matmul::ProductProvider::from_env() {
+        eprintln!("error: {error}");
+        return ExitCode::FAILURE;
+    }
+    let outcome = match cli.command {
         Command::Sweep(command) => command.run(),
         Command::Report(command) => command.run(),
         Command::Train(command) => command.run(),

@@ -86,12 +86,20 @@ fn protocol_paragraph(run: &CostRun) -> String {
         .iter()
         .map(|r| format!("{:.1}", r / 1e9))
         .collect();
+    let kernels = run
+        .samples
+        .iter()
+        .flat_map(|(_, samples)| samples)
+        .map(|sample| sample.product_kernels.as_str())
+        .find(|kernels| !kernels.is_empty())
+        .unwrap_or("not recorded");
     format!(
         "Cost protocol on `{}`: {} layers, N = {}, batch {} × {}, K = {} steps from step zero \
          (start-up included), steady state after {} warm-up steps, {} interleaved repeat(s), fp32. \
+         Matrix products: {kernels}. \
          GEMM peak {:.1} GFLOP/s ({n}×{n}, best of before/after: {}).\n\n\
-         Peak memory is allocated memory, as in the paper (device bytes in use on a GPU, heap \
-         bytes on a CPU); peak RSS adds what the allocator keeps.\n\n\
+         Peak memory is allocated memory, as in the paper (device bytes in use on a GPU, cuBLAS's \
+         workspaces included, heap bytes on a CPU); peak RSS adds what the allocator keeps.\n\n\
          | family | d | method | start-up (s) | first step (s) | tokens/s from step 0 | steady step (s) | peak memory (MB) | peak RSS (MB) | step / Block | memory / Block | RSS / Block | step / Standard | MFU |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         spec.backend,

@@ -126,6 +126,10 @@ pub struct TrainSample {
     /// The matrix products' time by shape over the same steps, summed (both passes).
     #[serde(default)]
     pub products: Option<Vec<haares_core::op_times::ProductTime>>,
+    /// The kernels of the matrix products (`MatmulBackend::product_kernels`: on CUDA the
+    /// process's provider); empty in runs recorded before it existed.
+    #[serde(default)]
+    pub product_kernels: String,
 }
 
 /// Seconds of single validation batches of the learner's validation pass ([`validate`]), timed
@@ -250,6 +254,7 @@ impl BackendJob for Worker {
                     last_loss: losses.last().copied().unwrap_or(f64::NAN),
                     operations,
                     products,
+                    product_kernels: <B as haares_core::ops::MatmulBackend>::product_kernels(),
                 }))
             }
         })
@@ -395,8 +400,9 @@ fn random_batch(rng: &mut SplitMix64, batch: usize, seq: usize, vocab: usize) ->
     }
 }
 
-/// The fastest of `reps` `n × n` products, as FLOP/s (2n³ per product).
-fn gemm_rate<B: Backend>(n: usize, reps: usize, device: &B::Device) -> f64 {
+/// The fastest of `reps` `n × n` products, as FLOP/s (2n³ per product), by the backend's product
+/// as the model takes it (`MatmulBackend`: on CUDA the process's provider).
+fn gemm_rate<B: haares_core::ops::MatmulBackend>(n: usize, reps: usize, device: &B::Device) -> f64 {
     let mut rng = SplitMix64::new(7);
     let mut matrix = || {
         let values: Vec<f32> = (0..n * n).map(|_| rng.next_f64() as f32 - 0.5).collect();
@@ -406,7 +412,7 @@ fn gemm_rate<B: Backend>(n: usize, reps: usize, device: &B::Device) -> f64 {
     let mut best = f64::INFINITY;
     for rep in 0..=reps {
         let start = Instant::now();
-        let product = a.clone().matmul(b.clone());
+        let product = B::matmul(a.clone(), b.clone());
         let _ = B::sync(device);
         let seconds = start.elapsed().as_secs_f64();
         drop(product);
@@ -451,9 +457,12 @@ fn device_memory_usage(backend: BackendKind) -> Option<(u64, u64)> {
         BackendKind::Wgpu | BackendKind::WgpuFusion => {
             usage::<cubecl::wgpu::WgpuRuntime>(&Default::default())
         }
+        // cuBLAS's workspaces are device memory CubeCL's pool does not see.
         #[cfg(feature = "cuda")]
         BackendKind::Cuda | BackendKind::CudaFusion => {
+            let blas = haares_core::ops::matmul::cublas::workspace_bytes();
             usage::<cubecl::cuda::CudaRuntime>(&Default::default())
+                .map(|(in_use, reserved)| (in_use + blas, reserved + blas))
         }
         _ => None,
     }

@@ -16,11 +16,11 @@ pub struct GpuCheckArgs {
     /// `gpu`: the paper's sizes; `tiny`: the same stages in about 10 s on a CPU.
     #[arg(long, default_value = "gpu", value_parser = ["gpu", "tiny"])]
     profile: String,
-    /// Stages to run [default: all: facts, portability, first-step, first-step-deep, cost,
-    /// cost-repeats, real-run, placement, kernel-times].
+    /// Stages to run [default: all: facts, portability, products, cost-small, cost-medium,
+    /// compile-small, kernel-times, first-step, first-step-deep, real-run, placement].
     #[arg(long, value_delimiter = ',')]
     stages: Option<Vec<String>>,
-    /// A stage's budget in seconds, replacing the profile's, e.g. `cost=400` (repeatable).
+    /// A stage's budget in seconds, replacing the profile's, e.g. `cost-small=200` (repeatable).
     #[arg(long = "budget", value_name = "STAGE=SECONDS")]
     budgets: Vec<String>,
     /// Training steps of the real-run stage, replacing the profile's (it is killed at its first

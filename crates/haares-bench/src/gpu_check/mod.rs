@@ -70,6 +70,8 @@ pub enum StageStatus {
     Failed(String),
     /// Its budget ran out; what it had measured is kept.
     TimedOut,
+    /// It cannot run on the check's backend; why. Neither a pass nor a failure.
+    Skipped(String),
 }
 
 /// One finished stage.
@@ -110,9 +112,11 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
-    /// Whether every stage passed.
+    /// Whether every stage passed or was skipped (could not run on the backend).
     pub fn passed(&self) -> bool {
-        self.stages.iter().all(|s| s.status == StageStatus::Passed)
+        self.stages
+            .iter()
+            .all(|s| matches!(s.status, StageStatus::Passed | StageStatus::Skipped(_)))
     }
 }
 
@@ -234,6 +238,7 @@ fn status_text(status: &StageStatus) -> String {
         StageStatus::Passed => "passed".into(),
         StageStatus::Failed(why) => format!("FAILED ({why})"),
         StageStatus::TimedOut => "TIMED OUT (what it measured is kept)".into(),
+        StageStatus::Skipped(why) => format!("skipped ({why})"),
     }
 }
 

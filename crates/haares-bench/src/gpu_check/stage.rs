@@ -18,6 +18,16 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// A stage that cannot run on this check's backend, and why.
+    pub(super) fn skipped(why: impl Into<String>) -> Self {
+        let why = why.into();
+        Self {
+            markdown: format!("Skipped: {why}.\n"),
+            status: StageStatus::Skipped(why),
+            results: Value::Null,
+        }
+    }
+
     /// A stage that failed before it measured anything.
     pub(super) fn failed(why: impl Into<String>) -> Self {
         let why = why.into();

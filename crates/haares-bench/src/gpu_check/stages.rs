@@ -10,17 +10,21 @@ use super::process::Finished;
 use super::stage::{Outcome, Stage, status_of};
 use super::{CheckSpec, StageStatus};
 
-/// Every stage, in the order they run.
+/// Every stage, in the order they run: what a short GPU window must measure first (the
+/// portability suite, the products, the cost tables, the kernels' times), then the first steps,
+/// the real run and the placement of runs on devices.
 pub const STAGES: &[&str] = &[
     "facts",
     "portability",
+    "products",
+    "cost-small",
+    "cost-medium",
+    "compile-small",
+    "kernel-times",
     "first-step",
     "first-step-deep",
-    "cost",
-    "cost-repeats",
     "real-run",
     "placement",
-    "kernel-times",
 ];
 
 /// Sizes and budgets of a check.
@@ -32,13 +36,14 @@ pub struct Profile {
     /// Test-name filter of the portability stage; `None`: the backend's own module (`cuda::`).
     pub(super) portability_filter: Option<&'static str>,
     first_step: FirstStepSizes,
-    cost_args: &'static [&'static str],
-    /// The `cost-repeats` stage's: the protocol's interval, from two repeats or more.
-    cost_repeats_args: &'static [&'static str],
+    /// `products`' options (after `--out`).
+    products_args: &'static [&'static str],
+    /// `cost`'s options of the stages `cost-small`, `cost-medium` and `compile-small`.
+    costs: [&'static [&'static str]; 3],
     pub(super) real_run: RealRunSizes,
     pub(super) placement: PlacementSizes,
     /// Seconds per stage, in [`STAGES`] order.
-    budgets_s: [u64; 9],
+    budgets_s: [u64; 11],
 }
 
 #[derive(Debug, Clone)]
@@ -50,6 +55,8 @@ struct FirstStepSizes {
     /// The methods whose steady step's device time `kernel-times` splits by kernel, at the
     /// deeper of `layers`.
     timed_methods: &'static str,
+    /// The family `kernel-times` takes (the first-step stages take the small one).
+    timed_family: &'static str,
 }
 
 #[derive(Debug, Clone)]
@@ -71,8 +78,8 @@ pub(super) struct PlacementSizes {
 }
 
 impl Profile {
-    /// The paper's small family at 12 and 48 layers, batch 16 × 512; about 16 minutes of budget
-    /// in all, so run it in two calls (scripts/gpu/README.md).
+    /// The paper's sizes: 48 layers, batch 16 × 512, d = 128 and 512. The first seven stages
+    /// are the two calls of scripts/gpu/README.md (570 and 590 s of budget).
     pub fn gpu() -> Self {
         Self {
             name: "gpu",
@@ -84,56 +91,28 @@ impl Profile {
                 seq: 512,
                 methods: "haares",
                 timed_methods: "standard,block-attnres,haares",
+                timed_family: "medium",
             },
-            cost_args: &[
-                "--preset",
-                "paper",
-                // The CUDA-speed issue's table: d = 128 and d = 512 at 48 layers, the three
-                // methods on the path `Auto` takes and HAARES on both paths, each followed by
-                // PyTorch eager on the same card with fp32 and with TF32 matrix products.
-                "--family",
-                "small,medium",
-                // 16 steps (10 timed) of eight workers and twelve peer runs: about 6 minutes
-                // at the untuned H200's earlier steps (0.5–1.3 s at d = 128); 30 steps of five
-                // workers at d = 128 alone did not fit 300 s there.
-                "--steps",
-                "16",
-                "--warmup",
-                "6",
-                "--repeats",
-                "1",
-                "--methods",
-                "standard,block-attnres/fused,haares/reference,haares/fused",
-                // The first-step stages count the launches of a steady step; eight more workers
-                // would not fit this stage's budget.
-                "--no-launches",
-                "--peer",
-                "torch",
-                "--peer-matmul",
-                "fp32,tf32",
-            ],
-            // The protocol's interval (two interleaved repeats) at both widths: the three
-            // methods on their fast paths beside PyTorch eager at TF32, the precision of our
-            // products on CUDA, with 8 steady steps a repeat; `cost` has the rest of the table
-            // (HAARES's reference path, PyTorch at fp32) from one repeat.
-            cost_repeats_args: &[
-                "--preset",
-                "paper",
-                "--family",
-                "small,medium",
-                "--steps",
-                "12",
-                "--warmup",
-                "4",
-                "--repeats",
-                "2",
-                "--methods",
-                "standard,block-attnres/fused,haares/fused",
-                "--no-launches",
-                "--peer",
-                "torch",
-                "--peer-matmul",
-                "tf32",
+            // The 15 products of a d = 128 and of a d = 512 step, 20 of each by each provider,
+            // with torch.matmul beside them.
+            products_args: &["--family", "small,medium", "--layers", "48", "--batch", "16", "--seq", "512", "--repeats", "20"],
+            costs: [
+                &[
+                    "--preset", "paper", "--family", "small", "--steps", "16", "--warmup", "6",
+                    "--repeats", "1", "--methods", "standard,block-attnres/fused,haares/fused",
+                    "--no-launches", "--peer", "torch", "--peer-matmul", "tf32",
+                ],
+                &[
+                    "--preset", "paper", "--family", "medium", "--steps", "16", "--warmup", "6",
+                    "--repeats", "1", "--methods", "standard,block-attnres/fused,haares/fused",
+                    "--no-launches", "--peer", "torch", "--peer-matmul", "tf32",
+                ],
+                // torch.compile, the next anchor: its first steps compile for tens of seconds.
+                &[
+                    "--preset", "paper", "--family", "small", "--steps", "12", "--warmup", "6",
+                    "--repeats", "1", "--methods", "standard,block-attnres/fused,haares/fused",
+                    "--no-launches", "--peer", "torch-compile", "--peer-matmul", "tf32",
+                ],
             ],
             real_run: RealRunSizes {
                 layers: 12,
@@ -161,13 +140,11 @@ impl Profile {
                 log_every: 10,
                 sets: &["d_model=128", "d_ff=1024", "seq_len=512", "batch_size=16"],
             },
-            // facts, cost and real-run fill one 600-second call; portability runs beside them
-            // (overlap.sh) and may take nearly as long: 241 s on a cold H200 when it had five
-            // tests, before the fused and packed kernels' checks and the matrix products where
-            // a tuned build's kernels overrun (docs/decisions.md, decision 24) joined it.
-            // kernel-times: three workers whose every launch waits for the device (about 1,800
-            // launches a 48-layer step), after first-step-deep has compiled the kernels.
-            budgets_s: [40, 480, 120, 180, 400, 400, 140, 180, 150],
+            // Two calls of at most 600 s: facts, portability and products (570 s), then the cost
+            // tables and kernel-times (590 s), each stage cut by its budget so that a cold
+            // machine's compilation cannot push the later ones out of the call. The rest are for
+            // a longer window.
+            budgets_s: [30, 360, 180, 150, 180, 140, 120, 120, 180, 140, 180],
         }
     }
 
@@ -183,47 +160,10 @@ impl Profile {
                 seq: 16,
                 methods: "standard,haares",
                 timed_methods: "standard,haares",
+                timed_family: "small",
             },
-            cost_args: &[
-                "--preset",
-                "cpu",
-                "--layers",
-                "2",
-                "--batch",
-                "2",
-                "--seq",
-                "16",
-                "--steps",
-                "3",
-                "--warmup",
-                "1",
-                "--repeats",
-                "1",
-                "--gemm-size",
-                "64",
-                "--methods",
-                "standard,haares/reference,haares/fused",
-            ],
-            cost_repeats_args: &[
-                "--preset",
-                "cpu",
-                "--layers",
-                "2",
-                "--batch",
-                "2",
-                "--seq",
-                "16",
-                "--steps",
-                "3",
-                "--warmup",
-                "1",
-                "--repeats",
-                "2",
-                "--gemm-size",
-                "64",
-                "--methods",
-                "standard,haares/fused",
-            ],
+            products_args: &["--family", "small", "--layers", "2", "--batch", "2", "--seq", "16", "--repeats", "2"],
+            costs: [TINY_COST, TINY_COST, TINY_COST],
             real_run: RealRunSizes {
                 layers: 2,
                 // Enough steps after the first checkpoint for the kill to land before the end.
@@ -243,7 +183,7 @@ impl Profile {
                 log_every: 10,
                 sets: &["d_model=32", "d_ff=64", "seq_len=32", "batch_size=4"],
             },
-            budgets_s: [60, 300, 120, 120, 180, 180, 240, 120, 120],
+            budgets_s: [60, 300, 60, 180, 180, 180, 120, 120, 120, 240, 120],
         }
     }
 
@@ -256,6 +196,12 @@ impl Profile {
     }
 }
 
+/// The tiny profile's cost stages: two methods at toy sizes on the CPU, in two repeats.
+const TINY_COST: &[&str] = &[
+    "--preset", "cpu", "--layers", "2", "--batch", "2", "--seq", "16", "--steps", "3", "--warmup",
+    "1", "--repeats", "2", "--gemm-size", "64", "--methods", "standard,haares/fused",
+];
+
 /// Runs stage `name`; every command it starts shares `deadline` and appends to `log`.
 pub fn run_stage(name: &str, spec: &CheckSpec, deadline: Instant, log: &Path) -> Outcome {
     let stage = Stage {
@@ -267,11 +213,13 @@ pub fn run_stage(name: &str, spec: &CheckSpec, deadline: Instant, log: &Path) ->
     let result = match name {
         "facts" => stage.facts(),
         "portability" => super::portability::portability(&stage),
+        "products" => stage.products(),
+        "cost-small" => stage.cost("cost-small", spec.profile.costs[0]),
+        "cost-medium" => stage.cost("cost-medium", spec.profile.costs[1]),
+        "compile-small" => stage.cost("compile-small", spec.profile.costs[2]),
+        "kernel-times" => stage.first_step(spec.profile.first_step.layers[1], true),
         "first-step" => stage.first_step(spec.profile.first_step.layers[0], false),
         "first-step-deep" => stage.first_step(spec.profile.first_step.layers[1], false),
-        "kernel-times" => stage.first_step(spec.profile.first_step.layers[1], true),
-        "cost" => stage.cost("cost", spec.profile.cost_args),
-        "cost-repeats" => stage.cost("cost-repeats", spec.profile.cost_repeats_args),
         "real-run" => super::real_run::real_run(&stage),
         "placement" => super::placement::placement(&stage),
         other => Err(format!("unknown stage `{other}`")),
@@ -331,15 +279,15 @@ impl Stage<'_> {
     /// profile's timed methods): its markdown and JSON become the stage's.
     fn first_step(&self, layers: usize, timed: bool) -> Result<Outcome, String> {
         let sizes = &self.spec.profile.first_step;
-        let (name, methods) = match timed {
-            true => ("kernel-times", sizes.timed_methods),
-            false => ("first-step", sizes.methods),
+        let (name, methods, family) = match timed {
+            true => ("kernel-times", sizes.timed_methods, sizes.timed_family),
+            false => ("first-step", sizes.methods, "small"),
         };
         let stem = self.spec.out.join(format!("{name}-{layers}"));
         let mut args = vec![
             "first-step".to_string(),
             "--family".into(),
-            "small".into(),
+            family.into(),
             "--layers".into(),
             layers.to_string(),
             "--batch".into(),
@@ -355,6 +303,28 @@ impl Stage<'_> {
             args.push("--kernel-times".into());
         }
         let finished = self.bench(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+        Ok(self.with_files(status_of(&finished), &stem))
+    }
+
+    /// `haares-bench products` on CUDA, into `products.md` and `products.json`: its markdown and
+    /// JSON become the stage's. It measures CUDA's products only: on another backend the stage
+    /// is skipped, and says so.
+    fn products(&self) -> Result<Outcome, String> {
+        if !self.spec.backend.starts_with("cuda") {
+            return Ok(Outcome::skipped(format!(
+                "`products` measures CUDA's matrix products, and this check runs on `{}`",
+                self.spec.backend
+            )));
+        }
+        let stem = self.spec.out.join("products");
+        let stem_text = stem.display().to_string();
+        let mut args = vec!["products", "--out", &stem_text];
+        args.extend(self.spec.profile.products_args);
+        // `products` runs on the first CUDA device whatever the backend's name says.
+        let finished = self.run(
+            &self.spec.bench_bin,
+            &args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        )?;
         Ok(self.with_files(status_of(&finished), &stem))
     }
 

@@ -106,6 +106,12 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
     let handed_back_summary = format!("every stage passed; {}", out.join("summary.md").display());
     assert!(printed.contains(&handed_back_summary), "{printed}");
     assert!(printed.contains("running haares-bench\n"), "{printed}");
+    // Where cuBLAS was found (or that it was not), and the provider the stages take.
+    assert!(
+        printed.contains("cuBLAS: no libcublas found")
+            || printed.contains("products by cublas"),
+        "{printed}"
+    );
     let summary = packed_summary(&out);
     assert_eq!(summary["stages"][0]["status"], "passed");
     assert_eq!(summary["manifest"]["commit"], "0123456789abcdef");

@@ -5,6 +5,7 @@ mod accumulator;
 mod analysis;
 mod attention;
 mod attention_checks;
+mod blas_call;
 mod causality;
 mod checkpoint;
 mod common;

@@ -1,8 +1,9 @@
 //! The matrix product's checks (`ops::matmul`), generic over the backend: the products' autodiff
 //! nodes against Burn's autodiff of `matmul` (`core/matmul.rs` runs it on NdArray f64 and Flex,
-//! `portability.rs` on NdArray f32, Flex and the cube backends); and Burn's matrix product itself
-//! at the contraction lengths where cubek-matmul 0.2.0 (the version Burn 0.21 uses) is known to
-//! read past its operands, against f64 on the host (on the cube backends).
+//! `portability.rs` on NdArray f32, Flex and the cube backends); and the backend's product
+//! (`MatmulBackend::matmul`, the one the model runs: on CUDA the process's provider) at the
+//! contraction lengths where cubek-matmul 0.2.0 (the version Burn 0.21 uses) is known to read past
+//! its operands, against f64 on the host (on the cube backends).
 //!
 //! Its double-buffered kernels (`DoubleUnit`, `DoubleCyclic*`) and its specialized ones
 //! (`Specialized*`) walk the contraction two stages at a time and round an odd stage count up to
@@ -77,7 +78,7 @@ fn product_f64(
 /// The product at each of the `contractions`, with the left operand stored as it is read and
 /// stored transposed (as the backward pass's `xᵀ ∂Y` reads the tokens), within `tolerance`
 /// of f64 relative to each element (every term is positive, so an element is its own scale).
-pub fn products_agree_with_f64_at_odd_stage_counts<B: Backend>(
+pub fn products_agree_with_f64_at_odd_stage_counts<B: HaaresBackend>(
     contractions: &[usize],
     tolerance: f64,
 ) {
@@ -98,7 +99,7 @@ pub fn products_agree_with_f64_at_odd_stage_counts<B: Backend>(
                 let at = |i: usize, l: usize| stored[i * k + l];
                 (lhs, product_f64(at, &rhs_values, (ROWS, k, COLUMNS)))
             };
-            let actual = tensor_values(lhs.matmul(rhs));
+            let actual = tensor_values(B::matmul(lhs, rhs));
             let worst = actual
                 .iter()
                 .zip(&expected)

@@ -11,8 +11,10 @@ use super::common::{Rng, assert_within_scale, gradient, tensor, tensor_values, w
 
 /// RMSNorm's `[rows, d]`: one element; widths below, between and above a cube's 64 threads,
 /// the paper's 128 among them; rows over several of Flex's tasks (170 rows of 96 a task, the
-/// last one partial), whose shares of `∂w` are added up.
-const NORM_SHAPES: [[usize; 2]; 5] = [[1, 1], [5, 70], [33, 128], [3, 300], [400, 96]];
+/// last one partial) and over several of the cube backward pass's blocks of 16 (the last one
+/// partial), whose shares of `∂w` are added up; a row wider than the cube backward pass keeps
+/// in shared memory (4,096), whose rows write their shares one by one.
+const NORM_SHAPES: [[usize; 2]; 6] = [[1, 1], [5, 70], [33, 128], [3, 300], [400, 96], [3, 4100]];
 
 const EPSILON: f64 = 1e-6;
 
@@ -70,12 +72,13 @@ pub fn rms_norm_agrees_with_f64_and_the_plain_operations<B: HaaresBackend>(relat
         assert_within_scale(&dw, &exact_dw, relative, terms, &what("rms_norm ∂w vs f64"));
 
         let view = tensor::<B, 2>(x.clone(), [d, rows]).transpose();
-        let [exact, ..] = rms_norm_f64(
+        let grad_view = tensor::<B, 2>(dy.clone(), [d, rows]).transpose();
+        let [exact, exact_dx, exact_dw] = rms_norm_f64(
             &tensor_values(view.clone()),
             &rounded(w.clone()),
-            &rounded(dy.clone()),
+            &tensor_values(grad_view.clone()),
         );
-        let strided = tensor_values(B::rms_norm(view, weight(), EPSILON));
+        let strided = tensor_values(B::rms_norm(view.clone(), weight(), EPSILON));
         assert_within_scale(
             &strided,
             &exact,
@@ -83,6 +86,12 @@ pub fn rms_norm_agrees_with_f64_and_the_plain_operations<B: HaaresBackend>(relat
             0.0,
             &what("rms_norm, transposed"),
         );
+        // The backward pass reads both through their strides too.
+        let (dx, dw) = B::rms_norm_backward(view, weight(), grad_view, EPSILON);
+        let what_dx = what("rms_norm ∂x, transposed");
+        assert_within_scale(&tensor_values(dx), &exact_dx, relative, 0.1, &what_dx);
+        let what_dw = what("rms_norm ∂w, transposed");
+        assert_within_scale(&tensor_values(dw), &exact_dw, relative, terms, &what_dw);
     }
 }
 

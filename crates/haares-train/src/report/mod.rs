@@ -316,11 +316,12 @@ fn write_figures(
     Ok(())
 }
 
-/// Where and how fast each run trained: its backend, its devices, its steps and seconds.
+/// Where and how fast each run trained: its backend, its devices, the kernels of its matrix
+/// products, its steps and seconds.
 fn write_runs_section(md: &mut String, finished: &[Finished]) {
     let _ = writeln!(
         md,
-        "## Runs\n\n| run | backend | devices | steps | training s | tokens/s |\n|---|---|---|---|---|---|"
+        "## Runs\n\n| run | backend | devices | products | steps | training s | tokens/s |\n|---|---|---|---|---|---|---|"
     );
     for run in finished {
         let s = &run.summary;
@@ -333,9 +334,13 @@ fn write_runs_section(md: &mut String, finished: &[Finished]) {
             true => "–".to_string(),
             false => s.devices.join(", "),
         };
+        let products = match s.products.is_empty() {
+            true => "–",
+            false => s.products.as_str(),
+        };
         let _ = writeln!(
             md,
-            "| {name} | {} | {devices} | {} | {:.1} | {:.0} |",
+            "| {name} | {} | {devices} | {products} | {} | {:.1} | {:.0} |",
             s.backend, s.steps, s.train_seconds, s.tokens_per_s
         );
     }

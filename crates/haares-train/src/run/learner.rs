@@ -419,6 +419,7 @@ impl<B: TrainingBackend> LearnerLoop<'_, B> {
             train_seconds: state.train_seconds,
             backend: self.backend.to_string(),
             devices: self.device_names.clone(),
+            products: <B as haares_core::ops::MatmulBackend>::product_kernels(),
         };
         write_atomically(
             &summary_path(self.run_dir),

@@ -35,6 +35,12 @@ pub struct RunSummary {
     /// data-parallel run); empty in summaries written before they were recorded.
     #[serde(default)]
     pub devices: Vec<String>,
+    /// The kernels of its matrix products (on CUDA the process's provider,
+    /// [`haares_core::ops::matmul::ProductProvider`]): not part of the run's configuration, so a
+    /// run resumed under another records the last. Empty in summaries written before it was
+    /// recorded.
+    #[serde(default)]
+    pub products: String,
 }
 
 /// The summary file of a finished run.

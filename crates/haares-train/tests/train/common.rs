@@ -131,8 +131,14 @@ pub fn run(
 
 /// Runs the `haares-train` binary: whether it succeeded, and its standard error.
 pub fn cli(args: &[&str]) -> (bool, String) {
+    cli_with(args, &[])
+}
+
+/// [`cli`] with environment variables set.
+pub fn cli_with(args: &[&str], environment: &[(&str, &str)]) -> (bool, String) {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_haares-train"))
         .args(args)
+        .envs(environment.iter().copied())
         .output()
         .unwrap();
     (
@@ -172,6 +178,7 @@ pub fn write_finished_summary(
         train_seconds: steps as f64 * 8192.0 / tokens_per_s,
         backend: "fixture".into(),
         devices,
+        products: "fixture products".into(),
     };
     let run_dir = dir.join(&run.name);
     std::fs::create_dir_all(&run_dir).unwrap();

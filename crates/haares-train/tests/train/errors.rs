@@ -5,7 +5,7 @@ use haares_train::study::{Overrides, load_study, parse_study};
 use haares_train::{RunConfig, TrainError};
 use toml::Value;
 
-use crate::common::{cli, run, sotu, tiny_config, train_to_end};
+use crate::common::{cli, cli_with, run, sotu, tiny_config, train_to_end};
 use crate::sweep::STUDY;
 
 #[test]
@@ -36,6 +36,14 @@ fn unknown_studies_presets_methods_and_backends_are_refused() {
     );
     let (ok, stderr) = cli(&["sweep", "depth", "--backend", "tpu", "--dry-run"]);
     assert!(!ok && stderr.contains("unknown backend `tpu`"), "{stderr}");
+    // The products' provider: a misspelt one stops the runner, naming the variable and its values.
+    let (ok, stderr) = cli_with(&["sweep", "depth", "--dry-run"], &[("HAARES_PRODUCTS", "cublass")]);
+    assert!(
+        !ok && stderr.contains("HAARES_PRODUCTS=cublass") && stderr.contains("`cubek` or `cublas`"),
+        "{stderr}"
+    );
+    let (ok, stderr) = cli_with(&["sweep", "depth", "--dry-run"], &[("HAARES_PRODUCTS", "cublas")]);
+    assert!(ok, "a valid provider is taken: {stderr}");
     let (ok, stderr) = cli(&["sweep", "depth", "--blocks", "5", "--dry-run"]);
     assert!(
         !ok && stderr.contains("blocks"),

@@ -10,7 +10,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::CrossEntropyBackend;
 use crate::autodiff_node::from_primitive;
-use crate::ops::cube_shared::{ROW_THREADS, empty_like, per_row, primitive};
+use crate::ops::cube_shared::{ROW_THREADS, empty_like, per_row, plane_reduction, primitive};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 /// Each row's weighted loss and its log-sum-exp.
@@ -73,6 +73,7 @@ where
         losses.clone().into_tensor_arg(),
         logsumexp.clone().into_tensor_arg(),
         ROW_THREADS,
+        plane_reduction(&logits.client, ROW_THREADS),
         [logits.dtype.into(), targets.dtype.into()],
     );
     (from_primitive(losses), from_primitive(logsumexp))
@@ -118,7 +119,7 @@ pub(super) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
-    use crate::ops::cube_shared::kernels::reduce;
+    use crate::ops::cube_shared::kernels::cube_total;
 
     /// Element `k` of row `row` of the `[rows, vocab]` `logits`, through its strides.
     #[cube]
@@ -144,6 +145,7 @@ pub(super) mod kernels {
         losses: &mut Tensor<F>,
         logsumexp: &mut Tensor<F>,
         #[comptime] threads: usize,
+        #[comptime] planes: bool,
         #[define(F, I)] _dtypes: [StorageType; 2],
     ) {
         let (rows, vocab) = (logits.shape(0), logits.shape(1));
@@ -162,20 +164,16 @@ pub(super) mod kernels {
             }
             k += threads;
         }
-        partials[lane] = most;
-        reduce(&mut partials, lane, threads, true);
-        let row_max = partials[0];
-        sync_cube();
+        let row_max = cube_total::<F>(&mut partials, lane, most, threads, true, planes);
         let mut sum = F::new(0.0);
         k = lane;
         while k < vocab {
             sum += (logit(logits, row, k) - row_max).exp();
             k += threads;
         }
-        partials[lane] = sum;
-        reduce(&mut partials, lane, threads, false);
+        let row_sum = cube_total::<F>(&mut partials, lane, sum, threads, false, planes);
         if lane == 0 {
-            let lse = row_max + partials[0].ln();
+            let lse = row_max + row_sum.ln();
             let target = logit(logits, row, target_of(targets, row, vocab));
             losses[row] = weights[row * weights.stride(0)] * (lse - target);
             logsumexp[row] = lse;

@@ -5,7 +5,7 @@ use burn_cubecl::cubecl::prelude::CubeDim;
 use burn_cubecl::cubecl::wgpu::WgpuRuntime as W;
 
 use super::cube::kernels::{cross_entropy_backward_kernel, cross_entropy_kernel};
-use crate::cuda_sources::{CudaSources, float, int, settings, tensor};
+use crate::cuda_sources::{CUDA_PLANES, CudaSources, float, int, settings, tensor};
 use crate::ops::cube_shared::ROW_THREADS;
 
 /// Adds the cross-entropy's two kernels, one cube of [`ROW_THREADS`] per row.
@@ -26,6 +26,7 @@ pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), Stri
         t(),
         t(),
         threads,
+        CUDA_PLANES,
         [float(), int()],
     );
     sources.add(&kernel, &variant, row)?;

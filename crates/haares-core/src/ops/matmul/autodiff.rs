@@ -31,6 +31,10 @@ impl<B: MatmulBackend, C: CheckpointStrategy> MatmulBackend for Autodiff<B, C> {
             B::matmul_transposed_rhs,
         )
     }
+
+    fn product_kernels() -> String {
+        B::product_kernels()
+    }
 }
 
 /// The node of a product of two operands, `forward` on the inner backend, `width` columns wide.

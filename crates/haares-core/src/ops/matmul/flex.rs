@@ -27,6 +27,10 @@ impl MatmulBackend for Flex {
     fn matmul<const D: usize>(lhs: Tensor<Self, D>, rhs: Tensor<Self, D>) -> Tensor<Self, D> {
         matmul(&lhs, &rhs).unwrap_or_else(|| naive::matmul(lhs, rhs))
     }
+
+    fn product_kernels() -> String {
+        "gemm 0.19 (f32, called directly)".into()
+    }
 }
 
 /// Products of at least this many multiply-adds split one matrix over Rayon's threads, a band

@@ -4,15 +4,28 @@
 //!
 //! - [`naive`]: Burn's `matmul`.
 //! - `flex.rs`: Flex's `gemm` kernel writing into a buffer of its own.
+//! - `cube.rs`: on CUDA, the [`provider`]'s kernels (cuBLAS, or cubek untuned); elsewhere Burn's.
+//! - [`blas_call`]: a product of strided tensors as column-major BLAS calls (pure arithmetic);
+//!   `cublas` (feature `cuda`) makes those calls on the device.
 //! - `autodiff.rs`: one graph node per product, each operand kept only for the other's gradient.
 //!
-//! `tests/core/matmul_checks.rs` checks the nodes on every backend (from `tests/core/matmul.rs` and
-//! `tests/portability.rs`); `tests/core/matmul.rs` checks Flex's product against f64 and Burn's.
+//! `tests/core/matmul_checks.rs` checks the nodes and the products against f64 on every backend
+//! (from `tests/core/matmul.rs` and `tests/portability.rs`); `tests/core/matmul.rs` checks Flex's
+//! product against f64 and Burn's; `tests/core/blas_call.rs` checks the BLAS calls against a host
+//! interpreter of the BLAS definition.
 
 mod autodiff;
+pub mod blas_call;
+#[cfg(feature = "cube")]
+mod cube;
+#[cfg(feature = "cuda")]
+pub mod cublas;
 #[cfg(feature = "flex")]
 mod flex;
 pub mod naive;
+pub mod provider;
+
+pub use provider::{PRODUCTS_VARIABLE, ProductProvider, product_provider, set_product_provider};
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
@@ -53,6 +66,12 @@ pub trait MatmulBackend: Backend {
     ) -> Tensor<Self, D> {
         Self::matmul(lhs, rhs.swap_dims(D - 2, D - 1))
     }
+
+    /// The kernels that compute this backend's products, as a run's record and the reports name
+    /// them (on CUDA they depend on the process's [`ProductProvider`]).
+    fn product_kernels() -> String {
+        "Burn's matmul".into()
+    }
 }
 
-uses_the_reference!(MatmulBackend on ndarray, cube, fusion);
+uses_the_reference!(MatmulBackend on ndarray, fusion);

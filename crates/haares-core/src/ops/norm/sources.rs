@@ -4,11 +4,14 @@
 use burn_cubecl::cubecl::prelude::CubeDim;
 use burn_cubecl::cubecl::wgpu::WgpuRuntime as W;
 
-use super::cube::kernels::{rms_norm_backward_kernel, rms_norm_kernel};
-use crate::cuda_sources::{CudaSources, float, settings, tensor};
+use super::cube::kernels::{column_sums_kernel, rms_norm_backward_kernel, rms_norm_kernel};
+use super::cube::{COLUMN_THREADS, ROWS_PER_CUBE};
+use crate::cuda_sources::{CUDA_PLANES, CudaSources, float, settings, tensor};
 use crate::ops::cube_shared::ROW_THREADS;
 
-/// Adds RMSNorm's two kernels, one cube of [`ROW_THREADS`] per row.
+/// Adds RMSNorm's kernels: the forward pass and the backward pass's first launch, one cube of
+/// [`ROW_THREADS`] per row or block of rows (the backward pass at the paper's widths 128 and 512,
+/// which it is compiled for one by one), and the column sums, [`COLUMN_THREADS`] a cube.
 ///
 /// # Errors
 /// CubeCL's compiler.
@@ -25,21 +28,37 @@ pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), Stri
         t(),
         (),
         threads,
+        CUDA_PLANES,
         float(),
     );
     sources.add(&kernel, &variant, row)?;
-    let kernel = rms_norm_backward_kernel::RmsNormBackwardKernel::<W>::new(
-        s.clone(),
+    for width in [128, 512] {
+        let kernel = rms_norm_backward_kernel::RmsNormBackwardKernel::<W>::new(
+            s.clone(),
+            client.clone(),
+            t(),
+            t(),
+            t(),
+            t(),
+            t(),
+            (),
+            (),
+            threads,
+            width,
+            CUDA_PLANES,
+            float(),
+        );
+        let variant = format!("{threads} threads, {ROWS_PER_CUBE} rows per cube, d = {width}");
+        sources.add(&kernel, &variant, row)?;
+    }
+    let column = CubeDim::new_1d(COLUMN_THREADS as u32);
+    let kernel = column_sums_kernel::ColumnSumsKernel::<W>::new(
+        settings(column),
         client.clone(),
         t(),
         t(),
-        t(),
-        t(),
-        t(),
-        (),
-        threads,
         float(),
     );
-    sources.add(&kernel, &variant, row)?;
+    sources.add(&kernel, &format!("{COLUMN_THREADS} columns per cube"), column)?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::RotaryBackend;
 use crate::autodiff_node::from_primitive;
-use crate::ops::cube_shared::{elementwise, empty_like, empty_shaped, primitive};
+use crate::ops::cube_shared::{dense, elementwise, empty_like, empty_shaped, primitive};
 use crate::ops::projections::naive::unpack_heads;
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
@@ -92,6 +92,7 @@ where
         output.clone().into_tensor_arg(),
         scale as f32,
         back,
+        dense(&[&x]),
         x.dtype.into(),
     );
     from_primitive(output)
@@ -127,6 +128,7 @@ where
     let [batch, seq, heads, head_dim] = query.dims();
     assert_fits("rotary_pack", query.dims(), cos.dims());
     let [query, key, value] = [query, key, value].map(primitive);
+    let dense = dense(&[&query, &key, &value]);
     let output = empty_shaped(&query, vec![batch, seq, 3 * heads, head_dim]);
     let (cube_count, cube_dim) = elementwise(&output);
     kernels::rotary_pack_kernel::launch::<R>(
@@ -141,6 +143,7 @@ where
         output.clone().into_tensor_arg(),
         query_scale as f32,
         back,
+        dense,
         output.dtype.into(),
     );
     from_primitive(output)
@@ -152,7 +155,7 @@ pub(super) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
-    use crate::ops::cube_shared::kernels::strided;
+    use crate::ops::cube_shared::kernels::element_at;
 
     /// Element `j` of a head at position `pos`: `y_j = s (x_j c ± t_j s_θ)` with the table's
     /// `c = cos[pos, h d_h + j]`, `s_θ = sin[…]` and the quarter turn `t_{2i} = −x_{2i+1}`,
@@ -166,6 +169,7 @@ pub(super) mod kernels {
         output: &mut Tensor<F>,
         scale: f32,
         #[comptime] back: bool,
+        #[comptime] dense: bool,
         #[define(F)] _dtype: StorageType,
     ) {
         if ABSOLUTE_POS >= output.len() {
@@ -177,12 +181,14 @@ pub(super) mod kernels {
         let pos = (ABSOLUTE_POS / width) % output.shape(1);
         let c = cos[pos * cos.stride(0) + column * cos.stride(1)];
         let s = sin[pos * sin.stride(0) + column * sin.stride(1)];
-        output[ABSOLUTE_POS] = turned::<F>(x, ABSOLUTE_POS, c, s, F::cast_from(scale), back);
+        output[ABSOLUTE_POS] = turned::<F>(x, ABSOLUTE_POS, c, s, F::cast_from(scale), back, dense);
     }
 
     /// Element `index` (`j` of its head) of `x`, turned by RoPE and scaled:
     /// `s (x_j c ± t_j s_θ)` with the quarter turn `t_{2i} = −x_{2i+1}`, `t_{2i+1} = x_{2i}`;
     /// `back` subtracts. The rotary kernel and the packed one (`rotary_pack_kernel`) call it.
+    /// The pair's partner is the next or previous element of the same head, one last-dimension
+    /// stride away, so the element is found once (`dense`: at its own index).
     #[cube]
     fn turned<F: Float>(
         x: &Tensor<F>,
@@ -191,15 +197,18 @@ pub(super) mod kernels {
         s: F,
         scale: F,
         #[comptime] back: bool,
+        #[comptime] dense: bool,
     ) -> F {
+        let at = element_at(x, index, dense);
+        let step = x.stride(x.rank() - 1);
         let even = index.is_multiple_of(2);
         let mut partner = F::new(0.0);
         if even {
-            partner = F::new(0.0) - x[strided(x, index + 1)];
+            partner = F::new(0.0) - x[at + step];
         } else {
-            partner = x[strided(x, index - 1)];
+            partner = x[at - step];
         }
-        let straight = x[strided(x, index)] * c;
+        let straight = x[at] * c;
         let mut rotated = straight + partner * s;
         if back {
             rotated = straight - partner * s;
@@ -220,6 +229,7 @@ pub(super) mod kernels {
         output: &mut Tensor<F>,
         query_scale: f32,
         #[comptime] back: bool,
+        #[comptime] dense: bool,
         #[define(F)] _dtype: StorageType,
     ) {
         if ABSOLUTE_POS >= output.len() {
@@ -239,11 +249,11 @@ pub(super) mod kernels {
         let s = sin[pos * sin.stride(0) + column * sin.stride(1)];
         let mut result = F::new(0.0);
         if part == 0 {
-            result = turned::<F>(query, index, c, s, F::cast_from(query_scale), back);
+            result = turned::<F>(query, index, c, s, F::cast_from(query_scale), back, dense);
         } else if part == 1 {
-            result = turned::<F>(key, index, c, s, F::new(1.0), back);
+            result = turned::<F>(key, index, c, s, F::new(1.0), back, dense);
         } else {
-            result = value[strided(value, index)];
+            result = value[element_at(value, index, dense)];
         }
         output[ABSOLUTE_POS] = result;
     }

@@ -26,6 +26,7 @@ pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), Stri
             t(),
             (),
             back,
+            true,
             float(),
         );
         sources.add(&kernel, variant, cube)?;
@@ -40,6 +41,7 @@ pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), Stri
             t(),
             (),
             back,
+            true,
             float(),
         );
         sources.add(&kernel, variant, cube)?;

@@ -13,7 +13,7 @@ use super::sums::cube::kernels::{add_scaled_rows_kernel, row_dots_kernel, weight
 use super::write::cube::kernels::{
     pair_write_kernel, rms_match_multiplier_kernel, signed_sum_with_mean_square_kernel,
 };
-use crate::cuda_sources::{CudaSources, elementwise_cube, float, settings, tensor, tensors};
+use crate::cuda_sources::{CUDA_PLANES, CudaSources, elementwise_cube, float, settings, tensor, tensors};
 use crate::ops::cube_shared::ROW_THREADS;
 
 /// Slot counts the sources are compiled at: a HAARES read's first (the embedding, a block's sum
@@ -82,6 +82,7 @@ fn read_kernels(sources: &mut CudaSources, count: usize) -> Result<(), String> {
             (),
             on,
             ROW_THREADS,
+            CUDA_PLANES,
             float(),
         );
         sources.add(&kernel, format!("{count} slots, {forward}"), row)?;
@@ -114,6 +115,7 @@ fn read_kernels(sources: &mut CudaSources, count: usize) -> Result<(), String> {
             on,
             on,
             ROW_THREADS,
+            CUDA_PLANES,
             float(),
         );
         sources.add(&kernel, format!("{count} slots, {backward}"), row)?;
@@ -174,6 +176,7 @@ fn write_kernels(sources: &mut CudaSources) -> Result<(), String> {
             (),
             ROW_THREADS,
             own_detail,
+            CUDA_PLANES,
             float(),
         );
         let variant = if own_detail {
@@ -192,6 +195,7 @@ fn write_kernels(sources: &mut CudaSources) -> Result<(), String> {
         t(),
         (),
         ROW_THREADS,
+        CUDA_PLANES,
         float(),
     );
     sources.add(&kernel, "", row)?;

@@ -7,7 +7,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::SoftmaxBackend;
 use crate::autodiff_node::from_primitive;
-use crate::ops::cube_shared::{ROW_THREADS, empty_like, per_row, primitive};
+use crate::ops::cube_shared::{ROW_THREADS, empty_like, per_row, plane_reduction, primitive};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 
@@ -56,6 +56,7 @@ where
         scores.clone().into_tensor_arg(),
         output.clone().into_tensor_arg(),
         ROW_THREADS,
+        plane_reduction(&scores.client, ROW_THREADS),
         scores.dtype.into(),
     );
     from_primitive(output)
@@ -84,6 +85,7 @@ where
         grad.into_tensor_arg(),
         output.clone().into_tensor_arg(),
         ROW_THREADS,
+        plane_reduction(&probabilities.client, ROW_THREADS),
         probabilities.dtype.into(),
     );
     from_primitive(output)
@@ -93,16 +95,18 @@ pub(super) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
-    use crate::ops::cube_shared::kernels::{reduce, strided};
+    use crate::ops::cube_shared::kernels::{cube_total, strided};
 
     /// Row `r` of the `[rows, seq]` view of `[..., seq, seq]` scores is query `r mod seq`: it sees
     /// keys `0..=r mod seq`. One cube per row: the row's maximum, then `Σ e^{x − max}`, then the
-    /// probabilities, zero after the query.
+    /// probabilities, zero after the query. An input's row is found once through its strides;
+    /// its keys are its last stride apart.
     #[cube(launch)]
     pub(in crate::ops) fn causal_softmax_kernel<F: Float>(
         scores: &Tensor<F>,
         output: &mut Tensor<F>,
         #[comptime] threads: usize,
+        #[comptime] planes: bool,
         #[define(F)] _dtype: StorageType,
     ) {
         let seq = output.shape(output.rank() - 1);
@@ -113,35 +117,31 @@ pub(super) mod kernels {
         let lane = UNIT_POS_X as usize;
         let visible = row % seq + 1;
         let start = row * seq;
+        let (base, step) = (strided(scores, start), scores.stride(scores.rank() - 1));
         let mut partials = SharedMemory::<F>::new(threads);
         // Key 0 is visible to every query: a finite start for the maximum.
-        let mut most = scores[strided(scores, start)];
+        let mut most = scores[base];
         let mut key = lane;
         while key < visible {
-            let x = scores[strided(scores, start + key)];
+            let x = scores[base + key * step];
             if x > most {
                 most = x;
             }
             key += threads;
         }
-        partials[lane] = most;
-        reduce(&mut partials, lane, threads, true);
-        let row_max = partials[0];
-        sync_cube();
+        let row_max = cube_total::<F>(&mut partials, lane, most, threads, true, planes);
         let mut sum = F::new(0.0);
         key = lane;
         while key < visible {
-            sum += (scores[strided(scores, start + key)] - row_max).exp();
+            sum += (scores[base + key * step] - row_max).exp();
             key += threads;
         }
-        partials[lane] = sum;
-        reduce(&mut partials, lane, threads, false);
-        let row_sum = partials[0];
+        let row_sum = cube_total::<F>(&mut partials, lane, sum, threads, false, planes);
         key = lane;
         while key < seq {
             let mut p = F::new(0.0);
             if key < visible {
-                p = (scores[strided(scores, start + key)] - row_max).exp() / row_sum;
+                p = (scores[base + key * step] - row_max).exp() / row_sum;
             }
             output[start + key] = p;
             key += threads;
@@ -155,6 +155,7 @@ pub(super) mod kernels {
         grad: &Tensor<F>,
         output: &mut Tensor<F>,
         #[comptime] threads: usize,
+        #[comptime] planes: bool,
         #[define(F)] _dtype: StorageType,
     ) {
         let seq = output.shape(output.rank() - 1);
@@ -164,22 +165,23 @@ pub(super) mod kernels {
         }
         let lane = UNIT_POS_X as usize;
         let start = row * seq;
+        let (y_base, y_step) = (
+            strided(probabilities, start),
+            probabilities.stride(probabilities.rank() - 1),
+        );
+        let (dy_base, dy_step) = (strided(grad, start), grad.stride(grad.rank() - 1));
         let mut partials = SharedMemory::<F>::new(threads);
         let mut dot = F::new(0.0);
         let mut key = lane;
         while key < seq {
-            let index = start + key;
-            dot += probabilities[strided(probabilities, index)] * grad[strided(grad, index)];
+            dot += probabilities[y_base + key * y_step] * grad[dy_base + key * dy_step];
             key += threads;
         }
-        partials[lane] = dot;
-        reduce(&mut partials, lane, threads, false);
-        let row_dot = partials[0];
+        let row_dot = cube_total::<F>(&mut partials, lane, dot, threads, false, planes);
         key = lane;
         while key < seq {
-            let index = start + key;
-            let y = probabilities[strided(probabilities, index)];
-            output[index] = y * (grad[strided(grad, index)] - row_dot);
+            let y = probabilities[y_base + key * y_step];
+            output[start + key] = y * (grad[dy_base + key * dy_step] - row_dot);
             key += threads;
         }
     }

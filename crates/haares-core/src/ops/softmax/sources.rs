@@ -5,7 +5,7 @@ use burn_cubecl::cubecl::prelude::CubeDim;
 use burn_cubecl::cubecl::wgpu::WgpuRuntime as W;
 
 use super::cube::kernels::{causal_softmax_backward_kernel, causal_softmax_kernel};
-use crate::cuda_sources::{CudaSources, float, settings, tensor};
+use crate::cuda_sources::{CUDA_PLANES, CudaSources, float, settings, tensor};
 use crate::ops::cube_shared::ROW_THREADS;
 
 /// Adds the causal softmax's two kernels, one cube of [`ROW_THREADS`] per row.
@@ -23,6 +23,7 @@ pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), Stri
         t(),
         t(),
         threads,
+        CUDA_PLANES,
         float(),
     );
     sources.add(&kernel, &variant, row)?;
@@ -33,6 +34,7 @@ pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), Stri
         t(),
         t(),
         threads,
+        CUDA_PLANES,
         float(),
     );
     sources.add(&kernel, &variant, row)?;

@@ -7,7 +7,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::SwigluBackend;
 use crate::autodiff_node::from_primitive;
-use crate::ops::cube_shared::{elementwise, empty_like, primitive};
+use crate::ops::cube_shared::{dense, elementwise, empty_like, primitive};
 
 impl<R, F, I, BT> SwigluBackend for CubeBackend<R, F, I, BT>
 where
@@ -25,8 +25,9 @@ where
             cube_count,
             cube_dim,
             gate.clone().into_tensor_arg(),
-            up.into_tensor_arg(),
+            up.clone().into_tensor_arg(),
             output.clone().into_tensor_arg(),
+            dense(&[&gate, &up]),
             gate.dtype.into(),
         );
         from_primitive(output)
@@ -45,10 +46,11 @@ where
             cube_count,
             cube_dim,
             gate.clone().into_tensor_arg(),
-            up.into_tensor_arg(),
-            grad.into_tensor_arg(),
+            up.clone().into_tensor_arg(),
+            grad.clone().into_tensor_arg(),
             gate_grad.clone().into_tensor_arg(),
             up_grad.clone().into_tensor_arg(),
+            dense(&[&gate, &up, &grad]),
             gate.dtype.into(),
         );
         (from_primitive(gate_grad), from_primitive(up_grad))
@@ -76,7 +78,7 @@ pub(super) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
-    use crate::ops::cube_shared::kernels::{at, strided};
+    use crate::ops::cube_shared::kernels::{at, element_at};
 
     /// `σ(x) = 1 / (1 + e^{−x})`.
     #[cube]
@@ -90,13 +92,14 @@ pub(super) mod kernels {
         gate: &Tensor<F>,
         up: &Tensor<F>,
         output: &mut Tensor<F>,
+        #[comptime] dense: bool,
         #[define(F)] _dtype: StorageType,
     ) {
         if ABSOLUTE_POS >= output.len() {
             terminate!();
         }
-        let g = gate[strided(gate, ABSOLUTE_POS)];
-        output[ABSOLUTE_POS] = g * sigmoid::<F>(g) * up[strided(up, ABSOLUTE_POS)];
+        let g = gate[element_at(gate, ABSOLUTE_POS, dense)];
+        output[ABSOLUTE_POS] = g * sigmoid::<F>(g) * up[element_at(up, ABSOLUTE_POS, dense)];
     }
 
     /// `∂u = ∂h ⊙ g σ(g)` and `∂g = ∂h ⊙ u ⊙ (σ(g) + g σ(g) (1 − σ(g)))`, one thread per element.
@@ -107,14 +110,15 @@ pub(super) mod kernels {
         grad: &Tensor<F>,
         gate_grad: &mut Tensor<F>,
         up_grad: &mut Tensor<F>,
+        #[comptime] dense: bool,
         #[define(F)] _dtype: StorageType,
     ) {
         if ABSOLUTE_POS >= gate_grad.len() {
             terminate!();
         }
-        let g = gate[strided(gate, ABSOLUTE_POS)];
-        let u = up[strided(up, ABSOLUTE_POS)];
-        let dh = grad[strided(grad, ABSOLUTE_POS)];
+        let g = gate[element_at(gate, ABSOLUTE_POS, dense)];
+        let u = up[element_at(up, ABSOLUTE_POS, dense)];
+        let dh = grad[element_at(grad, ABSOLUTE_POS, dense)];
         let (silu, slope) = silu_slope::<F>(g);
         up_grad[ABSOLUTE_POS] = dh * silu;
         gate_grad[ABSOLUTE_POS] = dh * u * slope;
@@ -145,7 +149,7 @@ pub(super) mod kernels {
         let column = ABSOLUTE_POS % width;
         let g = gate_up[at(gate_up, row, column)];
         let u = gate_up[at(gate_up, row, width + column)];
-        let dh = grad[strided(grad, ABSOLUTE_POS)];
+        let dh = grad[at(grad, row, column)];
         let (silu, slope) = silu_slope::<F>(g);
         output[row * 2 * width + column] = dh * u * slope;
         output[row * 2 * width + width + column] = dh * silu;

@@ -15,7 +15,7 @@ pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), Stri
     let (client, s) = (sources.client(), settings(cube));
     let t = tensor;
     let kernel =
-        swiglu_kernel::SwigluKernel::<W>::new(s.clone(), client.clone(), t(), t(), t(), float());
+        swiglu_kernel::SwigluKernel::<W>::new(s.clone(), client.clone(), t(), t(), t(), true, float());
     sources.add(&kernel, "", cube)?;
     let kernel = swiglu_backward_kernel::SwigluBackwardKernel::<W>::new(
         s.clone(),
@@ -25,6 +25,7 @@ pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), Stri
         t(),
         t(),
         t(),
+        true,
         float(),
     );
     sources.add(&kernel, "", cube)?;

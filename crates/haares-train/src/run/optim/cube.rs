@@ -1,7 +1,8 @@
-//! AdamW on the cube backends (CUDA, wgpu) in a few launches per step: the gradients' sums of
-//! squares for the global norm ([`squared_norms`]) and the updates ([`update_batch`]) each take a
+//! AdamW on the cube backends (CUDA, wgpu) in a few launches per step: the gradients' sum of
+//! squares for the global norm ([`squared_norm`]) and the updates ([`update_batch`]) each take a
 //! batch of parameters per launch, as many as the device's bindings allow, at most
-//! [`MAX_BATCH`]. The tensor-operation path ([`update_plain`](super::rule::update_plain)) launches
+//! [`MAX_BATCH`]; the sum of squares spreads each gradient over up to [`NORM_PARTS`] cubes, and
+//! one more launch adds their partial sums. The tensor-operation path ([`update_plain`](super::rule::update_plain)) launches
 //! about a dozen kernels per parameter, and a kernel per parameter still launches one per
 //! parameter: nine per layer, as many again for the norm (docs/benchmarks.md, "Kernel launches
 //! per training step"). Each element takes the plain path's f32 operations in its order, with
@@ -22,7 +23,7 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime};
 
-use super::cube_kernels::{adamw_kernel, sum_of_squares_kernel};
+use super::cube_kernels::{adamw_kernel, sum_of_squares_kernel, total_kernel};
 #[cfg(all(test, feature = "wgpu-backend"))]
 use super::rule::UpdateRule;
 use super::rule::{F32Rule, Moments, Pending};
@@ -31,8 +32,11 @@ use super::rule::{F32Rule, Moments, Pending};
 pub(super) const MAX_BATCH: usize = 16;
 /// Bindings of one parameter in an update launch: `p`, `g`, `m`, `v` and the new `p`, `m`, `v`.
 const UPDATE_BINDINGS: usize = 7;
-/// Threads of the cube that sums one gradient's squares.
+/// Threads of a cube that sums a part of one gradient's squares.
 pub(super) const NORM_THREADS: usize = 256;
+/// Cubes per gradient in the sums of squares: a batch of 16 is 1,024 cubes, several per
+/// multiprocessor of any GPU, where one cube per gradient left most of an H200's 132 idle.
+pub(super) const NORM_PARTS: usize = 64;
 
 type Cube<R, BT> = CubeBackend<R, f32, i32, BT>;
 
@@ -72,18 +76,18 @@ pub(crate) fn update_batch<B: Backend>(pending: &mut [Pending<B>]) -> Option<Vec
     None
 }
 
-/// Every gradient's sum of squares, `[Σ g₀², Σ g₁², …]`, as one tensor of the gradients' count,
-/// in one launch per batch (one cube per gradient), where squaring, summing and concatenating
-/// took three per gradient. `None` (nothing launched) unless `B` is one of the runners' cube
-/// backends and every gradient is f32.
-pub(crate) fn squared_norms<B: Backend>(gradients: &[Tensor<B, 1>]) -> Option<Tensor<B, 1>> {
+/// The gradients' sum of squares, `[Σ_i Σ g_i²]` (one element), in one launch per batch of
+/// gradients and one that adds the batches' partial sums, where squaring, summing and
+/// concatenating took three launches per gradient and a Burn sum. `None` (nothing launched)
+/// unless `B` is one of the runners' cube backends and every gradient is f32.
+pub(crate) fn squared_norm<B: Backend>(gradients: &[Tensor<B, 1>]) -> Option<Tensor<B, 1>> {
     #[cfg(feature = "wgpu-backend")]
-    if let Some(norms) = squared_norms_as::<B, cubecl::wgpu::WgpuRuntime, u32>(gradients) {
-        return Some(norms);
+    if let Some(norm) = squared_norm_as::<B, cubecl::wgpu::WgpuRuntime, u32>(gradients) {
+        return Some(norm);
     }
     #[cfg(feature = "cuda-backend")]
-    if let Some(norms) = squared_norms_as::<B, cubecl::cuda::CudaRuntime, u8>(gradients) {
-        return Some(norms);
+    if let Some(norm) = squared_norm_as::<B, cubecl::cuda::CudaRuntime, u8>(gradients) {
+        return Some(norm);
     }
     None
 }
@@ -138,8 +142,8 @@ fn sequence<R: CubeRuntime>(
     sequence
 }
 
-/// [`squared_norms`] when `B` is `CubeBackend<R, f32, i32, BT>`.
-fn squared_norms_as<B: Backend, R: CubeRuntime, BT: BoolElement>(
+/// [`squared_norm`] when `B` is `CubeBackend<R, f32, i32, BT>`.
+fn squared_norm_as<B: Backend, R: CubeRuntime, BT: BoolElement>(
     gradients: &[Tensor<B, 1>],
 ) -> Option<Tensor<B, 1>> {
     let cube: Vec<_> = gradients
@@ -148,21 +152,32 @@ fn squared_norms_as<B: Backend, R: CubeRuntime, BT: BoolElement>(
         .collect::<Option<_>>()?;
     let gradients: Vec<_> = cube.into_iter().map(contiguous::<R, BT>).collect();
     let like = gradients.first()?.clone();
-    let norms = empty_like(&like, gradients.len());
-    // The gradients, and the norms' output.
+    // Every cube writes its part, zero where the gradient is shorter than its parts.
+    let partials = empty_like(&like, gradients.len() * NORM_PARTS);
+    // The gradients, and the partial sums' output.
     let batch = batch_size(&like, 1, 1);
     for (index, chunk) in gradients.chunks(batch).enumerate() {
         sum_of_squares_kernel::launch::<R>(
             &like.client,
-            CubeCount::Static(chunk.len() as u32, 1, 1),
+            CubeCount::Static(NORM_PARTS as u32, chunk.len() as u32, 1),
             CubeDim::new_1d(NORM_THREADS as u32),
             sequence(chunk),
-            norms.clone().into_tensor_arg(),
+            partials.clone().into_tensor_arg(),
             (index * batch) as u32,
             NORM_THREADS,
+            NORM_PARTS,
         );
     }
-    from_cube::<B, R, BT>(norms)
+    let norm = empty_like(&like, 1);
+    total_kernel::launch::<R>(
+        &like.client,
+        CubeCount::Static(1, 1, 1),
+        CubeDim::new_1d(NORM_THREADS as u32),
+        partials.into_tensor_arg(),
+        norm.clone().into_tensor_arg(),
+        NORM_THREADS,
+    );
+    from_cube::<B, R, BT>(norm)
 }
 
 /// A parameter's operands on the device: `[p, g, m, v]`, contiguous.
@@ -375,31 +390,29 @@ mod wgpu_tests {
         }
     }
 
-    /// Gradients shorter than, as long as, and longer than the cube, more of them than one launch
-    /// takes, against f64 sums.
+    /// Gradients shorter than, as long as, and longer than the cube, and longer than all of a
+    /// gradient's parts (64 × 256 elements, so a thread takes several runs), more of them than
+    /// one launch takes: their sum of squares against f64's.
     #[test]
     #[ignore = "needs a wgpu adapter: cargo test --workspace -- --ignored wgpu"]
-    fn squared_norms_match_f64_sums() {
+    fn the_squared_norm_matches_the_f64_sum() {
         let lengths: Vec<usize> = (0..40).map(|i| [1, 255, 256, 257, 70_001][i % 5]).collect();
         let gradients: Vec<Tensor<Wgpu, 1>> = lengths
             .iter()
             .enumerate()
             .map(|(seed, &len)| tensor(values(len, seed)))
             .collect();
-        let norms = super::squared_norms(&gradients).expect("wgpu takes the kernel");
-        let norms = norms.to_data().to_vec::<f32>().unwrap();
-        assert_eq!(norms.len(), lengths.len());
-        for (seed, (len, norm)) in lengths.iter().zip(norms).enumerate() {
-            let exact: f64 = values(*len, seed)
-                .iter()
-                .map(|&x| f64::from(x).powi(2))
-                .sum();
-            let error = (f64::from(norm) - exact).abs() / exact.max(1e-30);
-            assert!(
-                error < 1e-5,
-                "gradient {seed}, {len} elements: {norm} against {exact}"
-            );
-        }
+        let norm = super::squared_norm(&gradients).expect("wgpu takes the kernel");
+        let norm = norm.to_data().to_vec::<f32>().unwrap();
+        assert_eq!(norm.len(), 1);
+        let exact: f64 = lengths
+            .iter()
+            .enumerate()
+            .flat_map(|(seed, &len)| values(len, seed))
+            .map(|x| f64::from(x).powi(2))
+            .sum();
+        let error = (f64::from(norm[0]) - exact).abs() / exact;
+        assert!(error < 1e-5, "{} against {exact}", norm[0]);
     }
 
     #[cfg(feature = "ndarray")]
@@ -407,6 +420,6 @@ mod wgpu_tests {
     fn other_backends_take_the_plain_norm() {
         let ones =
             burn::tensor::Tensor::<burn::backend::NdArray<f32>, 1>::ones([4], &Default::default());
-        assert!(super::squared_norms(&[ones]).is_none());
+        assert!(super::squared_norm(&[ones]).is_none());
     }
 }

@@ -57,38 +57,79 @@ pub(super) fn adamw_kernel(
     }
 }
 
-/// `norms[first + i] = Σ g_i²` with cube `i` for gradient `i`: each thread sums the squares at
-/// its stride, then thread 0 adds the threads' sums in order.
+/// `partials[first + i, part] = Σ g_i²` over part `part` of gradient `i` of the batch: cube
+/// `(part, i)` takes every `parts`-th run of `threads` elements of the gradient (`part` counted
+/// from its first run), so that a large gradient is spread over `parts` cubes and the batch over
+/// `parts ×` its count, and adds its threads' sums in a tree of fixed order.
 #[cube(launch)]
 pub(super) fn sum_of_squares_kernel(
     gradients: &Sequence<Tensor<f32>>,
-    norms: &mut Tensor<f32>,
+    partials: &mut Tensor<f32>,
     first: u32,
     #[comptime] threads: usize,
+    #[comptime] parts: usize,
 ) {
     let count = comptime![gradients.len()];
     let lane = UNIT_POS_X as usize;
-    let mut partials = SharedMemory::<f32>::new(threads);
+    let (part, position) = (CUBE_POS_X as usize, CUBE_POS_Y as usize);
+    let mut shared = SharedMemory::<f32>::new(threads);
     let mut sum = f32::new(0.0);
     #[unroll]
     for item in 0..count {
-        if CUBE_POS == item {
+        if position == item {
             let g = gradients.index(item);
-            let mut at = lane;
+            let mut at = part * threads + lane;
             while at < g.len() {
                 let x = g[at];
                 sum += x * x;
-                at += threads;
+                at += parts * threads;
             }
         }
     }
-    partials[lane] = sum;
-    sync_cube();
+    shared[lane] = sum;
+    let total = tree_total(&mut shared, lane);
     if lane == 0 {
-        let mut total = partials[0];
-        for thread in 1..threads {
-            total += partials[thread];
-        }
-        norms[first as usize + CUBE_POS] = total;
+        partials[(first as usize + position) * parts + part] = total;
     }
+}
+
+/// `total[0] = Σ partials`, one cube: each thread sums every `threads`-th element, then a tree
+/// of fixed order adds the threads' sums.
+#[cube(launch)]
+pub(super) fn total_kernel(
+    partials: &Tensor<f32>,
+    total: &mut Tensor<f32>,
+    #[comptime] threads: usize,
+) {
+    let lane = UNIT_POS_X as usize;
+    let mut shared = SharedMemory::<f32>::new(threads);
+    let mut sum = f32::new(0.0);
+    let mut at = lane;
+    while at < partials.len() {
+        sum += partials[at];
+        at += threads;
+    }
+    shared[lane] = sum;
+    let sum = tree_total(&mut shared, lane);
+    if lane == 0 {
+        total[0] = sum;
+    }
+}
+
+/// The sum of `shared[0..CUBE_DIM_X]` (a power of two), halving the live threads each step;
+/// every thread of the one-dimensional cube calls it, having written its own `shared[lane]`.
+#[cube]
+fn tree_total(shared: &mut SharedMemory<f32>, lane: usize) -> f32 {
+    sync_cube();
+    // The cube is one-dimensional, of `threads` threads: its size is the stride's runtime start
+    // (a compile-time value cannot change in a loop).
+    let mut stride = CUBE_DIM_X as usize / 2;
+    while stride > 0 {
+        if lane < stride {
+            shared[lane] = shared[lane] + shared[lane + stride];
+        }
+        sync_cube();
+        stride /= 2;
+    }
+    shared[0]
 }

@@ -5,11 +5,11 @@ use burn_cubecl::cubecl::prelude::CubeDim;
 use burn_cubecl::cubecl::wgpu::WgpuRuntime as W;
 use haares_core::cuda_sources::{CudaSources, elementwise_cube, settings, tensor, tensors};
 
-use super::cube::{MAX_BATCH, NORM_THREADS};
-use super::cube_kernels::{adamw_kernel, sum_of_squares_kernel};
+use super::cube::{MAX_BATCH, NORM_PARTS, NORM_THREADS};
+use super::cube_kernels::{adamw_kernel, sum_of_squares_kernel, total_kernel};
 
 /// Adds AdamW's update and the gradients' sums of squares, for a batch of one parameter and
-/// for a full batch (each batch size is a kernel of its own).
+/// for a full batch (each batch size is a kernel of its own), and the sum of their parts.
 ///
 /// # Errors
 /// CubeCL's compiler.
@@ -49,8 +49,12 @@ pub fn optimizer_cuda_sources(sources: &mut CudaSources) -> Result<(), String> {
             tensor(),
             (),
             NORM_THREADS,
+            NORM_PARTS,
         );
         sources.add(&kernel, &variant, norm)?;
     }
+    let kernel =
+        total_kernel::TotalKernel::<W>::new(settings(norm), sources.client(), tensor(), tensor(), NORM_THREADS);
+    sources.add(&kernel, "one cube", norm)?;
     Ok(())
 }

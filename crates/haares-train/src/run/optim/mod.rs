@@ -235,21 +235,22 @@ impl<B: Backend> AdamW<B> {
     }
 }
 
-/// The global gradient norm `√(Σ_params Σ g²)`: every parameter's sum of squares in one tensor,
-/// then its sum (on the cube backends one kernel launch per batch of up to 16 parameters,
-/// `cube.rs`; elsewhere a square and a sum per parameter and one concatenation), read back once.
+/// The global gradient norm `√(Σ_params Σ g²)`, read back once: on the cube backends one kernel
+/// launch per batch of up to 16 parameters and one for the total (`cube.rs`), elsewhere a square
+/// and a sum per parameter, one concatenation and a sum.
 fn global_norm<B: Backend>(gradients: &NamedGradients<B>) -> f64 {
     if gradients.is_empty() {
         return 0.0;
     }
     let tensors: Vec<Tensor<B, 1>> = gradients.iter().map(|(_, g)| g.clone()).collect();
     #[cfg(any(feature = "cuda-backend", feature = "wgpu-backend"))]
-    let squares = cube::squared_norms(&tensors);
+    let total = cube::squared_norm(&tensors);
     #[cfg(not(any(feature = "cuda-backend", feature = "wgpu-backend")))]
-    let squares = None;
-    let squares = squares
-        .unwrap_or_else(|| Tensor::cat(tensors.into_iter().map(|g| g.square().sum()).collect(), 0));
-    squares.sum().into_scalar().elem::<f64>().sqrt()
+    let total = None;
+    let total = total.unwrap_or_else(|| {
+        Tensor::cat(tensors.into_iter().map(|g| g.square().sum()).collect(), 0).sum()
+    });
+    total.into_scalar().elem::<f64>().sqrt()
 }
 
 /// Implements [`ParamVisitor`] for a visitor by calling its `$method::<D>(name, param)` on every

@@ -30,7 +30,7 @@ use super::{
     RoutingBackend, naive,
 };
 use crate::autodiff_node::from_primitive;
-use crate::ops::cube_shared::{ROW_THREADS, empty};
+use crate::ops::cube_shared::{ROW_THREADS, empty, is_cuda, plane_reduction};
 use crate::ops::routing::cube_shared::{MAX_SLOTS_PER_LAUNCH, cube_tensor, sequence};
 use crate::ops::routing::{SlotRows, slot_column};
 
@@ -93,19 +93,6 @@ impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBac
             naive::compose_backward(read, into, wanted, mean_squares_wanted)
         })
     }
-}
-
-/// Whether `R` is CubeCL's CUDA runtime. Only this crate's `cuda` feature names that runtime, so
-/// without it every runtime counts as not CUDA.
-#[cfg(feature = "cuda")]
-fn is_cuda<R: CubeRuntime>() -> bool {
-    std::any::TypeId::of::<R>() == std::any::TypeId::of::<burn_cubecl::cubecl::cuda::CudaRuntime>()
-}
-
-#[cfg(not(feature = "cuda"))]
-#[allow(clippy::extra_unused_type_parameters)] // the same signature as with the feature
-fn is_cuda<R: CubeRuntime>() -> bool {
-    false
 }
 
 /// Threads that sum one column of the query's per-token gradients (a multiple of the kernel's
@@ -248,6 +235,7 @@ where
         norm.map_or(0.0, |norm| norm.epsilon as f32),
         norm.is_some(),
         ROW_THREADS,
+        plane_reduction(&client, ROW_THREADS),
         dtype.into(),
     );
     Some(ReadForward {
@@ -349,6 +337,7 @@ where
         bias_wanted,
         with_norm,
         ROW_THREADS,
+        plane_reduction(&client, ROW_THREADS),
         dtype.into(),
     );
     let raw_grads: Rows<R, F, I, BT> = from_primitive(raw_grads);

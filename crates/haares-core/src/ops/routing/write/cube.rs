@@ -21,7 +21,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::{PairWrite, RmsMatching, SourceWriteBackend};
 use crate::autodiff_node::from_primitive;
-use crate::ops::cube_shared::{ROW_THREADS, empty};
+use crate::ops::cube_shared::{plane_reduction, ROW_THREADS, empty};
 use crate::ops::routing::cube_shared::cube_tensor;
 use crate::ops::routing::sums::cube::{add_scaled_rows, row_dots};
 
@@ -158,8 +158,8 @@ fn rms_match_multiplier<R: CubeRuntime>(
 
 /// eq:update's `sum + sign · term` on `[tokens, d]` rows and the result's mean square per token
 /// (`[tokens, 1]`), in one launch: one cube per token, each thread summing the squares of the
-/// elements it writes, in the order of the row-dot kernel (`sums/cube/kernels.rs`) that
-/// [`RoutingBackend::row_mean_square`](super::RoutingBackend::row_mean_square) launches.
+/// elements it writes, the cube adding the threads' sums as every row kernel does
+/// (`cube_shared::kernels::reduce`).
 fn signed_sum_with_mean_square<R: CubeRuntime>(
     sum: &CubeTensor<R>,
     term: &CubeTensor<R>,
@@ -180,6 +180,7 @@ fn signed_sum_with_mean_square<R: CubeRuntime>(
         mean_square.clone().into_tensor_arg(),
         sign as f32,
         ROW_THREADS,
+        plane_reduction(&client, ROW_THREADS),
         sum.dtype.into(),
     );
     (output, mean_square)
@@ -241,6 +242,7 @@ fn pair_write<R: CubeRuntime>(
         epsilon as f32,
         ROW_THREADS,
         own_detail,
+        plane_reduction(&client, ROW_THREADS),
         cumulative.dtype.into(),
     );
     PairRows {
@@ -256,7 +258,7 @@ pub(in crate::ops) mod kernels {
     use burn_cubecl::cubecl;
     use burn_cubecl::cubecl::prelude::*;
 
-    use crate::ops::cube_shared::kernels::reduce;
+    use crate::ops::cube_shared::kernels::cube_total;
 
     /// One cube per token `n`: `output[n, k] = sum[n, k] + sign · term[n, k]` for each thread's
     /// `k` (exactly `sum + term` and `sum − term` for the signs ±1), then
@@ -270,6 +272,7 @@ pub(in crate::ops) mod kernels {
         mean_square: &mut Tensor<F>,
         sign: f32,
         #[comptime] threads: usize,
+        #[comptime] planes: bool,
         #[define(F)] _dtype: StorageType,
     ) {
         let token = CUBE_POS;
@@ -288,10 +291,9 @@ pub(in crate::ops) mod kernels {
             squares += value * value;
             k += threads;
         }
-        partials[lane] = squares;
-        reduce::<F>(&mut partials, lane, threads, false);
+        let squares = cube_total::<F>(&mut partials, lane, squares, threads, false, planes);
         if lane == 0 {
-            mean_square[token * mean_square.stride(0)] = partials[0] / F::cast_from(d_model);
+            mean_square[token * mean_square.stride(0)] = squares / F::cast_from(d_model);
         }
     }
 
@@ -369,6 +371,7 @@ pub(in crate::ops) mod kernels {
         epsilon: f32,
         #[comptime] threads: usize,
         #[comptime] own_detail: bool,
+        #[comptime] planes: bool,
         #[define(F)] _dtype: StorageType,
     ) {
         let token = CUBE_POS;
@@ -377,8 +380,7 @@ pub(in crate::ops) mod kernels {
         }
         let lane = UNIT_POS_X as usize;
         let d_model = cumulative_out.shape(1);
-        let mut cumulative_partials = SharedMemory::<F>::new(threads);
-        let mut detail_partials = SharedMemory::<F>::new(threads);
+        let mut partials = SharedMemory::<F>::new(threads);
         let mut cumulative_squares = F::new(0.0);
         let mut detail_squares = F::new(0.0);
         let mut k = lane;
@@ -395,18 +397,17 @@ pub(in crate::ops) mod kernels {
             }
             k += threads;
         }
-        cumulative_partials[lane] = cumulative_squares;
-        reduce::<F>(&mut cumulative_partials, lane, threads, false);
+        let cumulative_squares =
+            cube_total::<F>(&mut partials, lane, cumulative_squares, threads, false, planes);
         if comptime![own_detail] {
-            detail_partials[lane] = detail_squares;
-            reduce::<F>(&mut detail_partials, lane, threads, false);
+            detail_squares = cube_total::<F>(&mut partials, lane, detail_squares, threads, false, planes);
         }
         if lane == 0 {
-            let cumulative_mean = cumulative_partials[0] / F::cast_from(d_model);
+            let cumulative_mean = cumulative_squares / F::cast_from(d_model);
             cumulative_mean_square[token * cumulative_mean_square.stride(0)] = cumulative_mean;
             let mut detail_mean = cumulative_mean;
             if comptime![own_detail] {
-                detail_mean = detail_partials[0] / F::cast_from(d_model);
+                detail_mean = detail_squares / F::cast_from(d_model);
                 detail_mean_square[token * detail_mean_square.stride(0)] = detail_mean;
             }
             let clamped =

@@ -4,7 +4,7 @@
 use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 
-use crate::ops::cube_shared::kernels::reduce;
+use crate::ops::cube_shared::kernels::cube_total;
 use crate::ops::routing::sums::cube::kernels::partial_dots;
 use crate::ops::routing::sums::cube::kernels::total_slots;
 
@@ -34,6 +34,7 @@ pub(in crate::ops) fn read_forward_kernel<F: Float>(
     norm_epsilon: f32,
     #[comptime] with_norm: bool,
     #[comptime] threads: usize,
+    #[comptime] planes: bool,
     #[define(F)] _dtype: StorageType,
 ) {
     let count = comptime![slots.len()];
@@ -106,9 +107,8 @@ pub(in crate::ops) fn read_forward_kernel<F: Float>(
     }
     if with_norm {
         // Each thread reads back the entries it wrote.
-        partials[lane] = squares;
-        reduce::<F>(&mut partials, lane, threads, false);
-        let rms = (partials[0] / F::cast_from(d_model) + F::cast_from(norm_epsilon)).sqrt();
+        let squares = cube_total::<F>(&mut partials, lane, squares, threads, false, planes);
+        let rms = (squares / F::cast_from(d_model) + F::cast_from(norm_epsilon)).sqrt();
         k = lane;
         while k < d_model {
             let h = mixture[token * mixture.stride(0) + k * mixture.stride(1)];
@@ -198,6 +198,7 @@ pub(in crate::ops) fn read_backward_kernel<F: Float>(
     #[comptime] bias_wanted: bool,
     #[comptime] with_norm: bool,
     #[comptime] threads: usize,
+    #[comptime] planes: bool,
     #[define(F)] _dtype: StorageType,
 ) {
     let count = comptime![slots.len()];
@@ -240,6 +241,7 @@ pub(in crate::ops) fn read_backward_kernel<F: Float>(
             &mut partials,
             lane,
             threads,
+            planes,
         );
         partial_dots::<F>(
             slots,
@@ -375,6 +377,7 @@ fn norm_backward_row<F: Float>(
     partials: &mut SharedMemory<F>,
     lane: usize,
     #[comptime] threads: usize,
+    #[comptime] planes: bool,
 ) {
     let d_model = grad.shape(1);
     let (h_row, grad_row) = (token * out.stride(0), token * grad.stride(0));
@@ -386,10 +389,8 @@ fn norm_backward_row<F: Float>(
         squares += h * h;
         k += threads;
     }
-    partials[lane] = squares;
-    reduce::<F>(partials, lane, threads, false);
-    let rms = (partials[0] / F::cast_from(d_model) + F::cast_from(norm_epsilon)).sqrt();
-    sync_cube();
+    let squares = cube_total::<F>(partials, lane, squares, threads, false, planes);
+    let rms = (squares / F::cast_from(d_model) + F::cast_from(norm_epsilon)).sqrt();
     let mut dot = F::new(0.0);
     k = lane;
     while k < d_model {
@@ -397,10 +398,7 @@ fn norm_backward_row<F: Float>(
         dot += grad[grad_row + k * grad.stride(1)] * gain[k * gain.stride(1)] * normed;
         k += threads;
     }
-    partials[lane] = dot;
-    reduce::<F>(partials, lane, threads, false);
-    let along_row = partials[0] / F::cast_from(d_model);
-    sync_cube();
+    let along_row = cube_total::<F>(partials, lane, dot, threads, false, planes) / F::cast_from(d_model);
     k = lane;
     while k < d_model {
         let at = h_row + k * out.stride(1);
