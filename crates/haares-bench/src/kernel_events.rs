@@ -213,17 +213,27 @@ pub fn install() -> bool {
 /// `--kernel-times`), they are in it as the kernel [`CUBLAS_GEMM`]: CubeCL's log does not see
 /// them.
 pub fn tally() -> Option<KernelTally> {
-    let mut tally = TALLY.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
+    let tally = TALLY.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
     #[cfg(feature = "cuda")]
-    if haares_core::ops::matmul::cublas::is_timing() {
-        let blas = haares_core::ops::matmul::cublas::timed_so_far();
+    let tally = with_cublas_products(tally);
+    Some(tally)
+}
+
+/// `tally` with cuBLAS's products timed so far, as the kernel [`CUBLAS_GEMM`].
+#[cfg(feature = "cuda")]
+fn with_cublas_products(mut tally: KernelTally) -> KernelTally {
+    use haares_core::ops::matmul::cublas;
+    if cublas::is_timing() {
+        let blas = cublas::timed_so_far();
         let nanos = (blas.seconds * 1e9).round() as u64;
         tally.launched += blas.calls as usize;
         tally.device_ns += nanos;
-        tally.launched_by_name.insert(CUBLAS_GEMM.into(), blas.calls as usize);
+        tally
+            .launched_by_name
+            .insert(CUBLAS_GEMM.into(), blas.calls as usize);
         tally.device_ns_by_name.insert(CUBLAS_GEMM.into(), nanos);
     }
-    Some(tally)
+    tally
 }
 
 /// The name cuBLAS's products take in a tally.

@@ -8,7 +8,8 @@ use haares_bench::analytic::{params_table, sources_table};
 use haares_bench::backends::dispatch;
 use haares_bench::cost::paired::{PairedArgs, run_paired, write_paired_run};
 use haares_bench::cost::peer::{PeerKind, PeerMatmul};
-use haares_bench::cost::versus::{VersusArgs, run_versus, write_versus_run};
+use haares_bench::cost::versus::{VersusArgs, run_versus};
+use haares_bench::cost::versus_report::write_versus_run;
 use haares_bench::cost::worker::{KernelLog, RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
 use haares_bench::cost::{CostSpec, Family, Preset, SizeArgs, run_cost, write_cost_run};
 use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
@@ -170,6 +171,8 @@ struct CostArgs {
     /// skipped, with a message, where PyTorch cannot be imported.
     #[arg(long, value_enum, value_delimiter = ',')]
     peer: Vec<PeerKind>,
+    #[command(flatten)]
+    targets: haares_bench::cost::targets::TargetArgs,
     /// The Python interpreter of the peer (one that can `import torch, safetensors`).
     #[arg(long, default_value = "python3")]
     python: String,
@@ -277,6 +280,7 @@ impl CostArgs {
             spec.peer_matmul = matmul;
         }
         spec.count_launches = !self.no_launches;
+        spec.targets = self.targets.targets();
         (spec, out)
     }
 }
@@ -298,6 +302,13 @@ fn cost(args: CostArgs) -> Result<String, String> {
     let table = write_cost_run(&run, &out)?;
     eprintln!("wrote {0}.md and {0}.json", out.display());
     Ok(table)
+}
+
+fn anatomy_command(args: AnatomyArgs) -> Result<String, String> {
+    let (run, out) = anatomy(args)?;
+    let markdown = haares_bench::step_anatomy_report::report(&run);
+    haares_bench::cost::write_atomically_both(&out, &run, &markdown)?;
+    Ok(markdown)
 }
 
 fn products(args: &haares_bench::products::ProductsArgs) -> Result<String, String> {
@@ -383,6 +394,9 @@ fn gemm(backend: &str, size: usize) -> Result<String, String> {
 }
 
 fn main() -> ExitCode {
+    // glibc's allocator keeps what a training step frees (the process is this binary's to
+    // configure; the library never sets it): before any thread starts.
+    haares_train::cpu::keep_freed_memory();
     let cli = Cli::parse();
     // The products' provider (HAARES_PRODUCTS) is the process's and its workers': a misspelt one
     // is refused before any work.
@@ -414,7 +428,7 @@ fn main() -> ExitCode {
         Command::FirstStep(args) => first_step(args),
         Command::Gemm { backend, size } => gemm(&backend, size),
         Command::GpuCheck(args) => gpu_check(args),
-        Command::Anatomy(args) => anatomy(args),
+        Command::Anatomy(args) => anatomy_command(args),
         Command::CostWorker { backend, task } => cost_worker(&backend, &task),
     };
     match result {

@@ -12,13 +12,14 @@
 use std::path::PathBuf;
 
 use haares_core::ModelFamily;
-use haares_core::op_times::{OpTime, Pass, ProductShape, ProductTime};
+use haares_core::op_times::{OpTime, Pass, ProductTime};
 use serde::{Deserialize, Serialize};
 
 use crate::cost::export::ExportTask;
 use crate::cost::peer::Peer;
+use crate::cost::peer_profile::PeerProfile;
 use crate::cost::worker::{TrainSample, WorkerTask};
-use crate::cost::{CostSpec, SizeArgs, run_worker, write_atomically_both};
+use crate::cost::{CostSpec, SizeArgs, run_worker};
 
 /// `haares-bench anatomy`'s options.
 #[derive(clap::Args)]
@@ -72,56 +73,6 @@ pub struct MethodAnatomy {
     pub peer: Option<PeerProfile>,
 }
 
-/// Where the peer's steady step went: the median forward (with the loss), backward and update
-/// seconds, and `torch.profiler`'s operations with their self time and calls per step, slowest
-/// first.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PeerProfile {
-    /// Forward, backward, update seconds, timed without the profiler.
-    pub phase_s: [f64; 3],
-    /// The profiler's operations.
-    pub operations: Vec<PeerOperation>,
-    /// Its matrix products (`aten::mm`, `aten::addmm`, `aten::bmm`) by shape, each call's wall
-    /// time outside the profiler (whose shape recording slowed them by half on a 2-core host).
-    #[serde(default)]
-    pub products: Vec<PeerProduct>,
-}
-
-/// One shape of PyTorch's matrix products: `matrices` products `[m, k] · [k, n]`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PeerProduct {
-    /// Products in the batch (1 for `aten::mm`).
-    pub matrices: usize,
-    /// Rows of the left operand.
-    pub m: usize,
-    /// The shared dimension.
-    pub k: usize,
-    /// Columns of the right operand.
-    pub n: usize,
-    /// Wall seconds per step.
-    pub seconds: f64,
-    /// Calls per step.
-    pub calls: f64,
-}
-
-impl PeerProduct {
-    /// Its shape as ours are kept.
-    pub fn shape(&self) -> ProductShape {
-        ProductShape::new(self.matrices, self.m, self.k, self.n)
-    }
-}
-
-/// One of `torch.profiler`'s operations.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PeerOperation {
-    /// Its name (`aten::mm`, …).
-    pub name: String,
-    /// Self CPU seconds per step.
-    pub self_s: f64,
-    /// Calls per step.
-    pub calls: f64,
-}
-
 /// The whole run: `<out>.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AnatomyRun {
@@ -135,8 +86,9 @@ pub struct AnatomyRun {
     pub methods: Vec<MethodAnatomy>,
 }
 
-/// Runs the anatomy and writes `<out>.md` and `<out>.json`; returns the markdown.
-pub fn anatomy(args: AnatomyArgs) -> Result<String, String> {
+/// Runs the anatomy; the run and where its files go (`--out`, or `runs/bench/anatomy-<backend>`).
+/// `step_anatomy_report` writes it.
+pub fn anatomy(args: AnatomyArgs) -> Result<(AnatomyRun, PathBuf), String> {
     if !matches!(args.backend.as_str(), "flex" | "ndarray") {
         return Err(format!(
             "anatomy times operations on the CPU backends (flex, ndarray), not `{}`: a GPU \
@@ -183,12 +135,10 @@ pub fn anatomy(args: AnatomyArgs) -> Result<String, String> {
         peer_skipped,
         methods,
     };
-    let markdown = crate::step_anatomy_report::report(&run);
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from(format!("runs/bench/anatomy-{}", run.spec.backend)));
-    write_atomically_both(&out, &run, &markdown)?;
-    Ok(markdown)
+    Ok((run, out))
 }
 
 /// A worker's recorded operations as per-steady-step figures.

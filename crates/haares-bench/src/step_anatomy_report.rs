@@ -7,8 +7,9 @@ use std::fmt::Write as _;
 
 use haares_core::op_times::{OpTime, Pass, ProductShape};
 
+use crate::cost::peer_profile::PeerProfile;
 use crate::cost::summary::method_with_path;
-use crate::step_anatomy::{AnatomyRun, MethodAnatomy, PeerProfile, pass_total};
+use crate::step_anatomy::{AnatomyRun, MethodAnatomy, pass_total};
 
 /// How many of PyTorch's operations the report lists.
 const PEER_ROWS: usize = 12;

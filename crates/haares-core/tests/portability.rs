@@ -453,7 +453,7 @@ macro_rules! cube_backend_tests {
 }
 
 /// Burn's kernel fusion over wgpu (`burn::backend::Wgpu` as Burn defines it), with the plain
-/// operations: issue 34's check of whether fusion can be offered, run then without autotuning
+/// operations: the check of whether fusion can be offered, run then without autotuning
 /// (test builds are autotuned since, docs/decisions.md, decision 27). Only with `--features
 /// fusion`; CI compiles it (its GPU-feature check) but does not run it. What it gave is in
 /// docs/deviations.md ("GPU backends without Burn's kernel fusion").

@@ -1,5 +1,7 @@
-//! How a CPU job runs: on a thread of a Rayon pool whose other threads stay awake while it runs,
-//! with glibc's allocator keeping freed memory.
+//! How a CPU job runs: on a thread of a Rayon pool whose other threads stay awake while it runs;
+//! and glibc's allocator settings that keep freed memory ([`keep_freed_memory`]), which the
+//! binaries (`haares-train`, `haares-bench`) set in `main` and a library call never does: they
+//! are the whole process's.
 //!
 //! Both are about what a training step on Flex or NdArray pays besides its arithmetic
 //! (docs/notebook/cpu-speed.md, "The CPU job on Rayon's pool"). With the routing loops split over the
@@ -16,8 +18,10 @@ use std::time::{Duration, Instant};
 const CPU_POOL_STACK: usize = 64 << 20;
 
 /// Runs `work` on a thread of a Rayon pool with as many threads as Rayon's own pool would have
-/// (`RAYON_NUM_THREADS`, else one per core), after [`keep_freed_memory`], with the pool's other
-/// threads kept awake ([`WorkersAwake`]) until it returns.
+/// (`RAYON_NUM_THREADS`, else one per core), with the pool's other threads kept awake
+/// ([`WorkersAwake`]) until it returns. The pool ends with the call. It leaves the allocator as
+/// the process has it: a program that wants the CPU step's speed calls [`keep_freed_memory`]
+/// first, as the binaries do.
 ///
 /// The backend's parallel operations inside `work` (Flex's matrix products, the routing loops)
 /// then start as tasks on a pool whose threads are already awake. Called from the main thread,
@@ -25,7 +29,6 @@ const CPU_POOL_STACK: usize = 64 << 20;
 /// and one thread more than there are cores. Without a pool (threads cannot be started) the work
 /// runs here.
 pub fn on_cpu_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
-    keep_freed_memory();
     let pool = rayon::ThreadPoolBuilder::new()
         .thread_name(|index| format!("haares-cpu-{index}"))
         .stack_size(CPU_POOL_STACK)
@@ -58,8 +61,10 @@ pub fn on_cpu_pool<R: Send>(work: impl FnOnce() -> R + Send) -> R {
 /// a step contend for the one arena's lock with at most the pool's other threads.
 ///
 /// The process keeps what it freed: peak RSS on the cpu preset rose by about 6% (HAARES 394 →
-/// 418 MB), allocated memory not at all. Set before the threads it concerns first allocate: an
-/// arena is a thread's from its first allocation on.
+/// 418 MB), allocated memory not at all. These settings are the whole process's and last until it
+/// ends, so nothing in the library sets them: call this first thing in `main`, before any thread
+/// starts (an arena is a thread's from its first allocation on), as `haares-train` and
+/// `haares-bench` do, if the process is yours to configure.
 ///
 /// Does nothing where `GLIBC_TUNABLES` already sets malloc options (the user's choice wins), and
 /// on other C libraries.
@@ -160,7 +165,7 @@ fn take_tasks_until(stop: &AtomicBool) {
 /// training tests) would blur.
 #[cfg(all(test, target_os = "linux", target_env = "gnu"))]
 mod tests {
-    use super::on_cpu_pool;
+    use super::{keep_freed_memory, on_cpu_pool};
 
     /// The environment variable that marks a test run by [`passes_in_a_child`].
     const CHILD: &str = "HAARES_CPU_TEST_CHILD";
@@ -238,6 +243,7 @@ mod tests {
     #[ignore = "run in a child process by cpu::tests::freed_memory_is_reused_by_the_pool_threads"]
     fn freed_memory_rounds_in_a_child() {
         assert!(in_a_child(), "run by its parent test");
+        keep_freed_memory();
         // 32 buffers of about 4 MiB live at once (128 MiB: more than one 64 MiB heap of an arena),
         // then freed, ten rounds after a first that faults them in.
         let round = || {

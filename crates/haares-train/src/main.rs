@@ -50,6 +50,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // glibc's allocator keeps what a training step frees (the process is this binary's to
+    // configure; the library never sets it): before any thread starts.
+    haares_train::cpu::keep_freed_memory();
     let cli = Cli::parse();
     // The products' provider is the process's (HAARES_PRODUCTS): a misspelt one is refused before
     // any work, not replaced by the default.

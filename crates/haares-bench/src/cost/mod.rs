@@ -13,15 +13,19 @@ pub mod family_args;
 pub mod launches;
 pub mod paired;
 pub mod peer;
+pub mod peer_profile;
 pub mod peer_report;
 pub mod peer_server;
 pub mod peer_settings;
 pub mod report;
 pub mod stats;
 pub mod summary;
+pub mod targets;
 pub mod versus;
 pub mod versus_report;
 pub mod worker;
+
+pub use family_args::{Family, Preset, SizeArgs};
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -82,6 +86,9 @@ pub struct CostSpec {
     /// Count the kernels a step launches, on the cube backends ([`launches`]). Default: yes.
     #[serde(default = "default_count_launches")]
     pub count_launches: bool,
+    /// What the report judges the run against.
+    #[serde(default)]
+    pub targets: targets::Targets,
 }
 
 fn default_peer_matmul() -> Vec<peer::PeerMatmul> {
@@ -128,6 +135,7 @@ impl CostSpec {
             peer_matmul: default_peer_matmul(),
             peer_modes: default_peer_modes(),
             count_launches: default_count_launches(),
+            targets: targets::Targets::default(),
         }
     }
 
@@ -273,77 +281,6 @@ impl CostSpec {
             }
         }
         Ok(())
-    }
-}
-
-/// A model family on the command line.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum Family {
-    /// d = 128.
-    Small,
-    /// d = 512.
-    Medium,
-    /// d = 768.
-    Large,
-}
-
-impl Family {
-    /// The families named.
-    pub fn of(families: Vec<Family>) -> Vec<ModelFamily> {
-        families
-            .into_iter()
-            .map(|f| match f {
-                Family::Small => ModelFamily::Small,
-                Family::Medium => ModelFamily::Medium,
-                Family::Large => ModelFamily::Large,
-            })
-            .collect()
-    }
-}
-
-/// The sizes a cost-protocol run (or a paired run) starts from.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum Preset {
-    /// Small widths at 12 layers, batch 8 × 128, 12 steps × 2 repeats: minutes on a 2-core CPU.
-    Cpu,
-    /// tab:cost: d = 128/512/768 at 48 layers, batch 16 × 512, 2K steps (a GPU).
-    Paper,
-}
-
-impl Preset {
-    /// The preset's spec on `backend`, and its name.
-    pub fn spec(self, backend: &str) -> (CostSpec, &'static str) {
-        match self {
-            Preset::Cpu => (CostSpec::cpu(backend), "cpu"),
-            Preset::Paper => (CostSpec::paper(backend), "paper"),
-        }
-    }
-}
-
-/// The model sizes `cost`, `paired` and `versus` take on the command line, each replacing its preset's.
-#[derive(clap::Args)]
-pub struct SizeArgs {
-    /// Depth L [default: the preset's].
-    #[arg(long)]
-    layers: Option<usize>,
-    /// Blocks N, which must divide 2L [default: the preset's].
-    #[arg(long)]
-    blocks: Option<usize>,
-    /// Rows per batch [default: the preset's].
-    #[arg(long)]
-    batch: Option<usize>,
-    /// Context length [default: the preset's].
-    #[arg(long)]
-    seq: Option<usize>,
-}
-
-impl SizeArgs {
-    /// `spec` with the sizes given here.
-    pub fn apply(&self, spec: &mut CostSpec) {
-        spec.layers = self.layers.unwrap_or(spec.layers);
-        spec.blocks = self.blocks.unwrap_or(spec.blocks);
-        spec.batch = self.batch.unwrap_or(spec.batch);
-        spec.seq = self.seq.unwrap_or(spec.seq);
     }
 }
 

@@ -256,7 +256,7 @@ pub struct PairedArgs {
     /// AttnRes, Block AttnRes over Standard); two paths of one method keep their order.
     #[arg(long, value_delimiter = ',', default_value = "haares,block-attnres")]
     methods: Vec<String>,
-    /// The ratio's target [default: 1.05, HAARES / Block AttnRes in the CPU-speed issue].
+    /// The ratio's target, at most [default: 1.05, as `cost`'s HAARES / Block AttnRes target].
     #[arg(long, default_value_t = 1.05)]
     target: f64,
     /// Output path without extension [default: runs/bench/paired-{backend}].

@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use super::CostSpec;
 use super::export::ExportTask;
+use super::peer_profile::PeerProfile;
 use super::stats::median;
 use super::worker::{RESULT_PREFIX, TrainSample, WorkerTask};
-use crate::step_anatomy::PeerProfile;
 
 /// The peer script, compiled in so that an installed `haares-bench` carries it.
 pub const SCRIPT: &str = include_str!("../../peer/torch_peer.py");

@@ -1,7 +1,6 @@
 //! The PyTorch peer's part of the cost report: its steps beside ours, throughput ratios, the two
-//! GEMM peaks and the speed targets, each method against the faster of the PyTorch runs (eager,
-//! compiled) at our matrix products' precision whose logits agree with ours: on a CPU ≥ 1.3×
-//! and GEMM ≥ 0.7× (the CPU-speed issues); on CUDA ≥ 1.0× (the CUDA-speed issue, target 2).
+//! GEMM peaks and the speed targets ([`super::targets`]), each method against the faster of the
+//! PyTorch runs (eager, compiled) at our matrix products' precision whose logits agree with ours.
 
 use std::fmt::Write as _;
 
@@ -12,22 +11,6 @@ use super::CostRun;
 use super::peer::{PeerMatmul, PeerMode, PeerSample, logits_tolerance, peer_model};
 use super::stats::median;
 use super::summary::{MethodCost, megabytes, method_with_path};
-
-/// Throughput of ours / the best PyTorch's at which the CPU-speed issue's target is met.
-pub const THROUGHPUT_TARGET: f64 = 1.3;
-/// The same on CUDA (the CUDA-speed issue's target 2), at the same matrix-product precision.
-pub const GPU_THROUGHPUT_TARGET: f64 = 1.0;
-
-/// The throughput target on `backend`.
-pub fn throughput_target(backend: &str) -> f64 {
-    if backend.starts_with("cuda") {
-        GPU_THROUGHPUT_TARGET
-    } else {
-        THROUGHPUT_TARGET
-    }
-}
-/// Our GEMM peak / PyTorch's at which the CPU-speed issue's GEMM target is met.
-pub const GEMM_TARGET: f64 = 0.7;
 
 /// The peer's summary of one method.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -137,7 +120,7 @@ pub fn write_peer_section(
         return;
     }
     let ours_matmul = PeerMatmul::ours(&run.spec.backend);
-    let target = throughput_target(&run.spec.backend);
+    let target = run.spec.targets.throughput_on(&run.spec.backend);
     let _ = write!(
         out,
         "PyTorch {} with {} threads and {} inter-op threads (`{}`): the same model from the same \
@@ -199,24 +182,20 @@ pub fn write_peer_section(
             theirs / 1e9,
             n = run.spec.gemm_n
         );
-        let verdict = if ratio >= GEMM_TARGET {
+        let gemm_target = run.spec.targets.gemm;
+        let verdict = if ratio >= gemm_target {
             "met"
         } else {
             "not met"
         };
         let _ = writeln!(
             targets,
-            "- GEMM peak / PyTorch's {ratio:.3}× (target ≥ {GEMM_TARGET}×): {verdict}"
+            "- GEMM peak / PyTorch's {ratio:.3}× (target ≥ {gemm_target}×): {verdict}"
         );
     }
-    let issue = if run.spec.backend.starts_with("cuda") {
-        "the CUDA-speed issue's target 2"
-    } else {
-        "the CPU-speed issue"
-    };
     let _ = write!(
         out,
-        "\nTargets ({issue})\n\n{targets}\nThe throughput ratios compare medians of runs seconds \
+        "\nTargets against PyTorch (`--throughput-target`, `--gemm-target`)\n\n{targets}\nThe throughput ratios compare medians of runs seconds \
          apart; where the host's speed drifts on that scale, `haares-bench versus` alternates our \
          steps with PyTorch's round by round and gives each ratio a 95% interval.\n"
     );

@@ -1,9 +1,9 @@
 //! Our training step and PyTorch's, alternated step by step: `haares-bench versus`.
 //!
 //! The cost protocol times our steps and the peer's in separate runs seconds apart; on a host
-//! whose speed drifts within seconds (the 2-core AVX2 host of 2026-12-07: one build's Standard
-//! Residual step 0.28–0.38 s within minutes, four runs' ratios to PyTorch 1.17–1.48×) the ratio
-//! of two such medians moves with the host. Here our model (in this process) and each PyTorch
+//! whose speed drifts within seconds (a shared 2-core host's Standard Residual step has moved by
+//! a fifth between runs minutes apart: docs/notebook/cpu-results.md) the ratio of two such medians moves with
+//! the host. Here our model (in this process) and each PyTorch
 //! peer (a process of its own, [`PeerServer`]) take one step each per round, one after another,
 //! the order turning every round, so that the steps of a round see nearly the same machine. The
 //! ratio is taken within each round, and its median over the rounds comes with the sign test's
@@ -23,12 +23,10 @@ use serde::{Deserialize, Serialize};
 use super::CostSpec;
 use super::export::ExportTask;
 use super::peer::{Peer, PeerKind, PeerMatmul, PeerMode, logits_agree, peer_model};
-use super::peer_report::throughput_target;
 use super::peer_server::{PeerServer, PeerStep};
+use super::targets::default_throughput;
 use super::worker::Trainer;
 use crate::backends::dispatch;
-
-pub use super::versus_report::{host_cpu, verdict, versus_table, write_versus_run};
 
 /// A `versus` run: the cost protocol's models (one family) for each method, against PyTorch
 /// eager and/or compiled.
@@ -344,7 +342,7 @@ pub struct VersusArgs {
     #[arg(long, default_value_t = 3)]
     warmup: usize,
     /// Our throughput over the best PyTorch's that meets the target [default: 1.3 on a CPU,
-    /// 1.0 on CUDA, the speed issues' targets].
+    /// 1.0 on CUDA].
     #[arg(long)]
     target: Option<f64>,
     /// Output path without extension [default: runs/bench/versus-{backend}].
@@ -362,7 +360,17 @@ impl VersusArgs {
         cost.peer_modes = PeerKind::modes(&self.peer);
         cost.peer_matmul = vec![PeerMatmul::ours(&backend)];
         let out = self.model.out(self.out, "versus");
-        let target = self.target.unwrap_or(throughput_target(&backend));
+        let target = self.target.unwrap_or(default_throughput(&backend));
         (VersusSpec { cost, target }, out)
     }
+}
+
+/// The host's CPU model, as the first `model name` line of `/proc/cpuinfo` gives it (what
+/// `lscpu` shows as "Model name" on x86); `None` where there is no such line.
+pub fn host_cpu() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("model name"))
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(_, name)| name.trim().to_string())
 }

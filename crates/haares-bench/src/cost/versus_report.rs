@@ -9,16 +9,6 @@ use super::summary::method_with_path;
 use super::versus::{VersusMethod, VersusRun};
 use super::write_atomically_both;
 
-/// The host's CPU model, as the first `model name` line of `/proc/cpuinfo` gives it (what
-/// `lscpu` shows as "Model name" on x86); `None` where there is no such line.
-pub fn host_cpu() -> Option<String> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    info.lines()
-        .find_map(|line| line.strip_prefix("model name"))
-        .and_then(|rest| rest.split_once(':'))
-        .map(|(_, name)| name.trim().to_string())
-}
-
 /// The run's report in Markdown.
 pub fn versus_table(run: &VersusRun) -> String {
     let cost = &run.spec.cost;

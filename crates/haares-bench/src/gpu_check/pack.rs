@@ -1,6 +1,6 @@
-//! What a run hands back from a lent GPU machine, which returns at most 8 files of 16 MiB each
-//! (64 MiB together) from its output folder: a full check writes dozens, and the 2026-11-27 H200
-//! run lost its real run's files to that limit. After every stage the check folder is packed into
+//! What a run hands back from a GPU machine that returns only a few files of bounded size from
+//! its output folder, where a full check writes dozens (docs/notebook/gpu-check.md has a run that
+//! lost files so). After every stage the check folder is packed into
 //! a few files: `summary.md` (a copy, to read first), `results.tar.gz` (the whole folder,
 //! `summary.json` included), and the kernel cache as `kernel-cache.tar.gz.0`, `.1`, … (parts of at
 //! most [`PART_BYTES`]), so the next machine can start from this one's compiled and tuned kernels

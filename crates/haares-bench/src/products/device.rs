@@ -41,9 +41,17 @@ pub fn measure_case(case: &ProductCase, repeats: usize, seed: u64) -> Result<Cas
     // cubek 0.2's double-buffered kernels read a stage past the operands where `k` is an odd
     // number of 32-deep stages (decision 24): measured only where it is not.
     if case.k % 64 == 0 {
-        timings.push(cubek_timing(case, &operands, Kernels::CubekDouble, repeats)?);
+        timings.push(cubek_timing(
+            case,
+            &operands,
+            Kernels::CubekDouble,
+            repeats,
+        )?);
     }
-    Ok(CaseResult { case: case.clone(), timings })
+    Ok(CaseResult {
+        case: case.clone(),
+        timings,
+    })
 }
 
 /// The operands of `case`, values in `[-1, 1)`: a transposed operand stored transposed and
@@ -51,18 +59,24 @@ pub fn measure_case(case: &ProductCase, repeats: usize, seed: u64) -> Result<Cas
 fn operands(case: &ProductCase, seed: u64) -> Operands {
     let mut rng = SplitMix64::new(seed);
     let mut values = |len: usize| -> Vec<f32> {
-        (0..len).map(|_| (rng.next_f64() * 2.0 - 1.0) as f32).collect()
+        (0..len)
+            .map(|_| (rng.next_f64() * 2.0 - 1.0) as f32)
+            .collect()
     };
     let (lhs_values, rhs_values) = (values(case.m * case.k), values(case.k * case.n));
     let device = CudaDevice::default();
     let laid = |values: &[f32], [rows, columns]: [usize; 2], transposed: bool| {
         let tensor = match transposed {
-            false => Tensor::<Cuda, 2>::from_data(TensorData::new(values.to_vec(), [rows, columns]), &device),
+            false => Tensor::<Cuda, 2>::from_data(
+                TensorData::new(values.to_vec(), [rows, columns]),
+                &device,
+            ),
             true => {
                 let stored: Vec<f32> = (0..rows * columns)
                     .map(|at| values[(at % rows) * columns + at / rows])
                     .collect();
-                Tensor::<Cuda, 2>::from_data(TensorData::new(stored, [columns, rows]), &device).transpose()
+                Tensor::<Cuda, 2>::from_data(TensorData::new(stored, [columns, rows]), &device)
+                    .transpose()
             }
         };
         tensor.into_primitive().tensor()
@@ -97,7 +111,10 @@ fn cublas_timing(
     let wall = start.elapsed().as_secs_f64();
     let times = cublas::stop_timing();
     if times.calls < repeats as u64 {
-        return Err(format!("{}: {} of {repeats} cuBLAS products timed", case.name, times.calls));
+        return Err(format!(
+            "{}: {} of {repeats} cuBLAS products timed",
+            case.name, times.calls
+        ));
     }
     let output = last.ok_or_else(|| format!("{}: no product taken", case.name))?;
     Ok(Timing {
@@ -155,7 +172,11 @@ fn launch_with(
 ) -> Result<CubeTensor<CudaRuntime>, String> {
     let out = init_matmul_output(&lhs, &rhs, DType::F32);
     let float = DType::F32.into();
-    let mut elements = MatmulElems::from_globals(&MatmulGlobalElems { lhs: float, rhs: float, out: float });
+    let mut elements = MatmulElems::from_globals(&MatmulGlobalElems {
+        lhs: float,
+        rhs: float,
+        out: float,
+    });
     launch_ref(
         strategy,
         &out.client,

@@ -29,7 +29,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, clap::Args)]
 pub struct ProductsArgs {
     /// Families (widths) whose step's products to take.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "small,medium")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "small,medium"
+    )]
     pub family: Vec<crate::cost::Family>,
     /// Layers of the step (a product's count per step).
     #[arg(long, default_value_t = 48)]
@@ -79,7 +84,9 @@ pub fn run_products(args: &ProductsArgs, mut log: impl FnMut(&str)) -> Result<Pr
             log(&format!(
                 "{family:?} {}: cuBLAS TF32 {} TFLOP/s",
                 case.name,
-                result.tflops(Kernels::CublasTf32).map_or("–".into(), |t| format!("{t:.1}"))
+                result
+                    .tflops(Kernels::CublasTf32)
+                    .map_or("–".into(), |t| format!("{t:.1}"))
             ));
             results.push(result);
         }
@@ -95,7 +102,10 @@ pub fn run_products(args: &ProductsArgs, mut log: impl FnMut(&str)) -> Result<Pr
                 }
             }
         }
-        run.families.push(FamilyProducts { family, cases: results });
+        run.families.push(FamilyProducts {
+            family,
+            cases: results,
+        });
     }
     Ok(run)
 }
@@ -172,20 +182,26 @@ impl ProductCase {
 /// (`[d, 3d]`), attention's output (`[d, d]`), the packed gate and up projection (`[d, 2 d_ff]`)
 /// and the down projection (`[d_ff, d]`), each as `x W`, `∂Y Wᵀ` and `xᵀ ∂Y`; then the tied head
 /// `h Eᵀ` (`E` is `[V, d]`), `∂Z E` and `∂Zᵀ h`.
-pub fn step_products(family: ModelFamily, layers: usize, tokens: usize, vocab: usize) -> Vec<ProductCase> {
+pub fn step_products(
+    family: ModelFamily,
+    layers: usize,
+    tokens: usize,
+    vocab: usize,
+) -> Vec<ProductCase> {
     let (d, d_ff) = family.widths();
     let projection = |name: &str, d_in: usize, d_out: usize| {
-        let case = |pass: &str, [m, k, n]: [usize; 3], [lhs_transposed, rhs_transposed]: [bool; 2]| {
-            ProductCase {
-                name: format!("{name} {pass}"),
-                m,
-                k,
-                n,
-                lhs_transposed,
-                rhs_transposed,
-                per_step: layers,
-            }
-        };
+        let case =
+            |pass: &str, [m, k, n]: [usize; 3], [lhs_transposed, rhs_transposed]: [bool; 2]| {
+                ProductCase {
+                    name: format!("{name} {pass}"),
+                    m,
+                    k,
+                    n,
+                    lhs_transposed,
+                    rhs_transposed,
+                    per_step: layers,
+                }
+            };
         [
             case("forward", [tokens, d_in, d_out], [false, false]),
             case("∂x", [tokens, d_out, d_in], [false, true]),
@@ -264,7 +280,9 @@ impl Kernels {
     /// The peer at the same precision, for the ratio the target is stated in.
     pub fn torch_peer(self) -> Option<Kernels> {
         match self {
-            Kernels::CublasTf32 | Kernels::CubekAuto | Kernels::CubekDouble => Some(Kernels::TorchTf32),
+            Kernels::CublasTf32 | Kernels::CubekAuto | Kernels::CubekDouble => {
+                Some(Kernels::TorchTf32)
+            }
             Kernels::CublasFp32 => Some(Kernels::TorchFp32),
             Kernels::TorchTf32 | Kernels::TorchFp32 => None,
         }
@@ -305,7 +323,8 @@ impl CaseResult {
 
     /// TFLOP/s of `kernels` by device time.
     pub fn tflops(&self, kernels: Kernels) -> Option<f64> {
-        self.timing(kernels).map(|timing| self.case.flops() / timing.device_s / 1e12)
+        self.timing(kernels)
+            .map(|timing| self.case.flops() / timing.device_s / 1e12)
     }
 }
 

@@ -22,7 +22,11 @@ pub struct PeerTimings {
 
 /// Runs the script under `python` on `cases`; `Err` gives the interpreter's last line of stderr
 /// and how to get a PyTorch with CUDA.
-pub fn torch_timings(python: &str, cases: &[ProductCase], repeats: usize) -> Result<PeerTimings, String> {
+pub fn torch_timings(
+    python: &str,
+    cases: &[ProductCase],
+    repeats: usize,
+) -> Result<PeerTimings, String> {
     let folder = tempfile::Builder::new()
         .prefix("haares-products-")
         .tempdir()
@@ -42,9 +46,13 @@ pub fn torch_timings(python: &str, cases: &[ProductCase], repeats: usize) -> Res
         // A peer that exits before reading says why on stderr, read below.
         let _ = stdin.write_all(&cases_json);
     }
-    let output = child.wait_with_output().map_err(|e| format!("`{python}`: {e}"))?;
+    let output = child
+        .wait_with_output()
+        .map_err(|e| format!("`{python}`: {e}"))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let answer = stdout.lines().find_map(|line| line.strip_prefix(RESULT_PREFIX));
+    let answer = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix(RESULT_PREFIX));
     let Some(answer) = answer.filter(|_| output.status.success()) else {
         let stderr = String::from_utf8_lossy(&output.stderr);
         return Err(format!(
@@ -59,8 +67,8 @@ pub fn torch_timings(python: &str, cases: &[ProductCase], repeats: usize) -> Res
 
 /// The script's JSON answer.
 fn parse_answer(answer: &str) -> Result<PeerTimings, String> {
-    let value: serde_json::Value =
-        serde_json::from_str(answer).map_err(|e| format!("the peer's answer is not JSON ({e}): {answer}"))?;
+    let value: serde_json::Value = serde_json::from_str(answer)
+        .map_err(|e| format!("the peer's answer is not JSON ({e}): {answer}"))?;
     let text = |key: &str| value[key].as_str().unwrap_or("?").to_string();
     let timings = value["timings"]
         .as_array()
@@ -77,10 +85,21 @@ fn parse_answer(answer: &str) -> Result<PeerTimings, String> {
                 .filter(|seconds| *seconds > 0.0)
                 .ok_or_else(|| format!("the peer's time is not a positive number: {timing}"))?;
             let name = timing["name"].as_str().unwrap_or_default().to_string();
-            Ok((name, Timing { kernels, device_s, wall_s: None, error: None }))
+            Ok((
+                name,
+                Timing {
+                    kernels,
+                    device_s,
+                    wall_s: None,
+                    error: None,
+                },
+            ))
         })
         .collect::<Result<_, String>>()?;
-    Ok(PeerTimings { version: format!("PyTorch {} on {}", text("torch"), text("device")), timings })
+    Ok(PeerTimings {
+        version: format!("PyTorch {} on {}", text("torch"), text("device")),
+        timings,
+    })
 }
 
 /// Adds the peer's timings to the cases of the same name.
@@ -131,21 +150,39 @@ echo 'HAARES-PRODUCTS-RESULT {"torch": "0.0", "device": "stand-in", "timings": [
         assert_eq!(peer.version, "PyTorch 0.0 on stand-in");
         let mut cases: Vec<CaseResult> = [case("down ∂x"), case("head ∂E")]
             .into_iter()
-            .map(|case| CaseResult { case, timings: Vec::new() })
+            .map(|case| CaseResult {
+                case,
+                timings: Vec::new(),
+            })
             .collect();
         merge(&mut cases, peer);
         let timed = &cases[0];
-        assert_eq!(timed.timing(Kernels::TorchTf32).map(|t| t.device_s), Some(0.002));
-        assert_eq!(timed.timing(Kernels::TorchFp32).map(|t| t.device_s), Some(0.004));
-        assert!(cases[1].timings.is_empty(), "no timing of another product's name");
+        assert_eq!(
+            timed.timing(Kernels::TorchTf32).map(|t| t.device_s),
+            Some(0.002)
+        );
+        assert_eq!(
+            timed.timing(Kernels::TorchFp32).map(|t| t.device_s),
+            Some(0.004)
+        );
+        assert!(
+            cases[1].timings.is_empty(),
+            "no timing of another product's name"
+        );
     }
 
     #[test]
     fn a_failing_or_garbled_peer_says_why() {
         let dir = tempfile::tempdir().unwrap();
-        let python = stand_in(dir.path(), "echo 'RuntimeError: no CUDA GPUs are available' >&2; exit 1");
+        let python = stand_in(
+            dir.path(),
+            "echo 'RuntimeError: no CUDA GPUs are available' >&2; exit 1",
+        );
         let error = torch_timings(&python, &[case("x")], 5).unwrap_err();
-        assert!(error.contains("no CUDA GPUs are available") && error.contains("PyTorch with CUDA"), "{error}");
+        assert!(
+            error.contains("no CUDA GPUs are available") && error.contains("PyTorch with CUDA"),
+            "{error}"
+        );
         let python = stand_in(
             dir.path(),
             r#"echo 'HAARES-PRODUCTS-RESULT {"timings": [{"name": "x", "kernels": "TorchTf32", "device_s": -1}]}'"#,

@@ -42,7 +42,13 @@ pub fn markdown(run: &ProductsRun, target: f64) -> String {
 
 fn write_case_row(out: &mut String, result: &CaseResult, target: f64) {
     let case = &result.case;
-    let _ = write!(out, "| {} | {} | {} |", case.name, case.shape(), case.per_step);
+    let _ = write!(
+        out,
+        "| {} | {} | {} |",
+        case.name,
+        case.shape(),
+        case.per_step
+    );
     for kernels in Kernels::ALL {
         let _ = write!(out, " {} |", optional(result.tflops(kernels), 1));
     }
@@ -76,7 +82,10 @@ pub fn ratio_to_torch(result: &CaseResult, kernels: Kernels) -> Option<f64> {
 /// cuBLAS's with its ordering.
 fn write_step_sums(out: &mut String, cases: &[CaseResult]) {
     let _ = writeln!(out, "Over a step's {} products:\n", step_count(cases));
-    let _ = writeln!(out, "| kernels | device ms per step | host ms per step, ordering included |\n|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| kernels | device ms per step | host ms per step, ordering included |\n|---|---|---|"
+    );
     for kernels in Kernels::ALL {
         let device = step_sum(cases, kernels, |timing| Some(timing.device_s));
         let wall = step_sum(cases, kernels, |timing| timing.wall_s);
@@ -126,7 +135,12 @@ mod tests {
     use haares_core::ModelFamily;
 
     fn timing(kernels: Kernels, device_s: f64, wall_s: Option<f64>, error: Option<f64>) -> Timing {
-        Timing { kernels, device_s, wall_s, error }
+        Timing {
+            kernels,
+            device_s,
+            wall_s,
+            error,
+        }
     }
 
     /// A case of 2·64·128·32 = 524,288 FLOPs taken `per_step` times.
@@ -161,14 +175,22 @@ mod tests {
                 timing(Kernels::TorchTf32, 1e-6, None, None),
             ],
         };
-        assert_eq!(ratio_to_torch(&fast, Kernels::CublasTf32), Some(1.25));
-        assert_eq!(ratio_to_torch(&slow, Kernels::CublasTf32), Some(0.5));
-        assert_eq!(ratio_to_torch(&slow, Kernels::CublasFp32), None, "no fp32 peer timed");
+        let near = |got: Option<f64>, want: f64| got.is_some_and(|got| (got - want).abs() < 1e-12);
+        assert!(near(ratio_to_torch(&fast, Kernels::CublasTf32), 1.25));
+        assert!(near(ratio_to_torch(&slow, Kernels::CublasTf32), 0.5));
+        assert_eq!(
+            ratio_to_torch(&slow, Kernels::CublasFp32),
+            None,
+            "no fp32 peer timed"
+        );
         let cases = vec![fast, slow];
         // 48 × 1 µs + 1 × 2 µs of device time, 48 × 4 µs + 4 µs of host time.
         let device = step_sum(&cases, Kernels::CublasTf32, |t| Some(t.device_s)).unwrap();
         assert!((device - 50e-6).abs() < 1e-15, "{device}");
-        assert_eq!(step_sum(&cases, Kernels::CublasFp32, |t| Some(t.device_s)), None);
+        assert_eq!(
+            step_sum(&cases, Kernels::CublasFp32, |t| Some(t.device_s)),
+            None
+        );
         assert_eq!(step_count(&cases), 49);
         let run = ProductsRun {
             layers: 48,
@@ -177,7 +199,10 @@ mod tests {
             repeats: 20,
             device: "a stand-in card".into(),
             peer: "PyTorch 0.0 on a stand-in card".into(),
-            families: vec![FamilyProducts { family: ModelFamily::Medium, cases }],
+            families: vec![FamilyProducts {
+                family: ModelFamily::Medium,
+                cases,
+            }],
         };
         let markdown = markdown(&run, 0.8);
         for expected in [
@@ -204,11 +229,18 @@ mod tests {
         assert!(gate_up.lhs_transposed && !gate_up.rhs_transposed);
         // The tied head: `h Eᵀ`, the embedding read transposed.
         let head = cases.iter().find(|c| c.name == "head forward").unwrap();
-        assert_eq!((head.m, head.k, head.n, head.rhs_transposed), (8192, 512, 256, true));
+        assert_eq!(
+            (head.m, head.k, head.n, head.rhs_transposed),
+            (8192, 512, 256, true)
+        );
         // Every contraction a multiple of two 32-deep stages: cubek's double-buffered kernel is
         // measured at every shape of the paper's families.
         for family in [ModelFamily::Small, ModelFamily::Medium] {
-            assert!(step_products(family, 48, 8192, 256).iter().all(|c| c.k % 64 == 0));
+            assert!(
+                step_products(family, 48, 8192, 256)
+                    .iter()
+                    .all(|c| c.k % 64 == 0)
+            );
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The analytic FLOP count: its parts checked against independent counts, its increments against
 //! the paper's tab:cost.
 
-use haares_bench::flops::{PAPER_INCREMENTS, flops_per_token, increment};
+use haares_bench::flops::{flops_per_token, increment};
 use haares_core::analysis::parameter_count;
 use haares_core::{ModelConfig, ModelFamily, ResidualMethod};
 
@@ -50,19 +50,21 @@ fn routing_of_a_tiny_model_counts_every_slot() {
 
 #[test]
 fn increments_match_tab_cost_and_fall_with_width() {
+    // tab:cost's "FLOP inc. (%)" column: 0.5, 0.3 and 0.2 at d = 128, 512 and 768, printed to
+    // 0.1 percentage points; ours must round to the same, so within half of that digit.
+    let paper_increments = [(128, 0.005), (512, 0.003), (768, 0.002)];
     let mut previous = f64::INFINITY;
     for (f, (width, paper)) in [ModelFamily::Small, ModelFamily::Medium, ModelFamily::Large]
         .into_iter()
-        .zip(PAPER_INCREMENTS)
+        .zip(paper_increments)
     {
         assert_eq!(f.widths().0, width);
         let ours = increment(
             &flops_per_token(&family(f, ResidualMethod::haares()), 512),
             &flops_per_token(&family(f, ResidualMethod::BlockAttnRes), 512),
         );
-        // The paper rounds to 0.1 percentage points.
         assert!(
-            (ours - paper).abs() <= 0.0011,
+            (ours - paper).abs() <= 0.0005,
             "d = {width}: {:.3}% vs the paper's {:.1}%",
             100.0 * ours,
             100.0 * paper

@@ -78,9 +78,16 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
     // `products` measures CUDA's products: skipped on NdArray, with the reason, and not counted
     // as passed; every other stage passed.
     let skipped = stages[2].1["skipped"].as_str().unwrap_or_default();
-    assert!(skipped.contains("CUDA's matrix products"), "{:?}", stages[2]);
     assert!(
-        stages.iter().filter(|(name, _)| *name != "products").all(|(_, s)| *s == "passed"),
+        skipped.contains("CUDA's matrix products"),
+        "{:?}",
+        stages[2]
+    );
+    assert!(
+        stages
+            .iter()
+            .filter(|(name, _)| *name != "products")
+            .all(|(_, s)| *s == "passed"),
         "{stages:?}"
     );
     let markdown = std::fs::read_to_string(out.join("summary.md")).unwrap();
@@ -112,9 +119,10 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
     // The cost stages: every method measured in two repeats (the tiny profile's), each stage
     // into its own files.
     for name in ["cost-small", "cost-medium", "compile-small"] {
-        let run: Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join(format!("{name}.json"))).unwrap())
-                .unwrap();
+        let run: Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(format!("{name}.json"))).unwrap(),
+        )
+        .unwrap();
         assert_eq!(run["spec"]["repeats"], 2, "{name}: {run}");
         let samples = run["samples"][0][1].as_array().unwrap();
         assert_eq!(samples.len(), 4, "{name}: two methods, two repeats each");
@@ -175,12 +183,29 @@ fn the_tiny_check_runs_every_stage_and_reports_each() {
             assert!(run["step_s"].as_f64().unwrap() > 0.0, "{placement}");
         }
     }
-    let (one, two) = (
-        placement["tokens_per_s_one"].as_f64().unwrap(),
-        placement["tokens_per_s_two"].as_f64().unwrap(),
+    // The card's throughput from each run's steady step and the tiny profile's 4 × 32 tokens a
+    // step: one at a time, a run's (the mean of the two); side by side, the two runs' sum.
+    let rates = |key: &str| -> Vec<f64> {
+        placement[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|run| 128.0 / run["step_s"].as_f64().unwrap())
+            .collect()
+    };
+    let one = rates("one_at_a_time").iter().sum::<f64>() / 2.0;
+    let two: f64 = rates("side_by_side").iter().sum();
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b;
+    assert!(
+        close(placement["tokens_per_s_one"].as_f64().unwrap(), one),
+        "{placement}"
+    );
+    assert!(
+        close(placement["tokens_per_s_two"].as_f64().unwrap(), two),
+        "{placement}"
     );
     let gain = placement["two_over_one"].as_f64().unwrap();
-    assert!((gain - two / one).abs() < 1e-9 && gain > 0.0, "{placement}");
+    assert!(close(gain, two / one), "{placement}");
     assert!(
         markdown.contains(&format!("with two side by side ({gain:.2}×)")),
         "{markdown}"

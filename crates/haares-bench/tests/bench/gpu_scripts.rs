@@ -108,8 +108,7 @@ fn the_gpu_side_script_runs_the_check_from_a_bundle() {
     assert!(printed.contains("running haares-bench\n"), "{printed}");
     // Where cuBLAS was found (or that it was not), and the provider the stages take.
     assert!(
-        printed.contains("cuBLAS: no libcublas found")
-            || printed.contains("products by cublas"),
+        printed.contains("cuBLAS: no libcublas found") || printed.contains("products by cublas"),
         "{printed}"
     );
     let summary = packed_summary(&out);

@@ -142,7 +142,11 @@ pub(crate) mod kernels {
     /// Where element `index` of the row-major order of `tensor`'s shape lies: at `index` itself
     /// in a `dense` (contiguous) tensor, with no index arithmetic, else through [`strided`].
     #[cube]
-    pub(crate) fn element_at<F: Float>(tensor: &Tensor<F>, index: usize, #[comptime] dense: bool) -> usize {
+    pub(crate) fn element_at<F: Float>(
+        tensor: &Tensor<F>,
+        index: usize,
+        #[comptime] dense: bool,
+    ) -> usize {
         let mut at = index;
         if !dense {
             at = strided(tensor, index);
@@ -174,7 +178,11 @@ pub(crate) mod kernels {
         sync_cube();
         if planes {
             let own = partials[lane];
-            let plane_total = if maximum { plane_max(own) } else { plane_sum(own) };
+            let plane_total = if maximum {
+                plane_max(own)
+            } else {
+                plane_sum(own)
+            };
             // Every thread has read its partial before a plane's first thread overwrites one.
             sync_cube();
             if UNIT_POS_PLANE == 0 {

@@ -12,7 +12,7 @@ use super::common::{Rng, assert_close_at_scale, tensor_values};
 
 /// `[batch, seq, heads, d_h]`: one position; sequences within one of the kernels' tiles (8 to
 /// 32 positions), exactly one, and across several, ending inside a tile; head widths 8 to 128
-/// (the 16–128 and the tiny test models' 8), one (48) that the threads of a position
+/// (the paper's families' 16–128 and the tiny test models' 8), one (48) that the threads of a position
 /// share unevenly.
 const SHAPES: [[usize; 4]; 8] = [
     [1, 1, 1, 16],

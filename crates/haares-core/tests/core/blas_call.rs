@@ -21,7 +21,10 @@ struct Laid {
 
 impl Laid {
     fn layout(&self) -> StridedLayout<'_> {
-        StridedLayout { shape: &self.shape, strides: &self.strides }
+        StridedLayout {
+            shape: &self.shape,
+            strides: &self.strides,
+        }
     }
 
     /// Buffer offsets of every logical element, row-major over the logical shape.
@@ -40,7 +43,10 @@ impl Laid {
     }
 
     fn values(&self) -> Vec<f64> {
-        self.offsets().into_iter().map(|at| self.buffer[at]).collect()
+        self.offsets()
+            .into_iter()
+            .map(|at| self.buffer[at])
+            .collect()
     }
 }
 
@@ -56,14 +62,20 @@ struct Storage {
 
 impl Storage {
     fn row_major(rank: usize) -> Self {
-        Self { order: (0..rank).collect(), pitch_padding: 0 }
+        Self {
+            order: (0..rank).collect(),
+            pitch_padding: 0,
+        }
     }
 
     /// The last two dimensions stored swapped: a transposed view of a row-major tensor.
     fn transposed(rank: usize) -> Self {
         let mut order: Vec<usize> = (0..rank).collect();
         order.swap(rank - 1, rank - 2);
-        Self { order, pitch_padding: 0 }
+        Self {
+            order,
+            pitch_padding: 0,
+        }
     }
 
     fn pitched(mut self, padding: usize) -> Self {
@@ -78,11 +90,19 @@ fn lay_out(shape: &[usize], values: &[f64], storage: &Storage) -> Laid {
     let mut stride = 1;
     for (position, &dim) in storage.order.iter().enumerate().rev() {
         strides[dim] = stride;
-        let padding = if position + 1 == storage.order.len() { storage.pitch_padding } else { 0 };
+        let padding = if position + 1 == storage.order.len() {
+            storage.pitch_padding
+        } else {
+            0
+        };
         stride *= shape[dim] + padding;
     }
     // Three more elements past the layout's span, NaN like every gap inside it.
-    let mut laid = Laid { shape: shape.to_vec(), strides, buffer: vec![f64::NAN; stride + 3] };
+    let mut laid = Laid {
+        shape: shape.to_vec(),
+        strides,
+        buffer: vec![f64::NAN; stride + 3],
+    };
     for (offset, value) in laid.offsets().into_iter().zip(values) {
         laid.buffer[offset] = *value;
     }
@@ -91,7 +111,11 @@ fn lay_out(shape: &[usize], values: &[f64], storage: &Storage) -> Laid {
 
 /// Element `(row, column)` of `op(X)` for matrix `matrix` of a call's batch.
 fn read(input: &BlasInput, buffer: &[f64], matrix: usize, row: usize, column: usize) -> f64 {
-    let (i, j) = if input.transposed { (column, row) } else { (row, column) };
+    let (i, j) = if input.transposed {
+        (column, row)
+    } else {
+        (row, column)
+    };
     buffer[input.offset + matrix * input.batch_stride + i + j * input.ld]
 }
 
@@ -115,14 +139,22 @@ fn interpret(call: &GemmCall, lhs: &[f64], rhs: &[f64], out: &mut [f64]) {
 /// The product of the logical operands, broadcasting batch dimensions of size one.
 fn product(lhs: &Laid, rhs: &Laid, out_shape: &[usize]) -> Vec<f64> {
     let rank = out_shape.len();
-    let (m, k, n) = (lhs.shape[rank - 2], lhs.shape[rank - 1], rhs.shape[rank - 1]);
+    let (m, k, n) = (
+        lhs.shape[rank - 2],
+        lhs.shape[rank - 1],
+        rhs.shape[rank - 1],
+    );
     let (lhs_values, rhs_values) = (lhs.values(), rhs.values());
     let batch = &out_shape[..rank - 2];
     let matrices: usize = batch.iter().product();
     let matrix_of = |laid: &Laid, mut index: usize| {
         let (mut flat, mut scale) = (0, 1);
         for (dim, &size) in batch.iter().enumerate().rev() {
-            let at = if laid.shape[dim] == 1 { 0 } else { index % size };
+            let at = if laid.shape[dim] == 1 {
+                0
+            } else {
+                index % size
+            };
             index /= size;
             flat += at * scale;
             scale *= laid.shape[dim];
@@ -131,10 +163,14 @@ fn product(lhs: &Laid, rhs: &Laid, out_shape: &[usize]) -> Vec<f64> {
     };
     let mut out = vec![0.0; matrices * m * n];
     for matrix in 0..matrices {
-        let (a, b) = (matrix_of(lhs, matrix) * m * k, matrix_of(rhs, matrix) * k * n);
+        let (a, b) = (
+            matrix_of(lhs, matrix) * m * k,
+            matrix_of(rhs, matrix) * k * n,
+        );
         for (i, j) in (0..m).flat_map(|i| (0..n).map(move |j| (i, j))) {
-            out[matrix * m * n + i * n + j] =
-                (0..k).map(|l| lhs_values[a + i * k + l] * rhs_values[b + l * n + j]).sum();
+            out[matrix * m * n + i * n + j] = (0..k)
+                .map(|l| lhs_values[a + i * k + l] * rhs_values[b + l * n + j])
+                .sum();
         }
     }
     out
@@ -151,11 +187,19 @@ fn check(
     let random = |rng: &mut Rng, shape: &[usize]| rng.normals(shape.iter().product(), 1.0);
     let lhs = lay_out(lhs_shape, &random(rng, lhs_shape), &lhs_storage);
     let rhs = lay_out(rhs_shape, &random(rng, rhs_shape), &rhs_storage);
-    let mut out = lay_out(out_shape, &vec![f64::NAN; out_shape.iter().product()], &out_storage);
+    let mut out = lay_out(
+        out_shape,
+        &vec![f64::NAN; out_shape.iter().product()],
+        &out_storage,
+    );
     let calls = gemm_calls(lhs.layout(), rhs.layout(), out.layout())
         .unwrap_or_else(|why| panic!("{lhs_shape:?} · {rhs_shape:?}: no BLAS call ({why})"));
     if let Some(expected) = expected_calls {
-        assert_eq!(calls.len(), expected, "calls for {lhs_shape:?} · {rhs_shape:?}: {calls:?}");
+        assert_eq!(
+            calls.len(),
+            expected,
+            "calls for {lhs_shape:?} · {rhs_shape:?}: {calls:?}"
+        );
     }
     for call in &calls {
         interpret(call, &lhs.buffer, &rhs.buffer, &mut out.buffer);
@@ -169,7 +213,10 @@ fn check(
     }
     let inside: std::collections::HashSet<usize> = out.offsets().into_iter().collect();
     for (at, value) in out.buffer.iter().enumerate() {
-        assert!(inside.contains(&at) || value.is_nan(), "a write outside the output at {at}");
+        assert!(
+            inside.contains(&at) || value.is_nan(),
+            "a write outside the output at {at}"
+        );
     }
 }
 
@@ -180,27 +227,84 @@ fn the_backbones_forward_and_backward_layouts_map_onto_blas() {
     // A projection, `[tokens, d_in] · [d_in, d_out]`, row-major, and into a pitched output
     // (CubeCL pads a new tensor's rows).
     let shapes: [&[usize]; 3] = [&[tokens, d_in], &[d_in, d_out], &[tokens, d_out]];
-    check(&mut rng, shapes, [0, 0, 0].map(|_| Storage::row_major(2)), Some(1));
-    let pitched = [Storage::row_major(2), Storage::row_major(2), Storage::row_major(2).pitched(3)];
+    check(
+        &mut rng,
+        shapes,
+        [0, 0, 0].map(|_| Storage::row_major(2)),
+        Some(1),
+    );
+    let pitched = [
+        Storage::row_major(2),
+        Storage::row_major(2),
+        Storage::row_major(2).pitched(3),
+    ];
     check(&mut rng, shapes, pitched, Some(1));
     // Its input gradient `∂C Wᵀ` (the weight as a transposed view) and its weight gradient
     // `Aᵀ ∂C` (the input as a transposed view).
     let input_grad: [&[usize]; 3] = [&[tokens, d_out], &[d_out, d_in], &[tokens, d_in]];
-    check(&mut rng, input_grad, [Storage::row_major(2), Storage::transposed(2), Storage::row_major(2)], Some(1));
+    check(
+        &mut rng,
+        input_grad,
+        [
+            Storage::row_major(2),
+            Storage::transposed(2),
+            Storage::row_major(2),
+        ],
+        Some(1),
+    );
     let weight_grad: [&[usize]; 3] = [&[d_in, tokens], &[tokens, d_out], &[d_in, d_out]];
-    check(&mut rng, weight_grad, [Storage::transposed(2), Storage::row_major(2), Storage::row_major(2)], Some(1));
+    check(
+        &mut rng,
+        weight_grad,
+        [
+            Storage::transposed(2),
+            Storage::row_major(2),
+            Storage::row_major(2),
+        ],
+        Some(1),
+    );
     // Attention's scores `Q Kᵀ` over `[batch, heads, seq, d_h]`: one strided batch.
     let (batch, heads, seq, d_h) = (2, 3, 7, 4);
-    let scores: [&[usize]; 3] = [&[batch, heads, seq, d_h], &[batch, heads, d_h, seq], &[batch, heads, seq, seq]];
-    check(&mut rng, scores, [Storage::row_major(4), Storage::transposed(4), Storage::row_major(4)], Some(1));
+    let scores: [&[usize]; 3] = [
+        &[batch, heads, seq, d_h],
+        &[batch, heads, d_h, seq],
+        &[batch, heads, seq, seq],
+    ];
+    check(
+        &mut rng,
+        scores,
+        [
+            Storage::row_major(4),
+            Storage::transposed(4),
+            Storage::row_major(4),
+        ],
+        Some(1),
+    );
     // The heads as a view of `[batch, seq, heads, d_h]` (dimensions 1 and 2 swapped): the batch
     // dimensions do not nest, so one call per sequence of the batch.
-    let heads_view = || Storage { order: vec![0, 2, 1, 3], pitch_padding: 0 };
-    let values: [&[usize]; 3] = [&[batch, heads, seq, seq], &[batch, heads, seq, d_h], &[batch, heads, seq, d_h]];
-    check(&mut rng, values, [Storage::row_major(4), heads_view(), Storage::row_major(4)], Some(batch));
+    let heads_view = || Storage {
+        order: vec![0, 2, 1, 3],
+        pitch_padding: 0,
+    };
+    let values: [&[usize]; 3] = [
+        &[batch, heads, seq, seq],
+        &[batch, heads, seq, d_h],
+        &[batch, heads, seq, d_h],
+    ];
+    check(
+        &mut rng,
+        values,
+        [Storage::row_major(4), heads_view(), Storage::row_major(4)],
+        Some(batch),
+    );
     // A weight broadcast over the batch.
     let broadcast: [&[usize]; 3] = [&[3, tokens, d_in], &[1, d_in, d_out], &[3, tokens, d_out]];
-    check(&mut rng, broadcast, [0, 0, 0].map(|_| Storage::row_major(3)), Some(1));
+    check(
+        &mut rng,
+        broadcast,
+        [0, 0, 0].map(|_| Storage::row_major(3)),
+        Some(1),
+    );
 }
 
 #[test]
@@ -208,20 +312,72 @@ fn edge_cases_map_onto_blas() {
     let mut rng = Rng::new(11);
     let plain = || [0, 0, 0].map(|_| Storage::row_major(3));
     // A batch of one, a contraction of one, a single row, a single column.
-    check(&mut rng, [&[1, 4, 3], &[1, 3, 5], &[1, 4, 5]], plain(), Some(1));
-    check(&mut rng, [&[2, 4, 1], &[2, 1, 5], &[2, 4, 5]], plain(), Some(1));
-    check(&mut rng, [&[2, 1, 3], &[2, 3, 5], &[2, 1, 5]], plain(), Some(1));
-    check(&mut rng, [&[2, 4, 3], &[2, 3, 1], &[2, 4, 1]], plain(), Some(1));
+    check(
+        &mut rng,
+        [&[1, 4, 3], &[1, 3, 5], &[1, 4, 5]],
+        plain(),
+        Some(1),
+    );
+    check(
+        &mut rng,
+        [&[2, 4, 1], &[2, 1, 5], &[2, 4, 5]],
+        plain(),
+        Some(1),
+    );
+    check(
+        &mut rng,
+        [&[2, 1, 3], &[2, 3, 5], &[2, 1, 5]],
+        plain(),
+        Some(1),
+    );
+    check(
+        &mut rng,
+        [&[2, 4, 3], &[2, 3, 1], &[2, 4, 1]],
+        plain(),
+        Some(1),
+    );
     // A single column stored transposed, a pitched output, and a column-major output.
-    let transposed_column = [Storage::row_major(3), Storage::transposed(3), Storage::row_major(3).pitched(4)];
-    check(&mut rng, [&[2, 4, 3], &[2, 3, 1], &[2, 4, 1]], transposed_column, Some(1));
-    let column_major_out = [Storage::transposed(3), Storage::row_major(3), Storage::transposed(3).pitched(2)];
-    check(&mut rng, [&[2, 4, 3], &[2, 3, 5], &[2, 4, 5]], column_major_out, Some(1));
+    let transposed_column = [
+        Storage::row_major(3),
+        Storage::transposed(3),
+        Storage::row_major(3).pitched(4),
+    ];
+    check(
+        &mut rng,
+        [&[2, 4, 3], &[2, 3, 1], &[2, 4, 1]],
+        transposed_column,
+        Some(1),
+    );
+    let column_major_out = [
+        Storage::transposed(3),
+        Storage::row_major(3),
+        Storage::transposed(3).pitched(2),
+    ];
+    check(
+        &mut rng,
+        [&[2, 4, 3], &[2, 3, 5], &[2, 4, 5]],
+        column_major_out,
+        Some(1),
+    );
     // Pitched operands in every orientation.
-    let all_pitched = [Storage::transposed(3).pitched(1), Storage::row_major(3).pitched(6), Storage::row_major(3).pitched(2)];
-    check(&mut rng, [&[2, 4, 3], &[2, 3, 5], &[2, 4, 5]], all_pitched, Some(1));
+    let all_pitched = [
+        Storage::transposed(3).pitched(1),
+        Storage::row_major(3).pitched(6),
+        Storage::row_major(3).pitched(2),
+    ];
+    check(
+        &mut rng,
+        [&[2, 4, 3], &[2, 3, 5], &[2, 4, 5]],
+        all_pitched,
+        Some(1),
+    );
     // An empty output needs no call.
-    check(&mut rng, [&[2, 0, 3], &[2, 3, 5], &[2, 0, 5]], plain(), Some(0));
+    check(
+        &mut rng,
+        [&[2, 0, 3], &[2, 3, 5], &[2, 0, 5]],
+        plain(),
+        Some(0),
+    );
 }
 
 #[test]
@@ -232,7 +388,10 @@ fn random_layouts_map_onto_blas() {
         let batch: Vec<usize> = (0..rank - 2).map(|_| 1 + rng.below(3)).collect();
         let [m, k, n] = [0, 0, 0].map(|_| 1 + rng.below(6));
         let shape = |rows, columns, rng: &mut Rng| {
-            let mut shape: Vec<usize> = batch.iter().map(|&b| if rng.below(4) == 0 { 1 } else { b }).collect();
+            let mut shape: Vec<usize> = batch
+                .iter()
+                .map(|&b| if rng.below(4) == 0 { 1 } else { b })
+                .collect();
             shape.extend([rows, columns]);
             shape
         };
@@ -245,7 +404,11 @@ fn random_layouts_map_onto_blas() {
             for i in (1..order.len()).rev() {
                 order.swap(i, rng.below(i + 1));
             }
-            let matrix = if rng.below(2) == 0 { [rank - 2, rank - 1] } else { [rank - 1, rank - 2] };
+            let matrix = if rng.below(2) == 0 {
+                [rank - 2, rank - 1]
+            } else {
+                [rank - 1, rank - 2]
+            };
             // Now and then an input's batch stored between its matrix's two dimensions: its
             // matrices interleave, with a leading dimension wider than a whole matrix.
             if !output && rank > 2 && rng.below(5) == 0 {
@@ -254,38 +417,73 @@ fn random_layouts_map_onto_blas() {
             } else {
                 order.extend(matrix);
             }
-            Storage { order, pitch_padding: rng.below(3) }
+            Storage {
+                order,
+                pitch_padding: rng.below(3),
+            }
         };
         let storages = [false, false, true].map(|output| storage(&mut rng, output));
-        check(&mut rng, [&lhs_shape, &rhs_shape, &out_shape], storages, None);
+        check(
+            &mut rng,
+            [&lhs_shape, &rhs_shape, &out_shape],
+            storages,
+            None,
+        );
     }
 }
 
 #[test]
 fn layouts_blas_cannot_read_are_refused() {
-    let strided = |shape: &'static [usize], strides: &'static [usize]| StridedLayout { shape, strides };
+    let strided =
+        |shape: &'static [usize], strides: &'static [usize]| StridedLayout { shape, strides };
     let dense_2x3 = strided(&[2, 3], &[3, 1]);
     let dense_3x4 = strided(&[3, 4], &[4, 1]);
     let dense_2x4 = strided(&[2, 4], &[4, 1]);
     // Every other column of a wider matrix: no unit stride.
     let every_other = strided(&[2, 3], &[6, 2]);
-    assert_eq!(gemm_calls(every_other, dense_3x4, dense_2x4), Err(NoBlasCall::Layout(Operand::Lhs)));
+    assert_eq!(
+        gemm_calls(every_other, dense_3x4, dense_2x4),
+        Err(NoBlasCall::Layout(Operand::Lhs))
+    );
     // Rows that overlap (a row stride below the row's length), and a broadcast row.
     let overlapping = strided(&[3, 4], &[2, 1]);
-    assert_eq!(gemm_calls(dense_2x3, overlapping, dense_2x4), Err(NoBlasCall::Layout(Operand::Rhs)));
+    assert_eq!(
+        gemm_calls(dense_2x3, overlapping, dense_2x4),
+        Err(NoBlasCall::Layout(Operand::Rhs))
+    );
     let broadcast_rows = strided(&[3, 4], &[0, 1]);
-    assert_eq!(gemm_calls(dense_2x3, broadcast_rows, dense_2x4), Err(NoBlasCall::Layout(Operand::Rhs)));
+    assert_eq!(
+        gemm_calls(dense_2x3, broadcast_rows, dense_2x4),
+        Err(NoBlasCall::Layout(Operand::Rhs))
+    );
     // An output broadcast over its batch, shapes that do not multiply, an empty contraction.
     let out_broadcast = strided(&[2, 2, 4], &[0, 4, 1]);
     let batched = |shape: &'static [usize], strides: &'static [usize]| strided(shape, strides);
     assert_eq!(
-        gemm_calls(batched(&[2, 2, 3], &[6, 3, 1]), batched(&[2, 3, 4], &[12, 4, 1]), out_broadcast),
+        gemm_calls(
+            batched(&[2, 2, 3], &[6, 3, 1]),
+            batched(&[2, 3, 4], &[12, 4, 1]),
+            out_broadcast
+        ),
         Err(NoBlasCall::OutputLayout)
     );
-    assert!(matches!(gemm_calls(dense_2x3, dense_2x4, dense_2x4), Err(NoBlasCall::Shapes(_))));
+    assert!(matches!(
+        gemm_calls(dense_2x3, dense_2x4, dense_2x4),
+        Err(NoBlasCall::Shapes(_))
+    ));
     let empty_k = strided(&[2, 0], &[0, 1]);
-    assert_eq!(gemm_calls(empty_k, strided(&[0, 4], &[4, 1]), dense_2x4), Err(NoBlasCall::EmptyContraction));
+    assert_eq!(
+        gemm_calls(empty_k, strided(&[0, 4], &[4, 1]), dense_2x4),
+        Err(NoBlasCall::EmptyContraction)
+    );
     // Sizes beyond BLAS's 32-bit integers.
     let tall = strided(&[1 << 31, 1], &[1, 1]);
-    assert_eq!(gemm_calls(tall, strided(&[1, 1], &[1, 1]), strided(&[1 << 31, 1], &[1, 1])), Err(NoBlasCall::TooLarge));
+    assert_eq!(
+        gemm_calls(
+            tall,
+            strided(&[1, 1], &[1, 1]),
+            strided(&[1 << 31, 1], &[1, 1])
+        ),
+        Err(NoBlasCall::TooLarge)
+    );
 }

@@ -72,7 +72,11 @@ fn operand<const D: usize>(rng: &mut Rng, dims: [usize; D], layout: Layout) -> O
             stored(wide, buffer).slice(ranges)
         }
     };
-    Operand { values, dims, tensor }
+    Operand {
+        values,
+        dims,
+        tensor,
+    }
 }
 
 /// `values` (row-major over `dims`) with dimensions `a` and `b` swapped, row-major over the
@@ -89,7 +93,10 @@ fn permuted<const D: usize>(values: &[f64], dims: &[usize; D], a: usize, b: usiz
             rest /= dims[dim];
         }
         position.swap(a, b);
-        let at = position.iter().zip(&swapped).fold(0, |at, (p, size)| at * size + p);
+        let at = position
+            .iter()
+            .zip(&swapped)
+            .fold(0, |at, (p, size)| at * size + p);
         out[at] = *value;
     }
     out
@@ -102,7 +109,11 @@ fn expected<const D: usize>(lhs: &Operand<D>, rhs: &Operand<D>) -> (Vec<f64>, Ve
     let matrix_of = |dims: &[usize; D], mut index: usize| {
         let (mut flat, mut scale) = (0, 1);
         for dim in (0..D - 2).rev() {
-            let at = if dims[dim] == 1 { 0 } else { index % batch[dim] };
+            let at = if dims[dim] == 1 {
+                0
+            } else {
+                index % batch[dim]
+            };
             index /= batch[dim];
             flat += at * scale;
             scale *= dims[dim];
@@ -126,23 +137,37 @@ fn expected<const D: usize>(lhs: &Operand<D>, rhs: &Operand<D>) -> (Vec<f64>, Ve
     (product, scale)
 }
 
-fn primitive<const D: usize>(tensor: Tensor<Cuda, D>) -> CubeTensor<burn_cubecl::cubecl::cuda::CudaRuntime> {
+fn primitive<const D: usize>(
+    tensor: Tensor<Cuda, D>,
+) -> CubeTensor<burn_cubecl::cubecl::cuda::CudaRuntime> {
     tensor.into_primitive().tensor()
 }
 
 /// One case at both precisions: TF32 within `2e-3` of each element's scale (an operand's TF32
 /// rounding is 4.9e-4 of it), f32 within `1e-5`.
-fn check<const D: usize>(rng: &mut Rng, [lhs_dims, rhs_dims]: [[usize; D]; 2], layouts: [Layout; 2]) {
+fn check<const D: usize>(
+    rng: &mut Rng,
+    [lhs_dims, rhs_dims]: [[usize; D]; 2],
+    layouts: [Layout; 2],
+) {
     let lhs = operand(rng, lhs_dims, layouts[0]);
     let rhs = operand(rng, rhs_dims, layouts[1]);
     let (exact, scale) = expected(&lhs, &rhs);
     for (precision, tolerance) in [(BlasPrecision::Tf32, 2e-3), (BlasPrecision::Fp32, 1e-5)] {
-        let out = cublas::matmul(primitive(lhs.tensor.clone()), primitive(rhs.tensor.clone()), precision)
-            .unwrap_or_else(|failure| panic!("{lhs_dims:?} · {rhs_dims:?} {layouts:?}: {failure}"));
+        let out = cublas::matmul(
+            primitive(lhs.tensor.clone()),
+            primitive(rhs.tensor.clone()),
+            precision,
+        )
+        .unwrap_or_else(|failure| panic!("{lhs_dims:?} · {rhs_dims:?} {layouts:?}: {failure}"));
         let actual = tensor_values(Tensor::<Cuda, D>::from_primitive(
             burn::tensor::TensorPrimitive::Float(out),
         ));
-        assert_eq!(actual.len(), exact.len(), "{lhs_dims:?} · {rhs_dims:?}: output size");
+        assert_eq!(
+            actual.len(),
+            exact.len(),
+            "{lhs_dims:?} · {rhs_dims:?}: output size"
+        );
         let worst = actual
             .iter()
             .zip(exact.iter().zip(&scale))
@@ -170,11 +195,31 @@ pub fn cublas_products_match_f64_in_every_layout() {
     check(&mut rng, [[130, 352], [352, 352]], [RowMajor, RowMajor]);
     check(&mut rng, [[130, 72], [72, 352]], [Inside, Inside]);
     // Batched: nesting strides, a broadcast weight, the heads as a view, a transposed key.
-    check(&mut rng, [[2, 3, 40, 24], [2, 3, 24, 56]], [RowMajor, RowMajor]);
-    check(&mut rng, [[2, 3, 40, 24], [1, 1, 24, 56]], [RowMajor, RowMajor]);
-    check(&mut rng, [[2, 3, 40, 40], [2, 3, 40, 24]], [RowMajor, HeadsSwapped]);
-    check(&mut rng, [[2, 3, 40, 24], [2, 3, 24, 40]], [HeadsSwapped, Transposed]);
-    check(&mut rng, [[2, 3, 40, 24], [2, 3, 24, 56]], [Inside, Transposed]);
+    check(
+        &mut rng,
+        [[2, 3, 40, 24], [2, 3, 24, 56]],
+        [RowMajor, RowMajor],
+    );
+    check(
+        &mut rng,
+        [[2, 3, 40, 24], [1, 1, 24, 56]],
+        [RowMajor, RowMajor],
+    );
+    check(
+        &mut rng,
+        [[2, 3, 40, 40], [2, 3, 40, 24]],
+        [RowMajor, HeadsSwapped],
+    );
+    check(
+        &mut rng,
+        [[2, 3, 40, 24], [2, 3, 24, 40]],
+        [HeadsSwapped, Transposed],
+    );
+    check(
+        &mut rng,
+        [[2, 3, 40, 24], [2, 3, 24, 56]],
+        [Inside, Transposed],
+    );
     // Edge sizes: a batch of one, a contraction of one, one row, one column.
     check(&mut rng, [[1, 17, 9], [1, 9, 33]], [RowMajor, RowMajor]);
     check(&mut rng, [[4, 17, 1], [4, 1, 33]], [RowMajor, Transposed]);

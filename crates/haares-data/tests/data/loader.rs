@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Int64Array};
 use haares_data::RowSource;
-use haares_data::registry::{DatasetSpec, Split, SplitRule};
+use haares_data::registry::{DatasetSpec, Split, SplitRule, registry};
 use haares_data::{DataError, TextColumnReader, dataset, embedded_corpus_dir, find_shards};
 
 use crate::fixtures::*;
@@ -241,30 +241,54 @@ fn bad_input_gives_clear_errors() {
     );
 }
 
+/// The registry against the datasets table of docs/data.md, the record users read (its revisions
+/// are tab:datasetrevisions'): every dataset there with its hub repository, revision and text
+/// column, and no other; a pin changed in one place and not the other fails here.
 #[test]
-fn registry_pins_the_paper_revisions() {
-    let revision = |name: &str| dataset(name).unwrap().revision.unwrap();
+fn registry_pins_the_revisions_the_data_guide_documents() {
+    let guide = std::path::Path::new(&std::env::var("CARGO_MANIFEST_DIR").unwrap())
+        .join("../../docs/data.md");
+    let guide = std::fs::read_to_string(&guide).unwrap();
+    // Rows of the table under "## Datasets": name, repository, revision, column (code spans).
+    let code = |cell: &str| cell.split('`').nth(1).map(str::to_string);
+    let documented: Vec<[Option<String>; 4]> = guide
+        .split("## Datasets")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .skip_while(|line| !line.starts_with("| name"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            [
+                code(cells[1]),
+                code(cells[2]),
+                code(cells[3]),
+                code(cells[4]),
+            ]
+        })
+        .collect();
+    let registry = registry();
     assert_eq!(
-        revision("openwebtext"),
-        "b4325f019c648b1641a1784748667e8b74e5e064"
+        documented.len(),
+        registry.len(),
+        "datasets in docs/data.md: {documented:?}"
     );
-    assert_eq!(
-        revision("wikitext103"),
-        "b08601e04326c79dfdd32d625aee71d232d685c3"
-    );
-    assert_eq!(
-        revision("tinystories"),
-        "f54c09fd23315a6f9c86f9dc80f725de7d8f9c64"
-    );
-    assert_eq!(revision("yelp"), "c1f9ee939b7d05667af864ee1cb066393154bf85");
-    assert_eq!(
-        revision("codesearchnet-python"),
-        "bd0cf261e357a3eb5c8fba490d23ec1a1cd59555"
-    );
-    assert_eq!(
-        dataset("codesearchnet-python").unwrap().text_column,
-        "whole_func_string"
-    );
+    for spec in registry {
+        let row = documented
+            .iter()
+            .find(|row| row[0].as_deref() == Some(spec.name.as_str()))
+            .unwrap_or_else(|| panic!("`{}` is not in docs/data.md's table", spec.name));
+        assert_eq!(row[1], spec.repo_id, "{}: repository", spec.name);
+        assert_eq!(row[2], spec.revision, "{}: revision", spec.name);
+        assert_eq!(
+            row[3].as_deref(),
+            Some(spec.text_column.as_str()),
+            "{}: text column",
+            spec.name
+        );
+    }
 }
 
 #[test]

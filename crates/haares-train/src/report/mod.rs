@@ -50,7 +50,7 @@ pub fn write_report(study: &Study, runs: &[PlannedRun], study_dir: &Path) -> Res
     let mut md = String::new();
     write_header(&mut md, study, runs, &grid, &missing);
     if let Some(paper) = &paper {
-        verdict::write_paper_section(&mut md, paper, &grid.settings, grid.finished);
+        write_paper_section(&mut md, paper, &grid.settings, grid.finished);
     }
     if let Some(error) = &paper_error {
         eprintln!("warning: the report is written without the paper's values: {error}");
@@ -314,6 +314,24 @@ fn write_figures(
         let _ = writeln!(md, "Note: {note}.\n");
     }
     Ok(())
+}
+
+/// Appends the section "Against the paper": the scale, the verdict ([`verdict`]), then our values
+/// beside the paper's ([`paper_tables`]: losses, per-seed reductions, time to target).
+fn write_paper_section(
+    md: &mut String,
+    side: &PaperSide,
+    settings: &[String],
+    finished: &[Finished],
+) {
+    let labels: Vec<&str> = side.tables.iter().map(|t| t.label.as_str()).collect();
+    let _ = writeln!(md, "## Against the paper ({})\n", labels.join(", "));
+    verdict::write_scale(md, side);
+    let comparisons = verdict::comparisons(side, settings, finished);
+    verdict::write_verdict(md, side, &comparisons);
+    paper_tables::write_losses(md, side, settings, finished);
+    paper_tables::write_reductions(md, &comparisons);
+    paper_tables::write_time_to_target(md, side, finished);
 }
 
 /// Where and how fast each run trained: its backend, its devices, the kernels of its matrix

@@ -1,6 +1,5 @@
-//! The report's comparison with the paper: which scale the runs are at, our values beside the
-//! paper's ([`crate::report::paper_tables`]: losses, perplexities, per-seed reductions, time to
-//! target), and a verdict computed from them: the direction of each difference here and in the paper, how many paired seeds
+//! The report's comparison with the paper: which scale the runs are at and a verdict computed
+//! from our values and the paper's (which [`crate::report::paper_tables`] sets side by side): the direction of each difference here and in the paper, how many paired seeds
 //! favour the method, and, from three pairs on, a sign test and a 95% paired t interval with the
 //! paper's mean held against it (at the paper's scale only).
 
@@ -10,7 +9,6 @@ use haares_core::method::method_label;
 
 use crate::report::evidence::{Direction, Evidence};
 use crate::report::paper_side::PaperSide;
-use crate::report::paper_tables;
 use crate::report::results::{BASELINE, Finished, Pair, PaperMarks};
 
 /// One paired comparison: a method against a baseline at one setting.
@@ -99,25 +97,8 @@ fn our_reductions(finished: &[Finished], setting: &str, method: &str, baseline: 
     }
 }
 
-/// Appends the section "Against the paper".
-pub fn write_paper_section(
-    md: &mut String,
-    side: &PaperSide,
-    settings: &[String],
-    finished: &[Finished],
-) {
-    let labels: Vec<&str> = side.tables.iter().map(|t| t.label.as_str()).collect();
-    let _ = writeln!(md, "## Against the paper ({})\n", labels.join(", "));
-    write_scale(md, side);
-    let comparisons = comparisons(side, settings, finished);
-    write_verdict(md, side, &comparisons);
-    paper_tables::write_losses(md, side, settings, finished);
-    paper_tables::write_reductions(md, &comparisons);
-    paper_tables::write_time_to_target(md, side, finished);
-}
-
 /// Whether the runs are at the paper's settings, and if not, where they differ.
-fn write_scale(md: &mut String, side: &PaperSide) {
+pub fn write_scale(md: &mut String, side: &PaperSide) {
     if side.at_paper_scale() {
         let _ = writeln!(
             md,
@@ -159,7 +140,7 @@ fn write_scale(md: &mut String, side: &PaperSide) {
 }
 
 /// The verdict, one line per comparison after a summary line.
-fn write_verdict(md: &mut String, side: &PaperSide, comparisons: &[Comparison]) {
+pub fn write_verdict(md: &mut String, side: &PaperSide, comparisons: &[Comparison]) {
     let _ = writeln!(md, "### Verdict\n");
     if comparisons.is_empty() {
         let _ = writeln!(

@@ -192,6 +192,20 @@ impl Study {
         for key in overrides.fields.keys() {
             axes.remove(key);
         }
+        // An empty axis would plan no run at all; say which one and where it was given.
+        if let Some((axis, _)) = axes.iter().find(|(_, values)| values.is_empty()) {
+            let source = if overrides.axes.contains_key(axis) {
+                "the command line".to_string()
+            } else if preset.grid.contains_key(axis) {
+                format!("preset `{preset_name}`'s grid")
+            } else {
+                format!("study `{}`'s grid", self.name)
+            };
+            return Err(TrainError::Config(format!(
+                "{source} gives the axis `{axis}` no values; give it at least one (`{axis} = [...]`) \
+                 or remove it"
+            )));
+        }
         let mut order: Vec<&String> = axes.keys().collect();
         order.sort_by_key(|k| AXIS_ORDER.iter().position(|a| a == k).unwrap_or(usize::MAX));
 

@@ -36,6 +36,57 @@ fn cpu_jobs_run_on_a_pool_thread_with_as_many_threads_as_rayons_own_pool() {
     }
 }
 
+/// A library call leaves the host process's allocator as it was: after a job dispatched to the
+/// CPU pool, a 1 MiB block is still mmapped, as under glibc's defaults (threshold 128 KiB), where
+/// `keep_freed_memory` would serve it from the heap. In a child process, so that nothing else in
+/// this binary has touched the allocator's settings.
+#[test]
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn a_dispatched_job_leaves_the_allocator_settings_alone() {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "cpu::allocator_after_a_dispatch_in_a_child",
+            "--ignored",
+            "--test-threads=1",
+        ])
+        .env("HAARES_ALLOCATOR_CHILD", "1")
+        .env_remove("GLIBC_TUNABLES")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("1 passed"),
+        "the child ran no test:\n{stdout}"
+    );
+}
+
+/// Run by [`a_dispatched_job_leaves_the_allocator_settings_alone`] in a child process.
+#[test]
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[ignore = "run in a child process by cpu::a_dispatched_job_leaves_the_allocator_settings_alone"]
+fn allocator_after_a_dispatch_in_a_child() {
+    assert!(
+        std::env::var_os("HAARES_ALLOCATOR_CHILD").is_some(),
+        "run by its parent test"
+    );
+    dispatch(BackendKind::Ndarray, WhereItRan).unwrap();
+    // SAFETY: mallinfo2 only reads the allocator's statistics.
+    let mmapped = || unsafe { libc::mallinfo2().hblks };
+    let before = mmapped();
+    let block = std::hint::black_box(vec![1u8; 1 << 20]);
+    assert!(
+        mmapped() > before,
+        "a 1 MiB block came from the heap: the allocator was reconfigured"
+    );
+    drop(block);
+}
+
 #[test]
 fn a_panic_in_the_pool_reaches_the_caller() {
     let outcome = std::panic::catch_unwind(|| on_cpu_pool(|| panic!("inside the pool")));

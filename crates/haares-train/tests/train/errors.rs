@@ -37,12 +37,18 @@ fn unknown_studies_presets_methods_and_backends_are_refused() {
     let (ok, stderr) = cli(&["sweep", "depth", "--backend", "tpu", "--dry-run"]);
     assert!(!ok && stderr.contains("unknown backend `tpu`"), "{stderr}");
     // The products' provider: a misspelt one stops the runner, naming the variable and its values.
-    let (ok, stderr) = cli_with(&["sweep", "depth", "--dry-run"], &[("HAARES_PRODUCTS", "cublass")]);
+    let (ok, stderr) = cli_with(
+        &["sweep", "depth", "--dry-run"],
+        &[("HAARES_PRODUCTS", "cublass")],
+    );
     assert!(
         !ok && stderr.contains("HAARES_PRODUCTS=cublass") && stderr.contains("`cubek` or `cublas`"),
         "{stderr}"
     );
-    let (ok, stderr) = cli_with(&["sweep", "depth", "--dry-run"], &[("HAARES_PRODUCTS", "cublas")]);
+    let (ok, stderr) = cli_with(
+        &["sweep", "depth", "--dry-run"],
+        &[("HAARES_PRODUCTS", "cublas")],
+    );
     assert!(ok, "a valid provider is taken: {stderr}");
     let (ok, stderr) = cli(&["sweep", "depth", "--blocks", "5", "--dry-run"]);
     assert!(
@@ -73,6 +79,35 @@ fn unknown_studies_presets_methods_and_backends_are_refused() {
                 "{name}/{preset}"
             );
         }
+    }
+}
+
+/// A study file with an empty grid axis, in the study's grid or in its preset's, is refused by the
+/// runner with the axis and where it was given, and a non-zero exit; never a panic.
+#[test]
+fn a_study_with_an_empty_axis_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    for (edit, axis, source) in [
+        (
+            ("layers = [2, 4]", "layers = []"),
+            "layers",
+            "study `empty`'s grid",
+        ),
+        (
+            ("model_seed = [1]\n", "model_seed = []\n"),
+            "model_seed",
+            "preset `tiny`'s grid",
+        ),
+    ] {
+        let file = dir.path().join("empty.toml");
+        assert!(STUDY.contains(edit.0), "the fixture has {}", edit.0);
+        std::fs::write(&file, STUDY.replacen(edit.0, edit.1, 1)).unwrap();
+        let (ok, stderr) = cli(&["sweep", file.to_str().unwrap(), "--dry-run"]);
+        assert!(
+            !ok && stderr.contains(&format!("{source} gives the axis `{axis}` no values")),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
 

@@ -29,7 +29,10 @@ fn every_method_trains_end_to_end_on_the_embedded_corpus() {
             "{method}"
         );
         assert!(summary.best_val_loss.is_finite(), "{method}");
-        assert_eq!(summary.products, "Burn's matmul", "{method}: NdArray's products, recorded");
+        assert_eq!(
+            summary.products, "Burn's matmul",
+            "{method}: NdArray's products, recorded"
+        );
         let best = summary
             .val_curve
             .iter()

@@ -1,6 +1,6 @@
 //! Causal attention as a flash-style CubeCL kernel pair: one launch forward, two backward, where
 //! the plain operations launch two matrix products, the softmax and four copies of moved heads
-//! forward (7), and four products, the softmax's backward and six copies backward (11; issue 34: a
+//! forward (7), and four products, the softmax's backward and six copies backward (11: a
 //! CUDA step costs its launch count).
 //!
 //! Queries, keys and values are read in the projections' own `[batch, seq, heads, d_h]` layout,

@@ -158,13 +158,21 @@ pub fn gemm_calls(
 ) -> Result<Vec<GemmCall>, NoBlasCall> {
     let rank = out.shape.len();
     let layouts = [lhs, rhs, out];
-    if rank < 2 || layouts.iter().any(|l| l.shape.len() != rank || l.strides.len() != rank) {
+    if rank < 2
+        || layouts
+            .iter()
+            .any(|l| l.shape.len() != rank || l.strides.len() != rank)
+    {
         return Err(NoBlasCall::Shapes(format!(
             "ranks {:?}, {:?}, {:?} (one rank of at least 2, one stride per dimension)",
             lhs.shape, rhs.shape, out.shape
         )));
     }
-    let (m, k, n) = (lhs.shape[rank - 2], lhs.shape[rank - 1], rhs.shape[rank - 1]);
+    let (m, k, n) = (
+        lhs.shape[rank - 2],
+        lhs.shape[rank - 1],
+        rhs.shape[rank - 1],
+    );
     if rhs.shape[rank - 2] != k || out.shape[rank - 2..] != [m, n] {
         return Err(NoBlasCall::Shapes(format!(
             "{:?} · {:?} into {:?}",
@@ -181,7 +189,12 @@ pub fn gemm_calls(
         return Err(NoBlasCall::EmptyContraction);
     }
     let matrix = |layout: StridedLayout, rows, columns| {
-        order(rows, columns, layout.strides[rank - 2], layout.strides[rank - 1])
+        order(
+            rows,
+            columns,
+            layout.strides[rank - 2],
+            layout.strides[rank - 1],
+        )
     };
     let lhs_order = matrix(lhs, m, k).ok_or(NoBlasCall::Layout(Operand::Lhs))?;
     let rhs_order = matrix(rhs, k, n).ok_or(NoBlasCall::Layout(Operand::Rhs))?;
@@ -191,7 +204,13 @@ pub fn gemm_calls(
             Order::ColumnMajor { ld } => (ld, false),
         };
         let transposed = row_major == read_transposed_when_row_major;
-        BlasInput { operand, transposed, ld, batch_stride: 0, offset: 0 }
+        BlasInput {
+            operand,
+            transposed,
+            ld,
+            batch_stride: 0,
+            offset: 0,
+        }
     };
     // A row-major output is `Cᵀ = Bᵀ Aᵀ`: BLAS's `A` reads `rhs` as `Bᵀ`, which a row-major
     // `rhs` already is (no transpose); a column-major output is `C = A B` itself, which a
@@ -217,7 +236,11 @@ pub fn gemm_calls(
     let template = GemmCall {
         a,
         b,
-        c: BlasOutput { ld: c_ld, batch_stride: 0, offset: 0 },
+        c: BlasOutput {
+            ld: c_ld,
+            batch_stride: 0,
+            offset: 0,
+        },
         m: call_m,
         n: call_n,
         k,

@@ -81,13 +81,19 @@ mod cuda {
 
     /// The product by cuBLAS when it is the process's provider and can take these operands;
     /// `None` (nothing computed) otherwise, a failure reported once.
-    fn cublas_product<R: CubeRuntime>(lhs: &CubeTensor<R>, rhs: &CubeTensor<R>) -> Option<CubeTensor<R>> {
+    fn cublas_product<R: CubeRuntime>(
+        lhs: &CubeTensor<R>,
+        rhs: &CubeTensor<R>,
+    ) -> Option<CubeTensor<R>> {
         if product_provider() != ProductProvider::Cublas || lhs.dtype != DType::F32 {
             return None;
         }
         let (lhs, rhs) = (as_cuda(lhs.clone())?, as_cuda(rhs.clone())?);
         match cublas::matmul(lhs, rhs, BlasPrecision::Tf32) {
-            Ok(output) => (Box::new(output) as Box<dyn Any>).downcast().ok().map(|output| *output),
+            Ok(output) => (Box::new(output) as Box<dyn Any>)
+                .downcast()
+                .ok()
+                .map(|output| *output),
             Err(failure) => {
                 report_once(&failure);
                 None
@@ -96,7 +102,10 @@ mod cuda {
     }
 
     fn as_cuda<R: CubeRuntime>(tensor: CubeTensor<R>) -> Option<CubeTensor<CudaRuntime>> {
-        (Box::new(tensor) as Box<dyn Any>).downcast().ok().map(|tensor| *tensor)
+        (Box::new(tensor) as Box<dyn Any>)
+            .downcast()
+            .ok()
+            .map(|tensor| *tensor)
     }
 
     /// Tells the process once that cuBLAS is not computing its products, and why: that the
@@ -118,7 +127,9 @@ mod cuda {
     pub(super) fn product_kernels() -> String {
         match (product_provider(), cublas::availability()) {
             (ProductProvider::Cublas, Ok(())) => "cuBLAS (TF32)".into(),
-            (ProductProvider::Cublas, Err(_)) => "cubek Strategy::Auto (TF32; cuBLAS not loaded)".into(),
+            (ProductProvider::Cublas, Err(_)) => {
+                "cubek Strategy::Auto (TF32; cuBLAS not loaded)".into()
+            }
             (ProductProvider::Cubek, _) => "cubek Strategy::Auto (TF32)".into(),
         }
     }

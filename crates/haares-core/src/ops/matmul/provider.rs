@@ -105,11 +105,15 @@ pub fn product_provider() -> ProductProvider {
         2 => ProductProvider::Cublas,
         _ => {
             let provider = ProductProvider::from_env().unwrap_or_else(|error| {
-                eprintln!("haares: {error}; the products use `{}`", ProductProvider::DEFAULT);
+                eprintln!(
+                    "haares: {error}; the products use `{}`",
+                    ProductProvider::DEFAULT
+                );
                 ProductProvider::DEFAULT
             });
             // Another thread may have chosen meanwhile: its choice stands.
-            let _ = CHOSEN.compare_exchange(0, encode(provider), Ordering::Relaxed, Ordering::Relaxed);
+            let _ =
+                CHOSEN.compare_exchange(0, encode(provider), Ordering::Relaxed, Ordering::Relaxed);
             product_provider()
         }
     }

@@ -15,7 +15,9 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::NormBackend;
 use crate::autodiff_node::from_primitive;
-use crate::ops::cube_shared::{ROW_THREADS, empty_like, empty_shaped, per_row, plane_reduction, primitive};
+use crate::ops::cube_shared::{
+    ROW_THREADS, empty_like, empty_shaped, per_row, plane_reduction, primitive,
+};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 /// `(∂x, ∂w)`.
@@ -103,7 +105,11 @@ where
     let x_grad = empty_like(&x);
     // A block's partials live in shared memory up to `SHARED_GAIN_WIDTH`; beyond it each row is
     // a block of its own and writes its share.
-    let rows_per_cube = if d <= SHARED_GAIN_WIDTH { ROWS_PER_CUBE } else { 1 };
+    let rows_per_cube = if d <= SHARED_GAIN_WIDTH {
+        ROWS_PER_CUBE
+    } else {
+        1
+    };
     let blocks = rows.div_ceil(rows_per_cube).max(1);
     let partials = empty_shaped(&x, vec![blocks, d]);
     let client = x.client.clone();
@@ -125,7 +131,10 @@ where
         plane_reduction(&client, ROW_THREADS),
         x.dtype.into(),
     );
-    (from_primitive(x_grad), from_primitive(column_sums(&partials)))
+    (
+        from_primitive(x_grad),
+        from_primitive(column_sums(&partials)),
+    )
 }
 
 /// `Σ_rows partials[row, k]` for every column `k` of a contiguous `[rows, d]` tensor, one thread
@@ -250,7 +259,8 @@ pub(super) mod kernels {
             while k < d {
                 let normed = x[at(x, row, k)] / rms;
                 let dy = grad[at(grad, row, k)];
-                x_grad[row * d + k] = (dy * weight[k * weight.stride(0)] - normed * along_row) / rms;
+                x_grad[row * d + k] =
+                    (dy * weight[k * weight.stride(0)] - normed * along_row) / rms;
                 if shared_gain {
                     gain[k] += dy * normed;
                 } else {

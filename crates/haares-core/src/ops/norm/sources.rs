@@ -59,6 +59,10 @@ pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), Stri
         t(),
         float(),
     );
-    sources.add(&kernel, &format!("{COLUMN_THREADS} columns per cube"), column)?;
+    sources.add(
+        &kernel,
+        &format!("{COLUMN_THREADS} columns per cube"),
+        column,
+    )?;
     Ok(())
 }

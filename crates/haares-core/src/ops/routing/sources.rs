@@ -13,7 +13,9 @@ use super::sums::cube::kernels::{add_scaled_rows_kernel, row_dots_kernel, weight
 use super::write::cube::kernels::{
     pair_write_kernel, rms_match_multiplier_kernel, signed_sum_with_mean_square_kernel,
 };
-use crate::cuda_sources::{CUDA_PLANES, CudaSources, elementwise_cube, float, settings, tensor, tensors};
+use crate::cuda_sources::{
+    CUDA_PLANES, CudaSources, elementwise_cube, float, settings, tensor, tensors,
+};
 use crate::ops::cube_shared::ROW_THREADS;
 
 /// Slot counts the sources are compiled at: a HAARES read's first (the embedding, a block's sum

@@ -14,8 +14,15 @@ pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), Stri
     let cube = elementwise_cube();
     let (client, s) = (sources.client(), settings(cube));
     let t = tensor;
-    let kernel =
-        swiglu_kernel::SwigluKernel::<W>::new(s.clone(), client.clone(), t(), t(), t(), true, float());
+    let kernel = swiglu_kernel::SwigluKernel::<W>::new(
+        s.clone(),
+        client.clone(),
+        t(),
+        t(),
+        t(),
+        true,
+        float(),
+    );
     sources.add(&kernel, "", cube)?;
     let kernel = swiglu_backward_kernel::SwigluBackwardKernel::<W>::new(
         s.clone(),

@@ -53,8 +53,13 @@ pub fn optimizer_cuda_sources(sources: &mut CudaSources) -> Result<(), String> {
         );
         sources.add(&kernel, &variant, norm)?;
     }
-    let kernel =
-        total_kernel::TotalKernel::<W>::new(settings(norm), sources.client(), tensor(), tensor(), NORM_THREADS);
+    let kernel = total_kernel::TotalKernel::<W>::new(
+        settings(norm),
+        sources.client(),
+        tensor(),
+        tensor(),
+        NORM_THREADS,
+    );
     sources.add(&kernel, "one cube", norm)?;
     Ok(())
 }

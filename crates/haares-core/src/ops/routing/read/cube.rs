@@ -49,10 +49,10 @@ type QueryBiasAndGainGrads<B> = (
 impl<R: CubeRuntime, F: FloatElement, I: IntElement, BT: BoolElement> RoutingBackend
     for CubeBackend<R, F, I, BT>
 {
-    /// The fused path on CUDA, the reference path on wgpu. On an H200 (2026-11-28) every CUDA
-    /// check passed, the operator on the kernels included, and Block AttnRes's fused steps took
-    /// 0.82–0.89 s against the reference path's 1.17–1.28 s (docs/notebook/cuda.md). wgpu's kernels
-    /// pass every check on lavapipe, a CPU Vulkan, but have not been timed on a GPU.
+    /// The fused path on CUDA, the reference path on wgpu. On CUDA every check passes, the
+    /// operator on the kernels included, and Block AttnRes's fused steps took about two thirds of
+    /// the reference path's (docs/notebook/cuda.md). wgpu's kernels pass every check on lavapipe,
+    /// a CPU Vulkan, but have not been timed on a GPU.
     /// `RoutingPath::Fused` selects the kernels on either.
     fn auto_routing() -> RoutingPath {
         if is_cuda::<R>() {

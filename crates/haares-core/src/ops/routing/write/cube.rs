@@ -21,7 +21,7 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElemen
 
 use super::{PairWrite, RmsMatching, SourceWriteBackend};
 use crate::autodiff_node::from_primitive;
-use crate::ops::cube_shared::{plane_reduction, ROW_THREADS, empty};
+use crate::ops::cube_shared::{ROW_THREADS, empty, plane_reduction};
 use crate::ops::routing::cube_shared::cube_tensor;
 use crate::ops::routing::sums::cube::{add_scaled_rows, row_dots};
 
@@ -397,10 +397,17 @@ pub(in crate::ops) mod kernels {
             }
             k += threads;
         }
-        let cumulative_squares =
-            cube_total::<F>(&mut partials, lane, cumulative_squares, threads, false, planes);
+        let cumulative_squares = cube_total::<F>(
+            &mut partials,
+            lane,
+            cumulative_squares,
+            threads,
+            false,
+            planes,
+        );
         if comptime![own_detail] {
-            detail_squares = cube_total::<F>(&mut partials, lane, detail_squares, threads, false, planes);
+            detail_squares =
+                cube_total::<F>(&mut partials, lane, detail_squares, threads, false, planes);
         }
         if lane == 0 {
             let cumulative_mean = cumulative_squares / F::cast_from(d_model);

@@ -398,7 +398,8 @@ fn norm_backward_row<F: Float>(
         dot += grad[grad_row + k * grad.stride(1)] * gain[k * gain.stride(1)] * normed;
         k += threads;
     }
-    let along_row = cube_total::<F>(partials, lane, dot, threads, false, planes) / F::cast_from(d_model);
+    let along_row =
+        cube_total::<F>(partials, lane, dot, threads, false, planes) / F::cast_from(d_model);
     k = lane;
     while k < d_model {
         let at = h_row + k * out.stride(1);

@@ -19,11 +19,10 @@
 //! thread ends.
 //!
 //! The layouts come from [`super::blas_call`]; this module only turns its calls into pointers.
+//! `handle.rs` keeps the handles, `timing.rs` times the products with CUDA events.
 
-use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use burn::tensor::{DType, Shape};
 use burn_cubecl::cubecl::cuda::CudaRuntime;
@@ -33,13 +32,16 @@ use burn_cubecl::ops::numeric::{empty_device_dtype, zeros_client};
 use burn_cubecl::tensor::CubeTensor;
 use cudarc::cublas::sys as blas;
 use cudarc::driver::result as driver;
-use cudarc::driver::sys as cuda;
 
 use super::blas_call::{GemmCall, NoBlasCall, Operand, StridedLayout, gemm_calls};
 
-/// The workspace each handle gets: what NVIDIA recommends for Hopper (32 MiB; 4 MiB for earlier
-/// cards), so that cuBLAS picks the same kernels as PyTorch's, whose default is the same.
-pub const WORKSPACE_BYTES: usize = 32 << 20;
+mod handle;
+mod timing;
+
+use handle::with_handle;
+pub use handle::{WORKSPACE_BYTES, workspace_bytes};
+use timing::DeviceTimer;
+pub use timing::{BlasTimes, is_timing, start_timing, stop_timing, timed_so_far};
 
 /// The compute type of a cuBLAS product of f32 tensors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,14 +97,6 @@ pub fn availability() -> Result<(), &'static str> {
     checked.as_ref().map(|_| ()).map_err(String::as_str)
 }
 
-/// Workspace bytes of the handles alive now, over every thread and device: cuBLAS's own device
-/// memory, which CubeCL's memory statistics do not see.
-pub fn workspace_bytes() -> u64 {
-    WORKSPACES.load(Ordering::Relaxed)
-}
-
-static WORKSPACES: AtomicU64 = AtomicU64::new(0);
-
 /// `lhs · rhs` over the last two dimensions by cuBLAS: `[..., m, k] · [..., k, n]`, batch
 /// dimensions equal or 1 (broadcast). Operands in any layout BLAS reads (row- or column-major
 /// matrices, pitched rows, nested batch strides) are read in place; another layout is copied to
@@ -121,11 +115,21 @@ pub fn matmul(
         return Err(CublasFailure::NotF32);
     }
     let shape = output_shape(lhs.meta.shape(), rhs.meta.shape()).map_err(CublasFailure::Layout)?;
-    let out = empty_device_dtype(lhs.client.clone(), lhs.device.clone(), shape.clone(), DType::F32);
+    let out = empty_device_dtype(
+        lhs.client.clone(),
+        lhs.device.clone(),
+        shape.clone(),
+        DType::F32,
+    );
     let (lhs, rhs, calls) = match plan(lhs, rhs, &out) {
         Ok(planned) => planned,
         Err(NoBlasCall::EmptyContraction) => {
-            return Ok(zeros_client(out.client.clone(), out.device.clone(), shape, DType::F32));
+            return Ok(zeros_client(
+                out.client.clone(),
+                out.device.clone(),
+                shape,
+                DType::F32,
+            ));
         }
         Err(why) => return Err(CublasFailure::Layout(why)),
     };
@@ -145,7 +149,9 @@ fn output_shape(lhs: &[usize], rhs: &[usize]) -> Result<Shape, NoBlasCall> {
         .map(|dim| match (lhs[dim], rhs[dim]) {
             (a, b) if a == b || b == 1 => Ok(a),
             (1, b) => Ok(b),
-            _ => Err(NoBlasCall::Shapes(format!("batch dimension {dim} of {lhs:?} · {rhs:?}"))),
+            _ => Err(NoBlasCall::Shapes(format!(
+                "batch dimension {dim} of {lhs:?} · {rhs:?}"
+            ))),
         })
         .collect::<Result<_, _>>()?;
     dims.extend([lhs[rank - 2], rhs[rank - 1]]);
@@ -157,7 +163,14 @@ fn plan(
     mut lhs: CubeTensor<CudaRuntime>,
     mut rhs: CubeTensor<CudaRuntime>,
     out: &CubeTensor<CudaRuntime>,
-) -> Result<(CubeTensor<CudaRuntime>, CubeTensor<CudaRuntime>, Vec<GemmCall>), NoBlasCall> {
+) -> Result<
+    (
+        CubeTensor<CudaRuntime>,
+        CubeTensor<CudaRuntime>,
+        Vec<GemmCall>,
+    ),
+    NoBlasCall,
+> {
     let layout = |tensor: &CubeTensor<CudaRuntime>| -> (Vec<usize>, Vec<usize>) {
         (tensor.meta.shape().to_vec(), tensor.meta.strides().to_vec())
     };
@@ -196,9 +209,9 @@ fn run(
 ) -> Result<(), CublasFailure> {
     let client = &out.client;
     let resource = |tensor: &CubeTensor<CudaRuntime>| {
-        client
-            .get_resource(tensor.handle.clone())
-            .map_err(|error| CublasFailure::Call(format!("CubeCL's memory of an operand: {error:?}")))
+        client.get_resource(tensor.handle.clone()).map_err(|error| {
+            CublasFailure::Call(format!("CubeCL's memory of an operand: {error:?}"))
+        })
     };
     // Held until the calls have finished: they keep the memory from being freed meanwhile.
     let resources = [resource(lhs)?, resource(rhs)?, resource(out)?];
@@ -282,210 +295,4 @@ fn gemm(
     status
         .result()
         .map_err(|error| CublasFailure::Call(format!("cublasGemmStridedBatchedEx: {error:?}")))
-}
-
-/// This thread's cuBLAS state for one device.
-struct Handle {
-    ordinal: usize,
-    device: cuda::CUdevice,
-    context: cuda::CUcontext,
-    stream: cuda::CUstream,
-    blas: blas::cublasHandle_t,
-    workspace: cuda::CUdeviceptr,
-}
-
-thread_local! {
-    static HANDLES: RefCell<Vec<Handle>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Runs `body` with this thread's handle for device `ordinal`, made on first use, its context
-/// current.
-fn with_handle<T>(
-    ordinal: usize,
-    body: impl FnOnce(&Handle) -> Result<T, CublasFailure>,
-) -> Result<T, CublasFailure> {
-    HANDLES.with_borrow_mut(|handles| {
-        let index = match handles.iter().position(|handle| handle.ordinal == ordinal) {
-            Some(index) => index,
-            None => {
-                handles.push(Handle::new(ordinal)?);
-                handles.len() - 1
-            }
-        };
-        let handle = &handles[index];
-        // SAFETY: the context is the device's primary context, retained by the handle.
-        unsafe { driver::ctx::set_current(handle.context) }
-            .map_err(|error| CublasFailure::Call(format!("cuCtxSetCurrent: {error:?}")))?;
-        body(handle)
-    })
-}
-
-impl Handle {
-    fn new(ordinal: usize) -> Result<Self, CublasFailure> {
-        let failed = |what: &str, error: &dyn std::fmt::Debug| {
-            CublasFailure::Call(format!("setting up cuBLAS on CUDA device {ordinal}: {what}: {error:?}"))
-        };
-        driver::init().map_err(|e| failed("cuInit", &e))?;
-        let device = driver::device::get(ordinal as i32).map_err(|e| failed("cuDeviceGet", &e))?;
-        // From here on, `Drop` releases whatever was made (null fields are skipped).
-        let mut handle = Self {
-            ordinal,
-            device,
-            context: std::ptr::null_mut(),
-            stream: std::ptr::null_mut(),
-            blas: std::ptr::null_mut(),
-            workspace: 0,
-        };
-        // SAFETY: plain driver and cuBLAS set-up calls on a device that exists; each result is
-        // stored in `handle` as soon as it is made, so a failure part-way releases the rest.
-        unsafe {
-            handle.context =
-                driver::primary_ctx::retain(device).map_err(|e| failed("cuDevicePrimaryCtxRetain", &e))?;
-            driver::ctx::set_current(handle.context).map_err(|e| failed("cuCtxSetCurrent", &e))?;
-            handle.stream = driver::stream::create(driver::stream::StreamKind::NonBlocking)
-                .map_err(|e| failed("cuStreamCreate", &e))?;
-            handle.workspace =
-                driver::malloc_sync(WORKSPACE_BYTES).map_err(|e| failed("cuMemAlloc", &e))?;
-            WORKSPACES.fetch_add(WORKSPACE_BYTES as u64, Ordering::Relaxed);
-            let mut blas_handle = std::ptr::null_mut();
-            blas::cublasCreate_v2(&mut blas_handle)
-                .result()
-                .map_err(|e| failed("cublasCreate", &e))?;
-            handle.blas = blas_handle;
-            blas::cublasSetStream_v2(handle.blas, handle.stream as blas::cudaStream_t)
-                .result()
-                .map_err(|e| failed("cublasSetStream", &e))?;
-            blas::cublasSetWorkspace_v2(handle.blas, handle.workspace as *mut c_void, WORKSPACE_BYTES)
-                .result()
-                .map_err(|e| failed("cublasSetWorkspace", &e))?;
-            // The compute type of each call says whether it takes TF32; the default math mode
-            // keeps `CUBLAS_COMPUTE_32F` in f32.
-            blas::cublasSetMathMode(handle.blas, blas::cublasMath_t::CUBLAS_DEFAULT_MATH)
-                .result()
-                .map_err(|e| failed("cublasSetMathMode", &e))?;
-        }
-        Ok(handle)
-    }
-}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        // SAFETY: each resource was made by `Handle::new` and is released once; errors are
-        // ignored (at a thread's end the driver may already be shutting down).
-        unsafe {
-            if !self.context.is_null() {
-                let _ = driver::ctx::set_current(self.context);
-            }
-            if !self.blas.is_null() {
-                let _ = blas::cublasDestroy_v2(self.blas);
-            }
-            if self.workspace != 0 {
-                let _ = driver::free_sync(self.workspace);
-                WORKSPACES.fetch_sub(WORKSPACE_BYTES as u64, Ordering::Relaxed);
-            }
-            if !self.stream.is_null() {
-                let _ = driver::stream::destroy(self.stream);
-            }
-            if !self.context.is_null() {
-                let _ = driver::primary_ctx::release(self.device);
-            }
-        }
-    }
-}
-
-/// Device time of cuBLAS's products while [`start_timing`] is on: CubeCL's launch log and its
-/// profiler do not see them.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct BlasTimes {
-    /// `gemmStridedBatched` calls.
-    pub calls: u64,
-    /// Their device time in seconds, from CUDA events around each product's calls.
-    pub seconds: f64,
-}
-
-static TIMING: AtomicBool = AtomicBool::new(false);
-static TIMED_CALLS: AtomicU64 = AtomicU64::new(0);
-static TIMED_NANOS: AtomicU64 = AtomicU64::new(0);
-
-/// Times every cuBLAS product from now on with CUDA events, over every thread.
-pub fn start_timing() {
-    TIMED_CALLS.store(0, Ordering::Relaxed);
-    TIMED_NANOS.store(0, Ordering::Relaxed);
-    TIMING.store(true, Ordering::Relaxed);
-}
-
-/// Whether products are being timed.
-pub fn is_timing() -> bool {
-    TIMING.load(Ordering::Relaxed)
-}
-
-/// What has been timed since [`start_timing`], timing going on: a running total, which a reader
-/// that wants a stretch's share takes the difference of.
-pub fn timed_so_far() -> BlasTimes {
-    BlasTimes {
-        calls: TIMED_CALLS.load(Ordering::Relaxed),
-        seconds: TIMED_NANOS.load(Ordering::Relaxed) as f64 * 1e-9,
-    }
-}
-
-/// Stops timing and returns what was timed since [`start_timing`].
-pub fn stop_timing() -> BlasTimes {
-    TIMING.store(false, Ordering::Relaxed);
-    BlasTimes {
-        calls: TIMED_CALLS.swap(0, Ordering::Relaxed),
-        seconds: TIMED_NANOS.swap(0, Ordering::Relaxed) as f64 * 1e-9,
-    }
-}
-
-/// Two events around one product's calls, when timing is on.
-struct DeviceTimer {
-    start: cuda::CUevent,
-    end: Option<cuda::CUevent>,
-}
-
-impl DeviceTimer {
-    fn start(stream: cuda::CUstream) -> Option<Self> {
-        if !TIMING.load(Ordering::Relaxed) {
-            return None;
-        }
-        let timer = Self { start: event()?, end: None };
-        // SAFETY: a fresh event recorded on this handle's stream.
-        unsafe { driver::event::record(timer.start, stream) }.ok()?;
-        Some(timer)
-    }
-
-    /// Records the end behind the calls on `stream`.
-    fn end(mut self, stream: cuda::CUstream) -> Option<Self> {
-        let end = self.end.insert(event()?);
-        // SAFETY: a fresh event recorded on this handle's stream.
-        unsafe { driver::event::record(*end, stream) }.ok()?;
-        Some(self)
-    }
-
-    /// Adds the time between the events once the stream has finished (the caller synchronised
-    /// it); a failed event loses one sample, never the product.
-    fn add(self, calls: usize) {
-        let Some(end) = self.end else { return };
-        // SAFETY: both events were recorded on a stream that has finished.
-        if let Ok(milliseconds) = unsafe { driver::event::elapsed(self.start, end) } {
-            TIMED_CALLS.fetch_add(calls as u64, Ordering::Relaxed);
-            TIMED_NANOS.fetch_add((f64::from(milliseconds) * 1e6) as u64, Ordering::Relaxed);
-        }
-    }
-}
-
-impl Drop for DeviceTimer {
-    fn drop(&mut self) {
-        // SAFETY: events created by `event` and destroyed once.
-        unsafe {
-            let _ = driver::event::destroy(self.start);
-            if let Some(end) = self.end {
-                let _ = driver::event::destroy(end);
-            }
-        }
-    }
-}
-
-fn event() -> Option<cuda::CUevent> {
-    driver::event::create(cuda::CUevent_flags::CU_EVENT_DEFAULT).ok()
 }
