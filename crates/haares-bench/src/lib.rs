@@ -2,8 +2,8 @@
 //!
 //! Cost measurement and comparisons, in the order a user meets them:
 //! 1. The analytic quantities: [`analytic`] (tab:sourcecounts, tab:modelconfig's parameter
-//!    counts) and [`flops`] (tab:cost's FLOP increments), the `sources`, `params` and `flops`
-//!    commands.
+//!    counts) and [`flops_table`] (tab:cost's FLOP increments, counted by `haares_core::flops`),
+//!    the `sources`, `params` and `flops` commands.
 //! 2. The measured cost protocol (sec:costprotocol): [`cost::CostSpec`] and [`cost::run_cost`],
 //!    one worker process per measurement ([`cost::worker`]), summarised by [`cost::report`];
 //!    [`heap`] counts a CPU worker's allocated bytes.
@@ -12,14 +12,19 @@
 //!    ([`cost::launches`] in the cost report).
 //! 4. Where a steady CPU step's time goes, operation by operation, beside PyTorch's profiler:
 //!    [`step_anatomy`] (the `anatomy` command).
-//! 5. [`gpu_check`]: all of the above, in budgeted stages, for a lent GPU machine.
+//! 5. [`products`]: every matrix product of a training step on CUDA, by each provider and
+//!    against `torch.matmul` (the `products` command).
+//! 6. [`gpu_check`]: all of the above, in budgeted stages, for a GPU machine without Rust.
 #![warn(missing_docs)]
 
 pub mod analytic;
 pub mod backends;
 pub mod cost;
 pub mod first_step;
-pub mod flops;
+/// The analytic FLOP counts, `haares_core::flops` (beside the source and parameter counts); the
+/// earlier path of this crate still resolves.
+pub use haares_core::flops;
+pub mod flops_table;
 pub mod gpu_check;
 pub mod heap;
 pub mod heartbeat;

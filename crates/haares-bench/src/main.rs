@@ -13,7 +13,7 @@ use haares_bench::cost::versus_report::write_versus_run;
 use haares_bench::cost::worker::{KernelLog, RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
 use haares_bench::cost::{CostSpec, Family, Preset, SizeArgs, run_cost, write_cost_run};
 use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
-use haares_bench::flops::flops_table;
+use haares_bench::flops_table::flops_table;
 use haares_bench::gpu_check::cli::{GpuCheckArgs, gpu_check};
 use haares_bench::step_anatomy::{AnatomyArgs, anatomy};
 use haares_train::TrainError;

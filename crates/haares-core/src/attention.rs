@@ -6,9 +6,9 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::{Tensor, backend::Backend};
 
-use crate::mlp::{linear_no_bias, packable, project};
 use crate::ops::HaaresBackend;
-use crate::rope::RotaryTable;
+use crate::rotary::RotaryTable;
+use crate::swiglu::{linear_no_bias, packable, project};
 
 /// Configuration of a [`CausalSelfAttention`].
 #[derive(Config, Debug)]

@@ -8,10 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::attention::{CausalSelfAttention, CausalSelfAttentionConfig};
 use crate::config::ModelConfig;
-use crate::mlp::{SwiGluMlp, SwiGluMlpConfig};
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::ops::HaaresBackend;
-use crate::rope::RotaryTable;
+use crate::rotary::RotaryTable;
+use crate::swiglu::{SwiGluMlp, SwiGluMlpConfig};
 
 /// Which sublayer a residual event runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -64,12 +64,12 @@ pub mod config;
 #[cfg(all(feature = "cuda", feature = "wgpu"))]
 pub mod cuda_sources;
 pub mod error;
+pub mod flops;
 pub mod graph_gate;
 pub mod layer;
 pub mod limits;
 pub mod materialise;
 pub mod method;
-pub mod mlp;
 pub mod model;
 #[cfg(feature = "ndarray")]
 mod ndarray_host;
@@ -77,14 +77,22 @@ pub mod norm;
 pub mod op_times;
 pub mod ops;
 pub mod rms_match;
-pub mod rope;
+pub mod rotary;
 pub mod router;
 pub mod routing_stats;
 #[cfg(feature = "flex")]
 mod simd;
 pub mod source_bank;
 pub mod stream;
+pub mod swiglu;
 pub mod telemetry;
+
+/// RoPE's table under its earlier module name ([`rotary`]).
+#[doc(hidden)]
+pub use rotary as rope;
+/// The SwiGLU MLP's module under its earlier name ([`swiglu`]).
+#[doc(hidden)]
+pub use swiglu as mlp;
 
 pub use checkpoint::LoadOptions;
 pub use config::{ModelConfig, ModelFamily, RoutingPath};

@@ -12,7 +12,7 @@ use crate::layer::{Layer, Sublayer};
 use crate::materialise::materialise;
 use crate::norm::{RmsNorm, RmsNormConfig};
 use crate::ops::HaaresBackend;
-use crate::rope::RotaryTable;
+use crate::rotary::RotaryTable;
 use crate::router::DepthRouter;
 use crate::stream::{ResidualStream, ResidualStreamConfig};
 use crate::telemetry::{ReadSite, RoutingTrace};

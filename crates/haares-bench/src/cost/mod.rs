@@ -35,7 +35,7 @@ use haares_core::{ModelConfig, ModelFamily, RoutingPath};
 use haares_train::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
-use crate::flops::flops_per_token;
+use haares_core::flops::flops_per_token;
 use worker::{KernelLog, RESULT_PREFIX, TrainSample, WorkerResult, WorkerTask};
 
 /// A cost-protocol run: what to measure and how long.

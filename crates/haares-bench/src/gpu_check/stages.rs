@@ -338,8 +338,12 @@ impl Stage<'_> {
             .find_map(|l| l.strip_prefix("GFLOP/s "))
             .and_then(|v| v.trim().parse::<f64>().ok());
         let cache = haares_train::kernel_cache::kernel_cache_dir();
+        // The products' provider the stages' processes take (they inherit the environment).
+        let products = haares_core::ops::matmul::ProductProvider::from_env()
+            .map_or_else(|error| error.to_string(), |provider| provider.to_string());
         let markdown = format!(
-            "```\n{}\n```\n\nGEMM {size}×{size}: {} GFLOP/s. Kernel cache: `{}`.\n",
+            "```\n{}\n```\n\nGEMM {size}×{size}: {} GFLOP/s. Matrix products on CUDA: `{products}` \
+             (`HAARES_PRODUCTS`). Kernel cache: `{}`.\n",
             device.trim(),
             rate.map_or("–".into(), |r| format!("{r:.1}")),
             cache.display()
@@ -350,7 +354,7 @@ impl Stage<'_> {
                 (status, _) => status,
             },
             results: json!({ "device": device, "gemm_gflops": rate, "gemm_size": size,
-                             "kernel_cache": cache }),
+                             "kernel_cache": cache, "products": products }),
             markdown,
         })
     }
@@ -391,10 +395,14 @@ impl Stage<'_> {
     /// is skipped, and says so.
     fn products(&self) -> Result<Outcome, String> {
         if !self.spec.backend.starts_with("cuda") {
-            return Ok(Outcome::skipped(format!(
+            let why = format!(
                 "`products` measures CUDA's matrix products, and this check runs on `{}`",
                 self.spec.backend
-            )));
+            );
+            // Every stage leaves its log, a skipped one its reason.
+            std::fs::write(self.log, format!("skipped: {why}\n"))
+                .map_err(|e| format!("cannot write {}: {e}", self.log.display()))?;
+            return Ok(Outcome::skipped(why));
         }
         let stem = self.spec.out.join("products");
         let stem_text = stem.display().to_string();

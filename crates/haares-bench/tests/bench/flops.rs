@@ -1,8 +1,8 @@
 //! The analytic FLOP count: its parts checked against independent counts, its increments against
 //! the paper's tab:cost.
 
-use haares_bench::flops::{flops_per_token, increment};
 use haares_core::analysis::parameter_count;
+use haares_core::flops::{flops_per_token, increment};
 use haares_core::{ModelConfig, ModelFamily, ResidualMethod};
 
 fn family(family: ModelFamily, method: ResidualMethod) -> ModelConfig {

@@ -7,9 +7,9 @@ use burn::backend::{Autodiff, Flex};
 use burn::nn::LinearConfig;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor};
-use haares_core::mlp::project;
 use haares_core::ops::MatmulBackend;
 use haares_core::ops::matmul::naive;
+use haares_core::swiglu::project;
 
 use crate::common::{Ad64, Rng, max_abs_diff, tensor, tensor_values};
 use crate::matmul_checks::nodes_agree_with_autodiff_of_matmul;

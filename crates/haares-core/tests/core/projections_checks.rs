@@ -8,7 +8,7 @@
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use haares_core::HaaresBackend;
-use haares_core::rope::RotaryTable;
+use haares_core::rotary::RotaryTable;
 
 use super::common::{Rng, assert_close_at_scale, tensor_values};
 use super::rotary_checks::rotated_f64;

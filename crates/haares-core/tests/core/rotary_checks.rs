@@ -9,7 +9,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Tensor, TensorData};
 use haares_core::HaaresBackend;
 use haares_core::ops::rotary::naive;
-use haares_core::rope::RotaryTable;
+use haares_core::rotary::RotaryTable;
 
 use super::common::{Rng, max_abs_diff, tensor_values};
 

@@ -29,7 +29,7 @@ use burn::tensor::Tensor;
 /// projection. Every Burn backend can implement it with the defaults, the plain operations of
 /// [`naive`].
 pub trait RotaryBackend: MatmulBackend {
-    /// RoPE with a scale (App. A; [`crate::rope::RotaryTable`]): every interleaved pair
+    /// RoPE with a scale (App. A; [`crate::rotary::RotaryTable`]): every interleaved pair
     /// `(x_{2i}, x_{2i+1})` of every head turned by its position's angle, then scaled,
     /// `y = s (x ⊙ cos + (x P) ⊙ sin)`, where `x P = (−x₁, x₀, −x₃, x₂, …)` turns each pair a
     /// quarter turn. The scale carries attention's `1/√d_h` on the queries.

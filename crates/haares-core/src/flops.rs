@@ -1,5 +1,6 @@
 //! Analytic FLOPs per training token (tab:cost's "FLOP inc." column), counted operation by
-//! operation from the same event walk the model performs.
+//! operation from the same event walk the model performs, beside the source and parameter counts
+//! of [`crate::analysis`].
 //!
 //! # Convention
 //! - A multiply–add is 2 FLOPs; every other elementwise operation (add, multiply, square, exp,
@@ -13,12 +14,9 @@
 //!   (app. time-to-target); those are the three rows that differ between Block AttnRes and HAARES
 //!   here. Embedding lookups and parameter updates are not counted.
 
-use std::fmt::Write as _;
-
-use haares_core::analysis::source_count;
-use haares_core::config::DetailSource;
-use haares_core::method::method_label;
-use haares_core::{ModelConfig, ModelFamily, ResidualMethod};
+use crate::analysis::source_count;
+use crate::config::DetailSource;
+use crate::{ModelConfig, ResidualMethod};
 
 /// Forward FLOPs per token, by component.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -144,64 +142,4 @@ fn add_source_handling(config: &ModelConfig, d: f64, count: &mut FlopCount) {
 /// The HAARES increment over Block AttnRes in training FLOPs, as a fraction.
 pub fn increment(haares: &FlopCount, block: &FlopCount) -> f64 {
     haares.training() / block.training() - 1.0
-}
-
-/// The paper's FLOP increments of tab:cost (48 layers, N = 4, T = 512, character vocabulary),
-/// by width.
-pub const PAPER_INCREMENTS: [(usize, f64); 3] = [(128, 0.005), (512, 0.003), (768, 0.002)];
-
-/// The `flops` table: forward components and training FLOPs per token for every family ×
-/// depth × method, with each method's increment over Block AttnRes (when it is listed).
-pub fn flops_table(
-    families: &[ModelFamily],
-    layers: &[usize],
-    seq: usize,
-    vocab: usize,
-    methods: &[String],
-) -> Result<String, String> {
-    let mut out = format!(
-        "Analytic FLOPs per token at context {seq}, vocabulary {vocab} (MFLOP; forward components, \
-         training = 3 × forward). Convention: docs/benchmarks.md and `haares_bench::flops`.\n\n\
-         | family | d | layers | method | matrices | attention | elementwise | head | routing | accumulation | RMS matching | training | vs Block AttnRes | paper |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-    );
-    let mega = |x: f64| format!("{:.3}", x / 1e6);
-    for &family in families {
-        for &l in layers {
-            let count_of = |name: &str| -> Result<FlopCount, String> {
-                let config = family.config(
-                    l,
-                    vocab,
-                    name.parse::<ResidualMethod>().map_err(|e| e.to_string())?,
-                );
-                config.validate().map_err(|e| e.to_string())?;
-                Ok(flops_per_token(&config, seq))
-            };
-            let block = count_of("block-attnres")?;
-            for name in methods {
-                let count = count_of(name)?;
-                let d = family.widths().0;
-                let paper = PAPER_INCREMENTS
-                    .iter()
-                    .find(|(width, _)| *width == d && l == 48 && seq == 512 && vocab == 256)
-                    .filter(|_| name == "haares")
-                    .map_or("".to_string(), |(_, inc)| format!("+{:.1}%", inc * 100.0));
-                let _ = writeln!(
-                    out,
-                    "| {family:?} | {d} | {l} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:+.2}% | {paper} |",
-                    method_label(name),
-                    mega(count.matrices),
-                    mega(count.attention),
-                    mega(count.elementwise),
-                    mega(count.head),
-                    mega(count.routing),
-                    mega(count.accumulation),
-                    mega(count.rms_matching),
-                    mega(count.training()),
-                    100.0 * increment(&count, &block),
-                );
-            }
-        }
-    }
-    Ok(out)
 }

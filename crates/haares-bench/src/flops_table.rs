@@ -1,0 +1,68 @@
+//! The `flops` table: analytic FLOPs per training token ([`haares_core::flops`]) for every family,
+//! depth and method, with HAARES's increment over Block AttnRes beside tab:cost's.
+
+use std::fmt::Write as _;
+
+use haares_core::flops::{FlopCount, flops_per_token, increment};
+use haares_core::method::method_label;
+use haares_core::{ModelFamily, ResidualMethod};
+
+/// The paper's FLOP increments of tab:cost (48 layers, N = 4, T = 512, character vocabulary),
+/// by width.
+pub const PAPER_INCREMENTS: [(usize, f64); 3] = [(128, 0.005), (512, 0.003), (768, 0.002)];
+
+/// The `flops` table: forward components and training FLOPs per token for every family ×
+/// depth × method, with each method's increment over Block AttnRes (when it is listed).
+pub fn flops_table(
+    families: &[ModelFamily],
+    layers: &[usize],
+    seq: usize,
+    vocab: usize,
+    methods: &[String],
+) -> Result<String, String> {
+    let mut out = format!(
+        "Analytic FLOPs per token at context {seq}, vocabulary {vocab} (MFLOP; forward components, \
+         training = 3 × forward). Convention: docs/benchmarks.md and `haares_core::flops`.\n\n\
+         | family | d | layers | method | matrices | attention | elementwise | head | routing | accumulation | RMS matching | training | vs Block AttnRes | paper |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    );
+    let mega = |x: f64| format!("{:.3}", x / 1e6);
+    for &family in families {
+        for &l in layers {
+            let count_of = |name: &str| -> Result<FlopCount, String> {
+                let config = family.config(
+                    l,
+                    vocab,
+                    name.parse::<ResidualMethod>().map_err(|e| e.to_string())?,
+                );
+                config.validate().map_err(|e| e.to_string())?;
+                Ok(flops_per_token(&config, seq))
+            };
+            let block = count_of("block-attnres")?;
+            for name in methods {
+                let count = count_of(name)?;
+                let d = family.widths().0;
+                let paper = PAPER_INCREMENTS
+                    .iter()
+                    .find(|(width, _)| *width == d && l == 48 && seq == 512 && vocab == 256)
+                    .filter(|_| name == "haares")
+                    .map_or("".to_string(), |(_, inc)| format!("+{:.1}%", inc * 100.0));
+                let _ = writeln!(
+                    out,
+                    "| {family:?} | {d} | {l} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:+.2}% | {paper} |",
+                    method_label(name),
+                    mega(count.matrices),
+                    mega(count.attention),
+                    mega(count.elementwise),
+                    mega(count.head),
+                    mega(count.routing),
+                    mega(count.accumulation),
+                    mega(count.rms_matching),
+                    mega(count.training()),
+                    100.0 * increment(&count, &block),
+                );
+            }
+        }
+    }
+    Ok(out)
+}
