@@ -107,66 +107,7 @@ impl Profile {
                 "--repeats",
                 "20",
             ],
-            costs: [
-                &[
-                    "--preset",
-                    "paper",
-                    "--family",
-                    "small",
-                    "--steps",
-                    "16",
-                    "--warmup",
-                    "6",
-                    "--repeats",
-                    "1",
-                    "--methods",
-                    "standard,block-attnres/fused,haares/fused",
-                    "--no-launches",
-                    "--peer",
-                    "torch",
-                    "--peer-matmul",
-                    "tf32",
-                ],
-                &[
-                    "--preset",
-                    "paper",
-                    "--family",
-                    "medium",
-                    "--steps",
-                    "16",
-                    "--warmup",
-                    "6",
-                    "--repeats",
-                    "1",
-                    "--methods",
-                    "standard,block-attnres/fused,haares/fused",
-                    "--no-launches",
-                    "--peer",
-                    "torch",
-                    "--peer-matmul",
-                    "tf32",
-                ],
-                // torch.compile, the next anchor: its first steps compile for tens of seconds.
-                &[
-                    "--preset",
-                    "paper",
-                    "--family",
-                    "small",
-                    "--steps",
-                    "12",
-                    "--warmup",
-                    "6",
-                    "--repeats",
-                    "1",
-                    "--methods",
-                    "standard,block-attnres/fused,haares/fused",
-                    "--no-launches",
-                    "--peer",
-                    "torch-compile",
-                    "--peer-matmul",
-                    "tf32",
-                ],
-            ],
+            costs: [GPU_COST_SMALL, GPU_COST_MEDIUM, GPU_COMPILE_SMALL],
             real_run: RealRunSizes {
                 layers: 12,
                 // Three runs' worth of steps in all (uninterrupted, killed at the first
@@ -259,6 +200,71 @@ impl Profile {
             .map_or(60, |i| self.budgets_s[i])
     }
 }
+
+/// `cost-small` on a GPU: d = 128 at 48 layers, batch 16 × 512, the three methods on their fused
+/// paths, 16 steps (6 warm-up), each beside PyTorch eager at TF32.
+const GPU_COST_SMALL: &[&str] = &[
+    "--preset",
+    "paper",
+    "--family",
+    "small",
+    "--steps",
+    "16",
+    "--warmup",
+    "6",
+    "--repeats",
+    "1",
+    "--methods",
+    "standard,block-attnres/fused,haares/fused",
+    "--no-launches",
+    "--peer",
+    "torch",
+    "--peer-matmul",
+    "tf32",
+];
+
+/// `cost-medium`: the same at d = 512.
+const GPU_COST_MEDIUM: &[&str] = &[
+    "--preset",
+    "paper",
+    "--family",
+    "medium",
+    "--steps",
+    "16",
+    "--warmup",
+    "6",
+    "--repeats",
+    "1",
+    "--methods",
+    "standard,block-attnres/fused,haares/fused",
+    "--no-launches",
+    "--peer",
+    "torch",
+    "--peer-matmul",
+    "tf32",
+];
+
+/// `compile-small`: d = 128 against `torch.compile`, the next anchor (its first steps compile for
+/// tens of seconds, so 12 steps).
+const GPU_COMPILE_SMALL: &[&str] = &[
+    "--preset",
+    "paper",
+    "--family",
+    "small",
+    "--steps",
+    "12",
+    "--warmup",
+    "6",
+    "--repeats",
+    "1",
+    "--methods",
+    "standard,block-attnres/fused,haares/fused",
+    "--no-launches",
+    "--peer",
+    "torch-compile",
+    "--peer-matmul",
+    "tf32",
+];
 
 /// The tiny profile's cost stages: two methods at toy sizes on the CPU, in two repeats.
 const TINY_COST: &[&str] = &[

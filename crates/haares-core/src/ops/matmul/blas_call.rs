@@ -156,32 +156,11 @@ pub fn gemm_calls(
     rhs: StridedLayout,
     out: StridedLayout,
 ) -> Result<Vec<GemmCall>, NoBlasCall> {
+    let [m, k, n] = product_sizes(lhs, rhs, out)?;
     let rank = out.shape.len();
-    let layouts = [lhs, rhs, out];
-    if rank < 2
-        || layouts
-            .iter()
-            .any(|l| l.shape.len() != rank || l.strides.len() != rank)
-    {
-        return Err(NoBlasCall::Shapes(format!(
-            "ranks {:?}, {:?}, {:?} (one rank of at least 2, one stride per dimension)",
-            lhs.shape, rhs.shape, out.shape
-        )));
-    }
-    let (m, k, n) = (
-        lhs.shape[rank - 2],
-        lhs.shape[rank - 1],
-        rhs.shape[rank - 1],
-    );
-    if rhs.shape[rank - 2] != k || out.shape[rank - 2..] != [m, n] {
-        return Err(NoBlasCall::Shapes(format!(
-            "{:?} · {:?} into {:?}",
-            lhs.shape, rhs.shape, out.shape
-        )));
-    }
     // An empty output needs no call, whatever its strides (an empty dimension's are arbitrary).
     let empty = m == 0 || n == 0 || out.shape[..rank - 2].contains(&0);
-    let batch_dims = batch_dimensions(&layouts, empty)?;
+    let batch_dims = batch_dimensions(&[lhs, rhs, out], empty)?;
     if empty {
         return Ok(Vec::new());
     }
@@ -189,15 +168,48 @@ pub fn gemm_calls(
         return Err(NoBlasCall::EmptyContraction);
     }
     let matrix = |layout: StridedLayout, rows, columns| {
-        order(
-            rows,
-            columns,
-            layout.strides[rank - 2],
-            layout.strides[rank - 1],
-        )
+        let strides = &layout.strides[rank - 2..];
+        order(rows, columns, strides[0], strides[1])
     };
     let lhs_order = matrix(lhs, m, k).ok_or(NoBlasCall::Layout(Operand::Lhs))?;
     let rhs_order = matrix(rhs, k, n).ok_or(NoBlasCall::Layout(Operand::Rhs))?;
+    let out_order = matrix(out, m, n).ok_or(NoBlasCall::OutputLayout)?;
+    let template = matrix_call([lhs_order, rhs_order, out_order], [m, k, n])?;
+    batched_calls(template, &batch_dims)
+}
+
+/// `[m, k, n]` of `lhs · rhs` into `out`, or why the shapes do not multiply.
+fn product_sizes(
+    lhs: StridedLayout,
+    rhs: StridedLayout,
+    out: StridedLayout,
+) -> Result<[usize; 3], NoBlasCall> {
+    let rank = out.shape.len();
+    let ranks_agree = [lhs, rhs, out]
+        .iter()
+        .all(|l| l.shape.len() == rank && l.strides.len() == rank);
+    if rank < 2 || !ranks_agree {
+        return Err(NoBlasCall::Shapes(format!(
+            "ranks {:?}, {:?}, {:?} (one rank of at least 2, one stride per dimension)",
+            lhs.shape, rhs.shape, out.shape
+        )));
+    }
+    let [m, k] = [lhs.shape[rank - 2], lhs.shape[rank - 1]];
+    let n = rhs.shape[rank - 1];
+    if rhs.shape[rank - 2] != k || out.shape[rank - 2..] != [m, n] {
+        return Err(NoBlasCall::Shapes(format!(
+            "{:?} · {:?} into {:?}",
+            lhs.shape, rhs.shape, out.shape
+        )));
+    }
+    Ok([m, k, n])
+}
+
+/// The call for one matrix of the product, from the orders of `[lhs, rhs, out]`. A row-major
+/// output is `Cᵀ = Bᵀ Aᵀ`: BLAS's `A` reads `rhs` as `Bᵀ`, which a row-major `rhs` already is (no
+/// transpose); a column-major output is `C = A B` itself, which a row-major operand gives only
+/// transposed.
+fn matrix_call([lhs, rhs, out]: [Order; 3], [m, k, n]: [usize; 3]) -> Result<GemmCall, NoBlasCall> {
     let input = |operand, order: Order, read_transposed_when_row_major: bool| {
         let (ld, row_major) = match order {
             Order::RowMajor { ld } => (ld, true),
@@ -212,20 +224,17 @@ pub fn gemm_calls(
             offset: 0,
         }
     };
-    // A row-major output is `Cᵀ = Bᵀ Aᵀ`: BLAS's `A` reads `rhs` as `Bᵀ`, which a row-major
-    // `rhs` already is (no transpose); a column-major output is `C = A B` itself, which a
-    // row-major operand gives only transposed.
-    let (c_ld, a, b, (call_m, call_n)) = match matrix(out, m, n).ok_or(NoBlasCall::OutputLayout)? {
+    let (c_ld, a, b, (call_m, call_n)) = match out {
         Order::RowMajor { ld } => (
             ld,
-            input(Operand::Rhs, rhs_order, false),
-            input(Operand::Lhs, lhs_order, false),
+            input(Operand::Rhs, rhs, false),
+            input(Operand::Lhs, lhs, false),
             (n, m),
         ),
         Order::ColumnMajor { ld } => (
             ld,
-            input(Operand::Lhs, lhs_order, true),
-            input(Operand::Rhs, rhs_order, true),
+            input(Operand::Lhs, lhs, true),
+            input(Operand::Rhs, rhs, true),
             (m, n),
         ),
     };
@@ -233,7 +242,7 @@ pub fn gemm_calls(
     if ![call_m, call_n, k, a.ld, b.ld, c_ld].into_iter().all(fits) {
         return Err(NoBlasCall::TooLarge);
     }
-    let template = GemmCall {
+    Ok(GemmCall {
         a,
         b,
         c: BlasOutput {
@@ -245,8 +254,7 @@ pub fn gemm_calls(
         n: call_n,
         k,
         batch: 1,
-    };
-    batched_calls(template, &batch_dims)
+    })
 }
 
 /// A batch dimension of the output with the strides each operand takes along it (`[lhs, rhs,
