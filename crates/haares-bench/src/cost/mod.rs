@@ -338,27 +338,7 @@ pub fn run_cost(
     let mut training_flops = Vec::new();
     let mut launch_counts = Vec::new();
     for &family in &spec.families {
-        let mut family_samples = Vec::new();
-        for repeat in 0..spec.repeats {
-            let mut order: Vec<&String> = spec.methods.iter().collect();
-            if repeat % 2 == 1 {
-                order.reverse();
-            }
-            for method in order {
-                let sample = spec.measure(family, method)?;
-                log(&format!(
-                    "{family:?} {method} (repeat {}): {:.3} s/step, loss {:.3} → {:.3}",
-                    repeat + 1,
-                    stats::median(&sample.step_s[spec.warmup..]),
-                    sample.first_loss,
-                    sample.last_loss
-                ));
-                family_samples.push(sample);
-                if let Some(peer) = &mut peer {
-                    peer.measure(spec, family, method, repeat, &mut log);
-                }
-            }
-        }
+        let family_samples = measure_family(spec, family, peer.as_mut(), &mut log)?;
         for method in &spec.methods {
             let flops = flops_per_token(&spec.model(family, method)?, spec.seq).training();
             training_flops.push((family, method.clone(), flops));
@@ -396,6 +376,38 @@ pub fn run_cost(
         peer: peer.map(peer::PeerSession::finish),
         launches: launch_counts,
     })
+}
+
+/// Every method of `family` in `spec.repeats` interleaved rounds, the order turning each round,
+/// with the PyTorch peer's run after each of ours where there is a peer.
+fn measure_family(
+    spec: &CostSpec,
+    family: ModelFamily,
+    mut peer: Option<&mut peer::PeerSession>,
+    log: &mut impl FnMut(&str),
+) -> Result<Vec<TrainSample>, String> {
+    let mut samples = Vec::new();
+    for repeat in 0..spec.repeats {
+        let mut order: Vec<&String> = spec.methods.iter().collect();
+        if repeat % 2 == 1 {
+            order.reverse();
+        }
+        for method in order {
+            let sample = spec.measure(family, method)?;
+            log(&format!(
+                "{family:?} {method} (repeat {}): {:.3} s/step, loss {:.3} → {:.3}",
+                repeat + 1,
+                stats::median(&sample.step_s[spec.warmup..]),
+                sample.first_loss,
+                sample.last_loss
+            ));
+            samples.push(sample);
+            if let Some(peer) = peer.as_deref_mut() {
+                peer.measure(spec, family, method, repeat, log);
+            }
+        }
+    }
+    Ok(samples)
 }
 
 fn gemm_of(result: WorkerResult) -> Result<f64, String> {

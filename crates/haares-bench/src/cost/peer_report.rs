@@ -170,6 +170,23 @@ pub fn write_peer_section(
             );
         }
     }
+    write_gemm_peaks(out, &mut targets, run, peer, ours_matmul);
+    let _ = write!(
+        out,
+        "\nTargets against PyTorch (`--throughput-target`, `--gemm-target`)\n\n{targets}\nThe throughput ratios compare medians of runs seconds \
+         apart; where the host's speed drifts on that scale, `haares-bench versus` alternates our \
+         steps with PyTorch's round by round and gives each ratio a 95% interval.\n"
+    );
+}
+
+/// The two GEMM peaks beside each other, and their ratio against its target into `targets`.
+fn write_gemm_peaks(
+    out: &mut String,
+    targets: &mut String,
+    run: &CostRun,
+    peer: &super::peer::PeerRun,
+    ours_matmul: PeerMatmul,
+) {
     let best = |rates: &[f64]| rates.iter().copied().fold(f64::NAN, f64::max);
     let (mine, theirs) = (best(&run.gemm_flops_per_s), best(&peer.gemm_flops_per_s));
     if theirs.is_finite() {
@@ -193,12 +210,6 @@ pub fn write_peer_section(
             "- GEMM peak / PyTorch's {ratio:.3}× (target ≥ {gemm_target}×): {verdict}"
         );
     }
-    let _ = write!(
-        out,
-        "\nTargets against PyTorch (`--throughput-target`, `--gemm-target`)\n\n{targets}\nThe throughput ratios compare medians of runs seconds \
-         apart; where the host's speed drifts on that scale, `haares-bench versus` alternates our \
-         steps with PyTorch's round by round and gives each ratio a 95% interval.\n"
-    );
 }
 
 /// A method's throughput against the fastest PyTorch run at our matrix products' precision whose

@@ -187,78 +187,112 @@ impl BackendJob for Worker {
                 record_operations_from,
                 ..
             } => {
-                let mut recorder = AnatomyRecorder::start();
-                let heartbeat = Heartbeat::start(method.clone(), "backend start", HEARTBEAT);
-                start_backend::<B>(&device)?;
-                let backend_start_s = self.started.elapsed().as_secs_f64();
-                recorder.mark_start(backend_start_s);
-                heartbeat.enter("model init");
-                let init_start = Instant::now();
-                let mut trainer = Trainer::<B>::new(&config, batch, seq, &device)?;
-                sync::<B>(&device)?;
-                recorder.mark_init(init_start.elapsed().as_secs_f64());
-                let mut memory = DeviceMemory::new(backend);
-                let startup_s = self.started.elapsed().as_secs_f64();
-                eprintln!(
-                    "  {method}: backend up in {backend_start_s:.1} s, model ready at {startup_s:.1} s"
-                );
-                let (mut step_s, mut losses) = (Vec::with_capacity(steps), Vec::new());
-                heartbeat.enter("first step: forward");
-                let mut heartbeat = Some(heartbeat);
-                for step in 0..steps {
-                    if record_operations_from == Some(step) {
-                        haares_core::op_times::start_recording();
-                    }
-                    let step_start = Instant::now();
-                    let times = trainer.step(|phase| {
-                        if phase == Phase::Forward {
-                            memory.sample();
-                        }
-                        recorder.mark_phase(step, phase);
-                        if let (Some(heartbeat), Some(next)) = (&heartbeat, phase.next()) {
-                            heartbeat.enter(format!("first step: {}", next.name()));
-                        }
-                    })?;
-                    memory.sample();
-                    step_s.push(step_start.elapsed().as_secs_f64());
-                    losses.push(times.loss);
-                    recorder.record_step(times);
-                    if step == 0 {
-                        heartbeat = None;
-                        // On a GPU the first step compiles and autotunes the kernels: minutes
-                        // where the live log would otherwise be silent.
-                        eprintln!("  {method}: first step {}", recorder.first_step_line());
-                    }
-                }
-                let operations =
-                    record_operations_from.map(|_| haares_core::op_times::stop_recording());
-                let products = operations
-                    .as_ref()
-                    .map(|_| haares_core::op_times::take_products());
-                let validation = config
-                    .method
-                    .is_routed()
-                    .then(|| trainer.validation_cost(VALIDATION_REPEATS));
-                WorkerResult::Train(Box::new(TrainSample {
+                let task = TrainTask {
+                    config,
                     method,
-                    validation,
-                    startup_s,
-                    total_s: self.started.elapsed().as_secs_f64(),
-                    step_s,
-                    peak_rss_bytes: peak_memory_bytes(),
-                    peak_allocated_bytes: crate::heap::peak_allocated_bytes(),
-                    device_in_use_bytes: memory.in_use,
-                    device_reserved_bytes: memory.reserved,
-                    anatomy: Some(recorder.finish()),
-                    first_loss: losses.first().copied().unwrap_or(f64::NAN),
-                    last_loss: losses.last().copied().unwrap_or(f64::NAN),
-                    operations,
-                    products,
-                    product_kernels: <B as haares_core::ops::MatmulBackend>::product_kernels(),
-                }))
+                    batch,
+                    seq,
+                    steps,
+                    record_operations_from,
+                };
+                WorkerResult::Train(Box::new(train::<B>(task, &device, backend, self.started)?))
             }
         })
     }
+}
+
+/// A training task's settings, as [`WorkerTask::Train`] gives them.
+struct TrainTask {
+    config: ModelConfig,
+    method: String,
+    batch: usize,
+    seq: usize,
+    steps: usize,
+    record_operations_from: Option<usize>,
+}
+
+/// Trains `task` from a fresh model on `device`, timing every step and phase, and the worker's
+/// start since `started`.
+fn train<B: TrainingBackend>(
+    task: TrainTask,
+    device: &B::Device,
+    backend: BackendKind,
+    started: Instant,
+) -> haares_train::Result<TrainSample> {
+    let TrainTask {
+        config,
+        method,
+        batch,
+        seq,
+        steps,
+        record_operations_from,
+    } = task;
+    let mut recorder = AnatomyRecorder::start();
+    let heartbeat = Heartbeat::start(method.clone(), "backend start", HEARTBEAT);
+    start_backend::<B>(device)?;
+    let backend_start_s = started.elapsed().as_secs_f64();
+    recorder.mark_start(backend_start_s);
+    heartbeat.enter("model init");
+    let init_start = Instant::now();
+    let mut trainer = Trainer::<B>::new(&config, batch, seq, device)?;
+    sync::<B>(device)?;
+    recorder.mark_init(init_start.elapsed().as_secs_f64());
+    let mut memory = DeviceMemory::new(backend);
+    let startup_s = started.elapsed().as_secs_f64();
+    eprintln!("  {method}: backend up in {backend_start_s:.1} s, model ready at {startup_s:.1} s");
+    let (mut step_s, mut losses) = (Vec::with_capacity(steps), Vec::new());
+    heartbeat.enter("first step: forward");
+    let mut heartbeat = Some(heartbeat);
+    for step in 0..steps {
+        if record_operations_from == Some(step) {
+            haares_core::op_times::start_recording();
+        }
+        let step_start = Instant::now();
+        let times = trainer.step(|phase| {
+            if phase == Phase::Forward {
+                memory.sample();
+            }
+            recorder.mark_phase(step, phase);
+            if let (Some(heartbeat), Some(next)) = (&heartbeat, phase.next()) {
+                heartbeat.enter(format!("first step: {}", next.name()));
+            }
+        })?;
+        memory.sample();
+        step_s.push(step_start.elapsed().as_secs_f64());
+        losses.push(times.loss);
+        recorder.record_step(times);
+        if step == 0 {
+            heartbeat = None;
+            // On a GPU the first step compiles and autotunes the kernels: minutes
+            // where the live log would otherwise be silent.
+            eprintln!("  {method}: first step {}", recorder.first_step_line());
+        }
+    }
+    let operations = record_operations_from.map(|_| haares_core::op_times::stop_recording());
+    let products = operations
+        .as_ref()
+        .map(|_| haares_core::op_times::take_products());
+    let validation = config
+        .method
+        .is_routed()
+        .then(|| trainer.validation_cost(VALIDATION_REPEATS));
+    Ok(TrainSample {
+        method,
+        validation,
+        startup_s,
+        total_s: started.elapsed().as_secs_f64(),
+        step_s,
+        peak_rss_bytes: peak_memory_bytes(),
+        peak_allocated_bytes: crate::heap::peak_allocated_bytes(),
+        device_in_use_bytes: memory.in_use,
+        device_reserved_bytes: memory.reserved,
+        anatomy: Some(recorder.finish()),
+        first_loss: losses.first().copied().unwrap_or(f64::NAN),
+        last_loss: losses.last().copied().unwrap_or(f64::NAN),
+        operations,
+        products,
+        product_kernels: <B as haares_core::ops::MatmulBackend>::product_kernels(),
+    })
 }
 
 /// How often a worker says where its silent start and first step are.
