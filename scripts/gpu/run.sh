@@ -59,7 +59,7 @@ fi
 export HAARES_PRODUCTS="${HAARES_PRODUCTS:-cublas}"
 find_cublas() {
     local candidate sp
-    if ldconfig -p 2> /dev/null | grep -q 'libcublas\.so'; then
+    if ldconfig -p 2> /dev/null | grep 'libcublas\.so' > /dev/null; then
         echo "the loader's cache"
         return
     fi
@@ -70,7 +70,7 @@ find_cublas() {
             return
         fi
     done
-    for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2> /dev/null); do
+    for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages() + [site.getusersitepackages()]))' 2> /dev/null); do
         candidate="$(find "$sp/nvidia" "$sp/torch/lib" -name 'libcublas.so*' 2> /dev/null | head -n 1)"
         if [ -n "$candidate" ]; then
             dirname "$candidate"

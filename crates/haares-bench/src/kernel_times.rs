@@ -75,7 +75,8 @@ fn kernels_table(method: &str, layers: usize, step: &KernelTally) -> String {
     let mut by_time: Vec<(&String, &u64)> = step.device_ns_by_name.iter().collect();
     by_time.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     let mut table = format!(
-        "\nEvery kernel of {method}'s steady step at L = {layers}:\n\n         | kernel | launches | device ms | µs per launch | share |\n|---|---|---|---|---|\n"
+        "\nEvery kernel of {method}'s steady step at L = {layers}:\n\n\
+         | kernel | launches | device ms | µs per launch | share |\n|---|---|---|---|---|\n"
     );
     for (name, &ns) in by_time {
         let launches = step.launched_by_name.get(name).copied().unwrap_or(0);
@@ -168,6 +169,10 @@ pub(crate) mod tests {
                         `rms_norm` 5% (2) |";
         assert!(table.contains(expected), "{table}");
         // Every kernel, each with its own launches and time: matmul 3 + 4 ms over 12 launches.
+        assert!(
+            table.contains("L = 12:\n\n| kernel | launches |"),
+            "the table starts its own line: {table}"
+        );
         for row in [
             "| `matmul` | 12 | 7.000 | 583.3 | 70.0% |",
             "| `attention_grad` | 2 | 1.500 | 750.0 | 15.0% |",

@@ -315,7 +315,10 @@ fn products(args: &haares_bench::products::ProductsArgs) -> Result<String, Strin
     let run = haares_bench::products::run_products(args, |line| eprintln!("{line}"))?;
     let table = haares_bench::products::write_products_run(&run, args)?;
     eprintln!("wrote {0}.md and {0}.json", args.out.display());
-    Ok(table)
+    match haares_bench::products::wrong_products(&run).as_slice() {
+        [] => Ok(table),
+        wrong => Err(format!("wrong products: {}", wrong.join("; "))),
+    }
 }
 
 fn paired(args: PairedArgs) -> Result<String, String> {

@@ -8,6 +8,7 @@
 //! affects every method alike.
 
 pub mod anatomy;
+mod device_memory;
 pub mod export;
 pub mod family_args;
 pub mod launches;

@@ -19,6 +19,7 @@ use haares_train::run::step::{Replica, Stepped};
 use serde::{Deserialize, Serialize};
 
 use super::anatomy::{Anatomy, AnatomyRecorder, Phase, StepTimes};
+use super::device_memory::DeviceMemory;
 use crate::heartbeat::Heartbeat;
 
 /// What a worker process measures.
@@ -456,59 +457,3 @@ fn gemm_rate<B: haares_core::ops::MatmulBackend>(n: usize, reps: usize, device: 
     }
     2.0 * (n as f64).powi(3) / best
 }
-
-/// Device allocator statistics of the cube backends (CUDA, wgpu), sampled at step boundaries:
-/// CubeCL reports bytes in use and reserved but keeps no high-water mark of its own.
-struct DeviceMemory {
-    backend: BackendKind,
-    in_use: Option<u64>,
-    reserved: Option<u64>,
-}
-
-impl DeviceMemory {
-    fn new(backend: BackendKind) -> Self {
-        Self {
-            backend,
-            in_use: None,
-            reserved: None,
-        }
-    }
-
-    fn sample(&mut self) {
-        if let Some((in_use, reserved)) = device_memory_usage(self.backend) {
-            self.in_use = Some(self.in_use.unwrap_or(0).max(in_use));
-            self.reserved = Some(self.reserved.unwrap_or(0).max(reserved));
-        }
-    }
-}
-
-/// `(bytes in use, bytes reserved)` on the default device of a cube backend; `None` on CPU.
-fn device_memory_usage(backend: BackendKind) -> Option<(u64, u64)> {
-    #[allow(unused_imports)]
-    use cubecl_usage::*;
-    match backend {
-        #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu | BackendKind::WgpuFusion => {
-            usage::<cubecl::wgpu::WgpuRuntime>(&Default::default())
-        }
-        // cuBLAS's workspaces are device memory CubeCL's pool does not see.
-        #[cfg(feature = "cuda")]
-        BackendKind::Cuda | BackendKind::CudaFusion => {
-            let blas = haares_core::ops::matmul::cublas::workspace_bytes();
-            usage::<cubecl::cuda::CudaRuntime>(&Default::default())
-                .map(|(in_use, reserved)| (in_use + blas, reserved + blas))
-        }
-        _ => None,
-    }
-}
-
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-mod cubecl_usage {
-    pub fn usage<R: cubecl::Runtime>(device: &R::Device) -> Option<(u64, u64)> {
-        let usage = R::client(device).memory_usage().ok()?;
-        Some((usage.bytes_in_use, usage.bytes_reserved))
-    }
-}
-
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-mod cubecl_usage {}

@@ -347,9 +347,15 @@ impl Stage<'_> {
         // The products' provider the stages' processes take (they inherit the environment).
         let products = haares_core::ops::matmul::ProductProvider::from_env()
             .map_or_else(|error| error.to_string(), |provider| provider.to_string());
+        // Whether this process (and so every worker on this machine) can load cuBLAS.
+        #[cfg(feature = "cuda")]
+        let cublas = haares_core::ops::matmul::cublas::availability()
+            .map_or_else(|why| format!(" {why}."), |()| " cuBLAS loaded.".into());
+        #[cfg(not(feature = "cuda"))]
+        let cublas = String::new();
         let markdown = format!(
-            "```\n{}\n```\n\nGEMM {size}×{size}: {} GFLOP/s. Matrix products on CUDA: `{products}` \
-             (`HAARES_PRODUCTS`). Kernel cache: `{}`.\n",
+            "```\n{}\n```\n\nGEMM {size}×{size}: {} GFLOP/s. Matrix products on CUDA \
+             (`HAARES_PRODUCTS`): `{products}`.{cublas} Kernel cache: `{}`.\n",
             device.trim(),
             rate.map_or("–".into(), |r| format!("{r:.1}")),
             cache.display()

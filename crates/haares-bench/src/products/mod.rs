@@ -74,6 +74,8 @@ pub fn run_products(args: &ProductsArgs, mut log: impl FnMut(&str)) -> Result<Pr
         repeats: args.repeats,
         device: gpu_name(),
         peer: "not run (--python none)".into(),
+        cublas: haares_core::ops::matmul::cublas::availability()
+            .map_or_else(str::to_string, |()| "loaded".into()),
         families: Vec::new(),
     };
     for family in crate::cost::Family::of(args.family.clone()) {
@@ -352,6 +354,40 @@ pub struct ProductsRun {
     pub device: String,
     /// The PyTorch peer's version, or why it did not run.
     pub peer: String,
+    /// `loaded`, or why cuBLAS could not be loaded (its columns are then empty).
+    #[serde(default)]
+    pub cublas: String,
     /// Per family.
     pub families: Vec<FamilyProducts>,
+}
+
+/// The tolerances of a product's error against f64, relative to each element's scale: TF32
+/// (10-bit mantissas in) and f32 throughout, as the portability suite's cuBLAS check holds them.
+pub const TF32_TOLERANCE: f64 = 2e-3;
+/// See [`TF32_TOLERANCE`].
+pub const FP32_TOLERANCE: f64 = 1e-5;
+
+/// Every measurement whose error exceeds its precision's tolerance, named: a wrong product fails
+/// the run (after its report is written), however fast it was.
+pub fn wrong_products(run: &ProductsRun) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for family in &run.families {
+        for result in &family.cases {
+            for timing in &result.timings {
+                let tolerance = match timing.kernels {
+                    Kernels::CublasFp32 => FP32_TOLERANCE,
+                    _ => TF32_TOLERANCE,
+                };
+                if let Some(error) = timing.error.filter(|error| !(*error <= tolerance)) {
+                    wrong.push(format!(
+                        "{:?} {} by {}: {error:.1e} of the scale, over {tolerance:.0e}",
+                        family.family,
+                        result.case.name,
+                        timing.kernels.name()
+                    ));
+                }
+            }
+        }
+    }
+    wrong
 }

@@ -14,10 +14,10 @@ pub fn markdown(run: &ProductsRun, target: f64) -> String {
         out,
         "# Matrix products of a training step\n\n{} layers, {} tokens a batch, vocabulary {}, on \
          {}; {} products per measurement after two warm-up products, device time (CUDA events). \
-         PyTorch: {}. Errors are the largest over sampled output elements against f64, relative \
-         to each element's scale `Σ_k |a_ik b_kj|`. A transposed operand (ᵀ) is a view of a \
+         PyTorch: {}. cuBLAS: {}. Errors are the largest over sampled output elements against \
+         f64, relative to each element's scale `Σ_k |a_ik b_kj|`. A transposed operand (ᵀ) is a view of a \
          row-major tensor, as the backward pass hands it over.\n",
-        run.layers, run.tokens, run.vocab, run.device, run.repeats, run.peer
+        run.layers, run.tokens, run.vocab, run.device, run.repeats, run.peer, run.cublas
     );
     for family in &run.families {
         let (d, d_ff) = family.family.widths();
@@ -199,6 +199,7 @@ mod tests {
             repeats: 20,
             device: "a stand-in card".into(),
             peer: "PyTorch 0.0 on a stand-in card".into(),
+            cublas: "loaded".into(),
             families: vec![FamilyProducts {
                 family: ModelFamily::Medium,
                 cases,
@@ -214,6 +215,45 @@ mod tests {
         ] {
             assert!(markdown.contains(expected), "{expected}\n{markdown}");
         }
+    }
+
+    #[test]
+    fn a_product_off_by_more_than_its_precision_allows_is_named() {
+        let result = |errors: [f64; 3]| CaseResult {
+            case: case("down ∂x", 48),
+            timings: vec![
+                timing(Kernels::CublasTf32, 1e-6, None, Some(errors[0])),
+                timing(Kernels::CublasFp32, 1e-6, None, Some(errors[1])),
+                timing(Kernels::CubekAuto, 1e-6, None, Some(errors[2])),
+                timing(Kernels::TorchTf32, 1e-6, None, None),
+            ],
+        };
+        let run = |errors| ProductsRun {
+            layers: 48,
+            tokens: 8192,
+            vocab: 256,
+            repeats: 20,
+            device: "a stand-in card".into(),
+            peer: "none".into(),
+            cublas: "loaded".into(),
+            families: vec![FamilyProducts {
+                family: ModelFamily::Small,
+                cases: vec![result(errors)],
+            }],
+        };
+        // TF32's rounding (4.9e-4 of an operand) is within 2e-3; f32's within 1e-5.
+        assert!(crate::products::wrong_products(&run([1e-3, 5e-6, 1.5e-3])).is_empty());
+        // A stage read past the operands is off by percents; an f32 product taken in TF32 by 1e-4.
+        let wrong = crate::products::wrong_products(&run([0.03, 1e-4, f64::NAN]));
+        assert_eq!(wrong.len(), 3, "{wrong:?}");
+        assert!(
+            wrong[0].starts_with("Small down ∂x by cuBLAS TF32: 3.0e-2"),
+            "{wrong:?}"
+        );
+        assert!(
+            wrong[1].contains("cuBLAS fp32") && wrong[2].contains("cubek Auto: NaN"),
+            "{wrong:?}"
+        );
     }
 
     #[test]

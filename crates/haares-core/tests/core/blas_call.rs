@@ -6,219 +6,10 @@
 //! a call that reads past an operand poisons the product; every element of the output's buffer
 //! outside its layout must still be NaN afterwards, so a call that writes past it is caught.
 
-use haares_core::ops::matmul::blas_call::{
-    BlasInput, GemmCall, NoBlasCall, Operand, StridedLayout, gemm_calls,
-};
+use haares_core::ops::matmul::blas_call::{NoBlasCall, Operand, StridedLayout, gemm_calls};
 
+use crate::blas_interpreter::{Storage, check, check_perturbed};
 use crate::common::Rng;
-
-/// A tensor laid out in a buffer: its logical shape, strides, and the buffer (NaN outside it).
-struct Laid {
-    shape: Vec<usize>,
-    strides: Vec<usize>,
-    buffer: Vec<f64>,
-}
-
-impl Laid {
-    fn layout(&self) -> StridedLayout<'_> {
-        StridedLayout {
-            shape: &self.shape,
-            strides: &self.strides,
-        }
-    }
-
-    /// Buffer offsets of every logical element, row-major over the logical shape.
-    fn offsets(&self) -> Vec<usize> {
-        let count: usize = self.shape.iter().product();
-        (0..count)
-            .map(|mut index| {
-                let mut offset = 0;
-                for (size, stride) in self.shape.iter().zip(&self.strides).rev() {
-                    offset += (index % size) * stride;
-                    index /= size;
-                }
-                offset
-            })
-            .collect()
-    }
-
-    fn values(&self) -> Vec<f64> {
-        self.offsets()
-            .into_iter()
-            .map(|at| self.buffer[at])
-            .collect()
-    }
-}
-
-/// How to lay a tensor out: the order its dimensions are stored in (outermost first, as indices
-/// of the logical shape) and the padding added to the innermost stored dimension's pitch. A view
-/// that starts inside a larger buffer differs only in its pointer, which the device path takes
-/// from the view itself (CubeCL's resource of a handle starts at the handle's offset), so its
-/// layout here starts at 0.
-struct Storage {
-    order: Vec<usize>,
-    pitch_padding: usize,
-}
-
-impl Storage {
-    fn row_major(rank: usize) -> Self {
-        Self {
-            order: (0..rank).collect(),
-            pitch_padding: 0,
-        }
-    }
-
-    /// The last two dimensions stored swapped: a transposed view of a row-major tensor.
-    fn transposed(rank: usize) -> Self {
-        let mut order: Vec<usize> = (0..rank).collect();
-        order.swap(rank - 1, rank - 2);
-        Self {
-            order,
-            pitch_padding: 0,
-        }
-    }
-
-    fn pitched(mut self, padding: usize) -> Self {
-        self.pitch_padding = padding;
-        self
-    }
-}
-
-/// `values` (row-major over `shape`) laid out as `storage` says, NaN everywhere else.
-fn lay_out(shape: &[usize], values: &[f64], storage: &Storage) -> Laid {
-    let mut strides = vec![0; shape.len()];
-    let mut stride = 1;
-    for (position, &dim) in storage.order.iter().enumerate().rev() {
-        strides[dim] = stride;
-        let padding = if position + 1 == storage.order.len() {
-            storage.pitch_padding
-        } else {
-            0
-        };
-        stride *= shape[dim] + padding;
-    }
-    // Three more elements past the layout's span, NaN like every gap inside it.
-    let mut laid = Laid {
-        shape: shape.to_vec(),
-        strides,
-        buffer: vec![f64::NAN; stride + 3],
-    };
-    for (offset, value) in laid.offsets().into_iter().zip(values) {
-        laid.buffer[offset] = *value;
-    }
-    laid
-}
-
-/// Element `(row, column)` of `op(X)` for matrix `matrix` of a call's batch.
-fn read(input: &BlasInput, buffer: &[f64], matrix: usize, row: usize, column: usize) -> f64 {
-    let (i, j) = if input.transposed {
-        (column, row)
-    } else {
-        (row, column)
-    };
-    buffer[input.offset + matrix * input.batch_stride + i + j * input.ld]
-}
-
-/// BLAS's `C = op(A) · op(B)` (α = 1, β = 0), column-major, for every matrix of the batch.
-fn interpret(call: &GemmCall, lhs: &[f64], rhs: &[f64], out: &mut [f64]) {
-    let buffer = |input: &BlasInput| match input.operand {
-        Operand::Lhs => lhs,
-        Operand::Rhs => rhs,
-    };
-    let (a, b) = (buffer(&call.a), buffer(&call.b));
-    for matrix in 0..call.batch {
-        for (i, j) in (0..call.m).flat_map(|i| (0..call.n).map(move |j| (i, j))) {
-            let sum: f64 = (0..call.k)
-                .map(|l| read(&call.a, a, matrix, i, l) * read(&call.b, b, matrix, l, j))
-                .sum();
-            out[call.c.offset + matrix * call.c.batch_stride + i + j * call.c.ld] = sum;
-        }
-    }
-}
-
-/// The product of the logical operands, broadcasting batch dimensions of size one.
-fn product(lhs: &Laid, rhs: &Laid, out_shape: &[usize]) -> Vec<f64> {
-    let rank = out_shape.len();
-    let (m, k, n) = (
-        lhs.shape[rank - 2],
-        lhs.shape[rank - 1],
-        rhs.shape[rank - 1],
-    );
-    let (lhs_values, rhs_values) = (lhs.values(), rhs.values());
-    let batch = &out_shape[..rank - 2];
-    let matrices: usize = batch.iter().product();
-    let matrix_of = |laid: &Laid, mut index: usize| {
-        let (mut flat, mut scale) = (0, 1);
-        for (dim, &size) in batch.iter().enumerate().rev() {
-            let at = if laid.shape[dim] == 1 {
-                0
-            } else {
-                index % size
-            };
-            index /= size;
-            flat += at * scale;
-            scale *= laid.shape[dim];
-        }
-        flat
-    };
-    let mut out = vec![0.0; matrices * m * n];
-    for matrix in 0..matrices {
-        let (a, b) = (
-            matrix_of(lhs, matrix) * m * k,
-            matrix_of(rhs, matrix) * k * n,
-        );
-        for (i, j) in (0..m).flat_map(|i| (0..n).map(move |j| (i, j))) {
-            out[matrix * m * n + i * n + j] = (0..k)
-                .map(|l| lhs_values[a + i * k + l] * rhs_values[b + l * n + j])
-                .sum();
-        }
-    }
-    out
-}
-
-/// Lays out both operands and the output as given, runs the calls through the interpreter and
-/// checks the product, the untouched padding and, where given, the number of calls.
-fn check(
-    rng: &mut Rng,
-    [lhs_shape, rhs_shape, out_shape]: [&[usize]; 3],
-    [lhs_storage, rhs_storage, out_storage]: [Storage; 3],
-    expected_calls: Option<usize>,
-) {
-    let random = |rng: &mut Rng, shape: &[usize]| rng.normals(shape.iter().product(), 1.0);
-    let lhs = lay_out(lhs_shape, &random(rng, lhs_shape), &lhs_storage);
-    let rhs = lay_out(rhs_shape, &random(rng, rhs_shape), &rhs_storage);
-    let mut out = lay_out(
-        out_shape,
-        &vec![f64::NAN; out_shape.iter().product()],
-        &out_storage,
-    );
-    let calls = gemm_calls(lhs.layout(), rhs.layout(), out.layout())
-        .unwrap_or_else(|why| panic!("{lhs_shape:?} · {rhs_shape:?}: no BLAS call ({why})"));
-    if let Some(expected) = expected_calls {
-        assert_eq!(
-            calls.len(),
-            expected,
-            "calls for {lhs_shape:?} · {rhs_shape:?}: {calls:?}"
-        );
-    }
-    for call in &calls {
-        interpret(call, &lhs.buffer, &rhs.buffer, &mut out.buffer);
-    }
-    let expected = product(&lhs, &rhs, out_shape);
-    for (index, (got, want)) in out.values().iter().zip(&expected).enumerate() {
-        assert!(
-            (got - want).abs() <= 1e-12 * (1.0 + want.abs()),
-            "{lhs_shape:?} · {rhs_shape:?}, element {index}: {got} against {want} ({calls:?})"
-        );
-    }
-    let inside: std::collections::HashSet<usize> = out.offsets().into_iter().collect();
-    for (at, value) in out.buffer.iter().enumerate() {
-        assert!(
-            inside.contains(&at) || value.is_nan(),
-            "a write outside the output at {at}"
-        );
-    }
-}
 
 #[test]
 fn the_backbones_forward_and_backward_layouts_map_onto_blas() {
@@ -423,11 +214,13 @@ fn random_layouts_map_onto_blas() {
             }
         };
         let storages = [false, false, true].map(|output| storage(&mut rng, output));
-        check(
+        let perturbed = rng.below(2) == 0;
+        check_perturbed(
             &mut rng,
             [&lhs_shape, &rhs_shape, &out_shape],
             storages,
             None,
+            perturbed,
         );
     }
 }

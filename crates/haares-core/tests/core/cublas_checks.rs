@@ -226,3 +226,12 @@ pub fn cublas_products_match_f64_in_every_layout() {
     check(&mut rng, [[4, 1, 9], [4, 9, 33]], [RowMajor, RowMajor]);
     check(&mut rng, [[4, 17, 9], [4, 9, 1]], [Transposed, RowMajor]);
 }
+
+/// The test, named `cublas_checks::cuda::…` so that the GPU check's filter of the backend's tests
+/// (`cuda::`) takes it.
+pub mod cuda {
+    #[test]
+    fn products_match_f64_in_every_layout() {
+        super::cublas_products_match_f64_in_every_layout();
+    }
+}

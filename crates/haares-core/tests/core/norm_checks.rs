@@ -11,10 +11,11 @@ use super::common::{Rng, assert_within_scale, gradient, tensor, tensor_values, w
 
 /// RMSNorm's `[rows, d]`: one element; widths below, between and above a cube's 64 threads,
 /// the paper's 128 among them; rows over several of Flex's tasks (170 rows of 96 a task, the
-/// last one partial) and over several of the cube backward pass's blocks of 16 (the last one
-/// partial), whose shares of `∂w` are added up; a row wider than the cube backward pass keeps
-/// in shared memory (4,096), whose rows write their shares one by one.
-const NORM_SHAPES: [[usize; 2]; 6] = [[1, 1], [5, 70], [33, 128], [3, 300], [400, 96], [3, 4100]];
+/// last one partial) and over several of the cube backward pass's blocks of 16 (33 rows: the
+/// last block partial; 400: 25 whole blocks), whose shares of `∂w` are added up; a row wider than
+/// the cube backward pass keeps in shared memory (3,072), whose rows write their shares one by
+/// one.
+const NORM_SHAPES: [[usize; 2]; 6] = [[1, 1], [5, 70], [33, 128], [3, 300], [400, 96], [3, 3100]];
 
 const EPSILON: f64 = 1e-6;
 

@@ -13,11 +13,11 @@
 //!
 //! Batch dimensions become one strided batch where their strides nest (each the next one's
 //! stride times its size, for every operand; a broadcast dimension has stride 0); the batch
-//! dimensions outside the longest nesting run are taken one call per index.
+//! dimensions outside the innermost nesting run are taken one call per index.
 //!
 //! This module is pure arithmetic on shapes and strides, so it is tested on any machine
 //! against a host interpreter of the BLAS definition (`tests/core/blas_call.rs`); the CUDA path
-//! (`cublas.rs`) only turns a [`GemmCall`] into pointers.
+//! (`cublas/`) only turns a [`GemmCall`] into pointers.
 
 use std::fmt;
 

@@ -1,8 +1,8 @@
-//! [`MatmulBackend`] on Burn's cube backends. On CUDA with f32 operands a product goes to the
-//! process's [`ProductProvider`]: cuBLAS (`cublas.rs`), or cubek's `Strategy::Auto` launched
-//! directly, untuned whatever Burn's features (autotuning can pick cubek 0.2 kernels that read past
-//! the contraction on NVIDIA cards: decision 24). On wgpu, and for other element types, it is
-//! Burn's `matmul`.
+//! [`MatmulBackend`] on Burn's cube backends. On CUDA a product goes to the process's
+//! [`ProductProvider`]: cuBLAS (`cublas/`, f32 operands), or cubek's `Strategy::Auto` launched
+//! directly (every other product), untuned whatever Burn's features (autotuning can pick cubek 0.2
+//! kernels that read past the contraction on NVIDIA cards: decision 24). On wgpu it is Burn's
+//! `matmul`.
 
 use burn::tensor::Tensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
@@ -32,7 +32,7 @@ where
             return "cubek (Burn's matmul)".into();
         }
         #[cfg(feature = "cuda")]
-        return cuda::product_kernels();
+        return cuda::product_kernels::<F>();
         #[cfg(not(feature = "cuda"))]
         "cubek (Burn's matmul)".into()
     }
@@ -123,8 +123,12 @@ mod cuda {
         }
     }
 
-    /// The kernels that take the products on CUDA, for a run's record.
-    pub(super) fn product_kernels() -> String {
+    /// The kernels that take the products on CUDA, for a run's record (cuBLAS takes f32
+    /// products only).
+    pub(super) fn product_kernels<F: FloatElement>() -> String {
+        if F::dtype() != DType::F32 {
+            return "cubek Strategy::Auto".into();
+        }
         match (product_provider(), cublas::availability()) {
             (ProductProvider::Cublas, Ok(())) => "cuBLAS (TF32)".into(),
             (ProductProvider::Cublas, Err(_)) => {

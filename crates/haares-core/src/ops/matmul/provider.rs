@@ -1,4 +1,4 @@
-//! Which kernels compute the matrix products on CUDA: cuBLAS (`cublas.rs`) or cubek, Burn's own
+//! Which kernels compute the matrix products on CUDA: cuBLAS (`cublas/`) or cubek, Burn's own
 //! (`Strategy::Auto`, the single-stage tensor-core kernel). The choice is the process's, not a
 //! run's: a run records it, but resumes under either, since both compute the same products to
 //! within TF32's rounding.

@@ -10,6 +10,7 @@
 use burn::tensor::Tensor;
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
 use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
+use burn_cubecl::ops::numeric::zeros_client;
 use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
@@ -27,10 +28,11 @@ type InputAndGainGrads<R, F, I, BT> = (Tensor<Cube<R, F, I, BT>, 2>, Tensor<Cube
 /// per multiprocessor, and a `[512, d]` tensor of partial sums for the second launch to add.
 pub(in crate::ops) const ROWS_PER_CUBE: usize = 16;
 
-/// The widest row whose gain partials the backward kernel keeps in shared memory (16 KiB of
-/// f32, half of what lavapipe allows a cube); wider rows write each row's share and the second
-/// launch adds all of them.
-pub(in crate::ops) const SHARED_GAIN_WIDTH: usize = 4096;
+/// The widest row whose gain partials the backward kernel keeps in shared memory: 12 KiB of f32,
+/// with the row sums' 256 bytes within the 16 KiB every WebGPU adapter grants a cube (the
+/// paper's widths are at most 768); wider rows write each row's share and the second launch adds
+/// all of them.
+pub(in crate::ops) const SHARED_GAIN_WIDTH: usize = 3072;
 
 /// Threads of a cube of the column sums, one per column.
 pub(in crate::ops) const COLUMN_THREADS: usize = 256;
@@ -110,7 +112,12 @@ where
     } else {
         1
     };
-    let blocks = rows.div_ceil(rows_per_cube).max(1);
+    let blocks = rows.div_ceil(rows_per_cube);
+    if blocks == 0 {
+        // No rows: no gradient to form, and a gain gradient of zeros.
+        let zeros = zeros_client(x.client.clone(), x.device.clone(), [d].into(), x.dtype);
+        return (from_primitive(x_grad), from_primitive(zeros));
+    }
     let partials = empty_shaped(&x, vec![blocks, d]);
     let client = x.client.clone();
     let cube_dim = CubeDim::new_1d(ROW_THREADS as u32);

@@ -216,6 +216,14 @@ fn run(
     // Held until the calls have finished: they keep the memory from being freed meanwhile.
     let resources = [resource(lhs)?, resource(rhs)?, resource(out)?];
     let pointers = resources.each_ref().map(|held| held.resource().ptr);
+    // A call that would reach past an operand's memory is refused before it runs: the mapping's
+    // arithmetic is tested on the host, this keeps a fault in it from writing into other memory.
+    let sizes = resources.each_ref().map(|held| held.resource().size);
+    if let Some(call) = calls.iter().find(|call| !within(call, sizes)) {
+        return Err(CublasFailure::Layout(NoBlasCall::Shapes(format!(
+            "a call reaches past its operands' {sizes:?} bytes: {call:?}"
+        ))));
+    }
     block_on(client.sync())
         .map_err(|error| CublasFailure::Call(format!("waiting for CubeCL's stream: {error:?}")))?;
     let ordinal = out.device.index;
@@ -234,6 +242,35 @@ fn run(
         }
         issued.and(finished)
     })
+}
+
+/// Whether every element `call` reads or writes lies within the operands' `[lhs, rhs, out]`
+/// bytes.
+fn within(call: &GemmCall, [lhs, rhs, out]: [u64; 3]) -> bool {
+    const F32_BYTES: u64 = 4;
+    // One past the last element of the batch's last column-major `rows × columns` matrix.
+    let span = |offset: usize, batch_stride: usize, ld: usize, [rows, columns]: [usize; 2]| {
+        (offset + (call.batch - 1) * batch_stride + (columns - 1) * ld + rows) as u64 * F32_BYTES
+    };
+    let input = |input: &super::blas_call::BlasInput, op_rows: usize, op_columns: usize| {
+        let stored = match input.transposed {
+            false => [op_rows, op_columns],
+            true => [op_columns, op_rows],
+        };
+        let bytes = match input.operand {
+            Operand::Lhs => lhs,
+            Operand::Rhs => rhs,
+        };
+        span(input.offset, input.batch_stride, input.ld, stored) <= bytes
+    };
+    input(&call.a, call.m, call.k)
+        && input(&call.b, call.k, call.n)
+        && span(
+            call.c.offset,
+            call.c.batch_stride,
+            call.c.ld,
+            [call.m, call.n],
+        ) <= out
 }
 
 /// One strided-batched call on `blas`, operands at the three base pointers `[lhs, rhs, out]`.
