@@ -5,9 +5,11 @@
 //!
 //! Queries, keys and values are read in the projections' own `[batch, seq, heads, d_h]` layout,
 //! through their strides, so the heads are never moved. Each cube takes a tile of consecutive
-//! positions of one head of one batch row ([`tilings`]), `⌈d_h / 8⌉` threads to a position; it
-//! loads the other side's rows into shared memory a tile at a time, leaves the tile's weights
-//! there, then each thread adds the weighted rows into the columns of its position it owns.
+//! positions of one head of one batch row ([`tilings`]); it loads the other side's rows into
+//! shared memory a tile at a time, leaves the tile's weights there, then each thread adds the
+//! weighted rows into the columns it owns of its positions. Each thread owns several positions
+//! (`stack`) and several columns, so that each value it reads from shared memory serves several
+//! multiply-adds: with one position a thread, each multiply-add read its own operand.
 //!
 //! - **Forward**: each query keeps its running maximum `m`, its sum `l = Σ e^{s − m}` and its
 //!   output `o = Σ e^{s − m} v`, rescaled when `m` grows (the online softmax), and writes `o / l`
@@ -16,7 +18,7 @@
 //!   `Δ = Σ_e ∂o_e o_e`, `∂s = p (∂o · v − Δ)` and `∂q = Σ_keys ∂s k`; it writes `Δ` for the next.
 //! - **∂K, ∂V**: each key walks the queries that see it: `∂v = Σ p ∂o`, `∂k = Σ ∂s q`.
 //!
-//! A thread keeps at most 8 accumulators per output in registers, whatever the head's width:
+//! A thread keeps at most 32 accumulators per output in registers, whatever the head's width:
 //! with a thread per position and whole rows in registers, `ptxas` gave the key–value kernel
 //! 255 registers and 400 bytes of spills at `d_h = 64` on sm_90 (docs/benchmarks.md, "Kernels
 //! compiled for CUDA without a GPU"). The head width is a compile-time constant;
@@ -72,39 +74,56 @@ where
     }
 }
 
-/// How one kernel divides its work: a cube takes `rows` positions of one head, `groups` threads
-/// to a position (each owning every `groups`-th column of the head), and walks the other side
-/// `others` positions at a time.
+/// How one kernel divides its work: a cube takes `rows` positions of one head and walks the
+/// other side `others` positions at a time; `groups` threads share a row (each owning every
+/// `groups`-th column of the head and every `groups`-th position of the other side's tile), and
+/// each thread owns `stack` rows, so that a value it reads from shared memory serves `stack`
+/// multiply-adds (register blocking).
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Tiling {
     rows: usize,
     others: usize,
     groups: usize,
+    stack: usize,
 }
 
 impl Tiling {
     fn threads(self) -> u32 {
-        (self.rows * self.groups) as u32
+        (self.rows / self.stack * self.groups) as u32
+    }
+
+    /// The values a thread keeps in registers for one output: its columns of each of its rows.
+    #[cfg(test)]
+    fn accumulators(self, head_dim: usize) -> usize {
+        self.stack * head_dim.div_ceil(self.groups)
+    }
+
+    /// The products a thread keeps in registers per tile: its positions of the other side
+    /// against each of its rows.
+    #[cfg(test)]
+    fn products(self) -> usize {
+        self.stack * self.others.div_ceil(self.groups)
     }
 }
 
-/// The tilings of the three kernels (forward, ∂Q, ∂K and ∂V) for heads `head_dim` wide: a
-/// thread owns at most 8 columns, so that its accumulators stay in registers at every width, and
-/// the tiles shrink as the head grows so that each kernel's shared memory (`shared_floats` in the
-/// tests) fits 32 KiB. Compiled for sm_90, no kernel spills past 8 bytes and each keeps 38–75% of a
-/// multiprocessor's warps resident (docs/benchmarks.md, "Kernels compiled for CUDA without a
-/// GPU").
+/// The tilings of the three kernels (forward, ∂Q, ∂K and ∂V) for heads `head_dim` wide. A thread
+/// owns at most 8 columns of a row and at least 4 threads share one, so that its accumulators and
+/// products stay in registers at every width (at most 32 of each, [`Tiling::accumulators`] and
+/// [`Tiling::products`]); the tiles shrink as the head grows so that each kernel's shared memory
+/// (`shared_floats` in the tests) fits 32 KiB. `docs/notebook/cuda-static.md` gives each
+/// kernel's registers, spills and occupancy compiled for sm_90a.
 fn tilings(head_dim: usize) -> [Tiling; 3] {
-    let groups = head_dim.div_ceil(8);
-    let tiling = |rows, others| Tiling {
+    let groups = head_dim.div_ceil(8).max(4);
+    let tiling = |rows, others, stack| Tiling {
         rows,
         others,
         groups,
+        stack,
     };
     match head_dim {
-        0..=32 => [tiling(32, 32), tiling(32, 32), tiling(32, 32)],
-        33..=64 => [tiling(32, 32), tiling(32, 16), tiling(16, 32)],
-        _ => [tiling(16, 16), tiling(16, 8), tiling(8, 16)],
+        0..=32 => [tiling(64, 32, 4), tiling(64, 16, 4), tiling(64, 16, 2)],
+        33..=64 => [tiling(32, 32, 4), tiling(32, 16, 4), tiling(32, 16, 2)],
+        _ => [tiling(16, 16, 2), tiling(16, 8, 2), tiling(16, 8, 2)],
     }
 }
 
@@ -141,6 +160,7 @@ where
         tiling.rows,
         tiling.others,
         tiling.groups,
+        tiling.stack,
         query.dtype.into(),
     );
     (from_primitive(output), from_primitive(logsumexp))
@@ -187,6 +207,7 @@ where
         query_tiling.rows,
         query_tiling.others,
         query_tiling.groups,
+        query_tiling.stack,
         query.dtype.into(),
     );
     let (cube_count, cube_dim) = per_tile(&query, key_value_tiling);
@@ -206,6 +227,7 @@ where
         key_value_tiling.rows,
         key_value_tiling.others,
         key_value_tiling.groups,
+        key_value_tiling.stack,
         query.dtype.into(),
     );
     [query_grad, key_grad, value_grad].map(from_primitive)
@@ -270,8 +292,9 @@ mod tests {
         ]
     }
 
-    /// Every width the kernels take fits the shared memory bound, every thread owns at most 8
-    /// columns, and no cube has more threads than every device allows.
+    /// Every width the kernels take fits the shared memory bound; every thread owns whole rows of
+    /// its tile, at most 8 columns of each and at most 32 accumulators and products; and no cube
+    /// has more threads than every device allows.
     #[test]
     fn tilings_fit_the_shared_memory_bound() {
         for head_dim in 1..=MAX_HEAD_DIM {
@@ -280,8 +303,13 @@ mod tests {
                     floats * 4 <= SHARED_BYTES,
                     "d_h {head_dim}: {floats} f32 values"
                 );
+                assert_eq!(tiling.rows % tiling.stack, 0, "d_h {head_dim}: {tiling:?}");
                 assert!(
                     head_dim.div_ceil(tiling.groups) <= 8,
+                    "d_h {head_dim}: {tiling:?}"
+                );
+                assert!(
+                    tiling.accumulators(head_dim) <= 32 && tiling.products() <= 32,
                     "d_h {head_dim}: {tiling:?}"
                 );
                 assert!(tiling.threads() <= 256, "d_h {head_dim}: {tiling:?}");

@@ -1,12 +1,13 @@
 //! The backward kernels of causal attention's fused pair, tiled as the forward kernel is
-//! (`kernels.rs` has the shared pieces and the layout).
+//! (`kernels.rs` has the shared pieces and the layout): each thread owns `stack` rows of its
+//! cube's tile and, of each, every `groups`-th column.
 
 use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
 
 use super::kernels::{
-    add_scaled_columns, at, column_of, load_per_position, load_row_pair, place_of,
-    row_against_rows, sum_of_shares, tiles_of, write_columns, zero_columns,
+    add_weighted_row, at, column_of, load_per_position, load_row_pair, place_of, row_of,
+    rows_against_rows, sum_of_shares, tiles_of, write_columns, zero_columns, zeros,
 };
 
 /// `∂q = Σ_keys p (∂o · v − Δ) k` per query, with `p = e^{q·k − lse}` and `Δ = ∂o · o`,
@@ -25,6 +26,7 @@ pub(super) fn attention_query_grad_kernel<F: Float>(
     #[comptime] rows: usize,
     #[comptime] keys: usize,
     #[comptime] groups: usize,
+    #[comptime] stack: usize,
     #[define(F)] _dtype: StorageType,
 ) {
     let (seq, heads) = (query_grad.shape(1), query_grad.shape(2));
@@ -33,19 +35,19 @@ pub(super) fn attention_query_grad_kernel<F: Float>(
     }
     let place = place_of(seq, heads, rows, groups);
     let (first, head, b) = (place.first, place.head, place.batch);
-    let (row, group) = (place.row, place.group);
-    let i = first + row;
-    let row_at = (b * seq + i) * heads + head;
-    let threads = comptime!(rows * groups);
+    let (lane, group) = (place.lane, place.group);
+    let lanes = comptime!(rows / stack);
+    let threads = comptime!(lanes * groups);
+    let per = comptime!(keys.div_ceil(groups));
     let mut queries = SharedMemory::<F>::new(rows * (head_dim + 1));
     let mut grads = SharedMemory::<F>::new(rows * (head_dim + 1));
     let mut key_tile = SharedMemory::<F>::new(keys * (head_dim + 1));
     let mut value_tile = SharedMemory::<F>::new(keys * (head_dim + 1));
     let mut score_grads = SharedMemory::<F>::new(rows * (keys + 1));
     let mut partial_deltas = SharedMemory::<F>::new(rows * groups);
-    let mut scores = Array::<F>::new(comptime!(keys.div_ceil(groups)));
-    let mut along_values = Array::<F>::new(comptime!(keys.div_ceil(groups)));
-    let mut d_q = zero_columns::<F>(groups, head_dim);
+    let mut scores = Array::<F>::new(comptime!(stack * per));
+    let mut along_values = Array::<F>::new(comptime!(stack * per));
+    let mut d_q = zero_columns::<F>(groups, head_dim, stack);
     load_row_pair(
         query,
         grad,
@@ -59,23 +61,33 @@ pub(super) fn attention_query_grad_kernel<F: Float>(
         threads,
     );
     sync_cube();
-    let mut partial = F::new(0.0);
-    let mut lse = F::new(0.0);
-    if i < seq {
-        #[unroll]
-        for k in 0..comptime!(head_dim.div_ceil(groups)) {
-            let e = column_of(group, k, groups);
-            if e < head_dim {
-                partial += grads[row * (head_dim + 1) + e] * output[at(output, b, i, head, e)];
+    let mut lse = zeros::<F>(stack);
+    #[unroll]
+    for a in 0..stack {
+        let row = row_of(lane, a, lanes);
+        let i = first + row;
+        let mut partial = F::new(0.0);
+        if i < seq {
+            #[unroll]
+            for k in 0..comptime!(head_dim.div_ceil(groups)) {
+                let e = column_of(group, k, groups);
+                if e < head_dim {
+                    partial += grads[row * (head_dim + 1) + e] * output[at(output, b, i, head, e)];
+                }
             }
+            lse[a] = logsumexp[(b * seq + i) * heads + head];
         }
-        lse = logsumexp[row_at];
+        partial_deltas[row * groups + group] = partial;
     }
-    partial_deltas[row * groups + group] = partial;
     sync_cube();
-    let along = sum_of_shares(&partial_deltas, row, groups);
-    if i < seq && group == 0 {
-        delta[row_at] = along;
+    let mut along = Array::<F>::new(stack);
+    #[unroll]
+    for a in 0..stack {
+        let row = row_of(lane, a, lanes);
+        along[a] = sum_of_shares(&partial_deltas, row, groups);
+        if first + row < seq && group == 0 {
+            delta[(b * seq + first + row) * heads + head] = along[a];
+        }
     }
     let end = min(first + rows, seq);
     let mut start = 0;
@@ -93,55 +105,81 @@ pub(super) fn attention_query_grad_kernel<F: Float>(
             threads,
         );
         sync_cube();
-        row_against_rows(
+        rows_against_rows(
             &queries,
-            row,
+            lane,
             &key_tile,
             group,
             &mut scores,
             keys,
             groups,
             head_dim,
+            stack,
+            lanes,
         );
-        row_against_rows(
+        rows_against_rows(
             &grads,
-            row,
+            lane,
             &value_tile,
             group,
             &mut along_values,
             keys,
             groups,
             head_dim,
+            stack,
+            lanes,
         );
         #[unroll]
-        for j in 0..comptime!(keys.div_ceil(groups)) {
-            let c = column_of(group, j, groups);
-            if c < keys {
-                let mut d_score = F::new(0.0);
-                if start + c <= i {
-                    d_score = (scores[j] - lse).exp() * (along_values[j] - along);
+        for a in 0..stack {
+            let row = row_of(lane, a, lanes);
+            #[unroll]
+            for j in 0..per {
+                let c = column_of(group, j, groups);
+                if c < keys {
+                    let mut d_score = F::new(0.0);
+                    if start + c <= first + row {
+                        let s = a * per + j;
+                        d_score = (scores[s] - lse[a]).exp() * (along_values[s] - along[a]);
+                    }
+                    score_grads[row * (keys + 1) + c] = d_score;
                 }
-                score_grads[row * (keys + 1) + c] = d_score;
             }
         }
         sync_cube();
         for c in 0..keys {
-            let d_score = score_grads[row * (keys + 1) + c];
-            add_scaled_columns(&mut d_q, d_score, &key_tile, c, group, groups, head_dim);
+            add_weighted_row(
+                &mut d_q,
+                &score_grads,
+                c,
+                &key_tile,
+                lane,
+                group,
+                keys + 1,
+                groups,
+                head_dim,
+                stack,
+                lanes,
+            );
         }
         sync_cube();
         start += keys;
     }
-    if i < seq {
-        write_columns(
-            query_grad,
-            &d_q,
-            F::new(1.0),
-            row_at,
-            group,
-            groups,
-            head_dim,
-        );
+    #[unroll]
+    for a in 0..stack {
+        let i = first + row_of(lane, a, lanes);
+        if i < seq {
+            let row_at = (b * seq + i) * heads + head;
+            write_columns(
+                query_grad,
+                &d_q,
+                a,
+                F::new(1.0),
+                row_at,
+                group,
+                groups,
+                head_dim,
+            );
+        }
     }
 }
 
@@ -161,6 +199,7 @@ pub(super) fn attention_key_value_grad_kernel<F: Float>(
     #[comptime] rows: usize,
     #[comptime] queries: usize,
     #[comptime] groups: usize,
+    #[comptime] stack: usize,
     #[define(F)] _dtype: StorageType,
 ) {
     let (seq, heads) = (key_grad.shape(1), key_grad.shape(2));
@@ -169,9 +208,10 @@ pub(super) fn attention_key_value_grad_kernel<F: Float>(
     }
     let place = place_of(seq, heads, rows, groups);
     let (first, head, b) = (place.first, place.head, place.batch);
-    let (row, group) = (place.row, place.group);
-    let j = first + row;
-    let threads = comptime!(rows * groups);
+    let (lane, group) = (place.lane, place.group);
+    let lanes = comptime!(rows / stack);
+    let threads = comptime!(lanes * groups);
+    let per = comptime!(queries.div_ceil(groups));
     let mut key_tile = SharedMemory::<F>::new(rows * (head_dim + 1));
     let mut value_tile = SharedMemory::<F>::new(rows * (head_dim + 1));
     let mut query_tile = SharedMemory::<F>::new(queries * (head_dim + 1));
@@ -180,10 +220,10 @@ pub(super) fn attention_key_value_grad_kernel<F: Float>(
     let mut score_grads = SharedMemory::<F>::new(rows * (queries + 1));
     let mut sums = SharedMemory::<F>::new(queries);
     let mut deltas = SharedMemory::<F>::new(queries);
-    let mut scores = Array::<F>::new(comptime!(queries.div_ceil(groups)));
-    let mut along_values = Array::<F>::new(comptime!(queries.div_ceil(groups)));
-    let mut d_k = zero_columns::<F>(groups, head_dim);
-    let mut d_v = zero_columns::<F>(groups, head_dim);
+    let mut scores = Array::<F>::new(comptime!(stack * per));
+    let mut along_values = Array::<F>::new(comptime!(stack * per));
+    let mut d_k = zero_columns::<F>(groups, head_dim, stack);
+    let mut d_v = zero_columns::<F>(groups, head_dim, stack);
     load_row_pair(
         key,
         value,
@@ -213,61 +253,106 @@ pub(super) fn attention_key_value_grad_kernel<F: Float>(
         load_per_position(logsumexp, &mut sums, b, start, head, queries, threads);
         load_per_position(delta, &mut deltas, b, start, head, queries, threads);
         sync_cube();
-        row_against_rows(
+        rows_against_rows(
             &key_tile,
-            row,
+            lane,
             &query_tile,
             group,
             &mut scores,
             queries,
             groups,
             head_dim,
+            stack,
+            lanes,
         );
-        row_against_rows(
+        rows_against_rows(
             &value_tile,
-            row,
+            lane,
             &grads,
             group,
             &mut along_values,
             queries,
             groups,
             head_dim,
+            stack,
+            lanes,
         );
         #[unroll]
-        for m in 0..comptime!(queries.div_ceil(groups)) {
-            let r = column_of(group, m, groups);
-            if r < queries {
-                let mut weight = F::new(0.0);
-                let mut d_score = F::new(0.0);
-                if start + r >= j && start + r < seq {
-                    weight = (scores[m] - sums[r]).exp();
-                    d_score = weight * (along_values[m] - deltas[r]);
+        for a in 0..stack {
+            let row = row_of(lane, a, lanes);
+            #[unroll]
+            for m in 0..per {
+                let r = column_of(group, m, groups);
+                if r < queries {
+                    let mut weight = F::new(0.0);
+                    let mut d_score = F::new(0.0);
+                    if start + r >= first + row && start + r < seq {
+                        let s = a * per + m;
+                        weight = (scores[s] - sums[r]).exp();
+                        d_score = weight * (along_values[s] - deltas[r]);
+                    }
+                    weights[row * (queries + 1) + r] = weight;
+                    score_grads[row * (queries + 1) + r] = d_score;
                 }
-                weights[row * (queries + 1) + r] = weight;
-                score_grads[row * (queries + 1) + r] = d_score;
             }
         }
         sync_cube();
         for r in 0..queries {
-            let weight = weights[row * (queries + 1) + r];
-            let d_score = score_grads[row * (queries + 1) + r];
-            add_scaled_columns(&mut d_v, weight, &grads, r, group, groups, head_dim);
-            add_scaled_columns(&mut d_k, d_score, &query_tile, r, group, groups, head_dim);
+            add_weighted_row(
+                &mut d_v,
+                &weights,
+                r,
+                &grads,
+                lane,
+                group,
+                queries + 1,
+                groups,
+                head_dim,
+                stack,
+                lanes,
+            );
+            add_weighted_row(
+                &mut d_k,
+                &score_grads,
+                r,
+                &query_tile,
+                lane,
+                group,
+                queries + 1,
+                groups,
+                head_dim,
+                stack,
+                lanes,
+            );
         }
         sync_cube();
         start += queries;
     }
-    if j < seq {
-        let row_at = (b * seq + j) * heads + head;
-        write_columns(key_grad, &d_k, F::new(1.0), row_at, group, groups, head_dim);
-        write_columns(
-            value_grad,
-            &d_v,
-            F::new(1.0),
-            row_at,
-            group,
-            groups,
-            head_dim,
-        );
+    #[unroll]
+    for a in 0..stack {
+        let j = first + row_of(lane, a, lanes);
+        if j < seq {
+            let row_at = (b * seq + j) * heads + head;
+            write_columns(
+                key_grad,
+                &d_k,
+                a,
+                F::new(1.0),
+                row_at,
+                group,
+                groups,
+                head_dim,
+            );
+            write_columns(
+                value_grad,
+                &d_v,
+                a,
+                F::new(1.0),
+                row_at,
+                group,
+                groups,
+                head_dim,
+            );
+        }
     }
 }

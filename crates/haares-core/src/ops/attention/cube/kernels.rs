@@ -27,14 +27,14 @@ pub(super) fn tiles_of(seq: usize, #[comptime] tile: usize) -> usize {
 }
 
 /// Where a thread works: its cube's tile of positions (the first of them, the head and the batch
-/// row; the cubes run over the tiles of a head, then the heads, then the batch rows), and its own
-/// position (`row` of the tile) and group of columns.
+/// row; the cubes run over the tiles of a head, then the heads, then the batch rows), its lane
+/// (it owns the tile's rows `lane`, `lane + lanes`, … [`row_of`]) and its group of columns.
 #[derive(CubeType, Clone)]
 pub(super) struct Place {
     pub first: usize,
     pub head: usize,
     pub batch: usize,
-    pub row: usize,
+    pub lane: usize,
     pub group: usize,
 }
 
@@ -51,9 +51,17 @@ pub(super) fn place_of(
         first: (CUBE_POS % tiles) * rows,
         head: (CUBE_POS / tiles) % heads,
         batch: CUBE_POS / (tiles * heads),
-        row: thread / groups,
+        lane: thread / groups,
         group: thread % groups,
     }
+}
+
+/// The `a`-th of the `stack` rows of its tile that a thread of lane `lane` owns, when `lanes`
+/// lanes share the tile: strided, so that the threads of one group read neighbouring rows, which
+/// the `d_h + 1` padding puts in different memory banks.
+#[cube]
+pub(super) fn row_of(lane: usize, a: usize, #[comptime] lanes: usize) -> usize {
+    lane + lanes * a
 }
 
 /// The `k`-th column a thread of group `group` owns.
@@ -61,7 +69,6 @@ pub(super) fn place_of(
 pub(super) fn column_of(group: usize, k: usize, #[comptime] groups: usize) -> usize {
     group + groups * k
 }
-
 /// Rows `start .. start + count` of head `head` of `x` into `tile`, `d_h + 1` apart, zeros past
 /// the sequence; the cube's `threads` threads share the copy.
 #[cube]
@@ -155,96 +162,133 @@ pub(super) fn load_per_position<F: Float>(
     }
 }
 
-/// `products[j] = Σ_e mine[row, e] · theirs[group + groups·j, e]` for the other tile's rows
-/// below `count`: row `row` of one tile against every `groups`-th row of another, each element
-/// of `row` read once from shared memory.
+/// `products[a·per + j] = Σ_e mine[row_a, e] · theirs[group + groups·j, e]`, `per` being
+/// `⌈count / groups⌉`: each of the `stack` rows `row_a` of one tile that this thread owns
+/// ([`row_of`]) against every `groups`-th row of another, below `count`. Per column `e`, the
+/// thread reads `stack + per` values from shared memory for `stack · per` multiply-adds.
 #[cube]
-pub(super) fn row_against_rows<F: Float>(
+pub(super) fn rows_against_rows<F: Float>(
     mine: &SharedMemory<F>,
-    row: usize,
+    lane: usize,
     theirs: &SharedMemory<F>,
     group: usize,
     products: &mut Array<F>,
     #[comptime] count: usize,
     #[comptime] groups: usize,
     #[comptime] head_dim: usize,
+    #[comptime] stack: usize,
+    #[comptime] lanes: usize,
 ) {
-    let per_thread = comptime!(count.div_ceil(groups));
+    let per = comptime!(count.div_ceil(groups));
     #[unroll]
-    for j in 0..per_thread {
-        products[j] = F::new(0.0);
+    for s in 0..comptime!(stack * per) {
+        products[s] = F::new(0.0);
     }
+    let mut own = Array::<F>::new(stack);
     for e in 0..head_dim {
-        let element = mine[row * (head_dim + 1) + e];
         #[unroll]
-        for j in 0..per_thread {
+        for a in 0..stack {
+            own[a] = mine[row_of(lane, a, lanes) * (head_dim + 1) + e];
+        }
+        #[unroll]
+        for j in 0..per {
             let other = column_of(group, j, groups);
             if other < count {
-                products[j] += element * theirs[other * (head_dim + 1) + e];
+                let element = theirs[other * (head_dim + 1) + e];
+                #[unroll]
+                for a in 0..stack {
+                    products[a * per + j] += own[a] * element;
+                }
             }
         }
     }
 }
 
-/// `accumulator[k] += weight · tile[row, group + groups·k]` for the columns this thread owns.
+/// `accumulator[a·cols + k] += weights[row_a, c] · tile[c, group + groups·k]`, `cols` being
+/// `⌈d_h / groups⌉`: row `c` of `tile`, weighted for each of this thread's `stack` rows by
+/// `weights` (rows `width` apart), into the columns it owns. The thread reads `stack + cols`
+/// values from shared memory for `stack · cols` multiply-adds.
 #[cube]
-pub(super) fn add_scaled_columns<F: Float>(
+pub(super) fn add_weighted_row<F: Float>(
     accumulator: &mut Array<F>,
-    weight: F,
+    weights: &SharedMemory<F>,
+    c: usize,
     tile: &SharedMemory<F>,
-    row: usize,
+    lane: usize,
     group: usize,
+    #[comptime] width: usize,
     #[comptime] groups: usize,
     #[comptime] head_dim: usize,
+    #[comptime] stack: usize,
+    #[comptime] lanes: usize,
 ) {
+    let cols = comptime!(head_dim.div_ceil(groups));
+    let mut weight = Array::<F>::new(stack);
     #[unroll]
-    for k in 0..comptime!(head_dim.div_ceil(groups)) {
+    for a in 0..stack {
+        weight[a] = weights[row_of(lane, a, lanes) * width + c];
+    }
+    #[unroll]
+    for k in 0..cols {
         let e = column_of(group, k, groups);
         if e < head_dim {
-            accumulator[k] += weight * tile[row * (head_dim + 1) + e];
+            let element = tile[c * (head_dim + 1) + e];
+            #[unroll]
+            for a in 0..stack {
+                accumulator[a * cols + k] += weight[a] * element;
+            }
         }
     }
 }
 
-/// The columns this thread owns of its position's row `row_at` of a contiguous
-/// `[batch, seq, heads, d_h]` tensor, `scale · accumulator`.
+/// The columns this thread owns of its `a`-th row, at `row_at` of a contiguous
+/// `[batch, seq, heads, d_h]` tensor: `scale · accumulator[a·cols + k]`.
 #[cube]
 pub(super) fn write_columns<F: Float>(
     x: &mut Tensor<F>,
     accumulator: &Array<F>,
+    a: usize,
     scale: F,
     row_at: usize,
     group: usize,
     #[comptime] groups: usize,
     #[comptime] head_dim: usize,
 ) {
+    let cols = comptime!(head_dim.div_ceil(groups));
     #[unroll]
-    for k in 0..comptime!(head_dim.div_ceil(groups)) {
+    for k in 0..cols {
         let e = column_of(group, k, groups);
         if e < head_dim {
-            x[row_at * head_dim + e] = scale * accumulator[k];
+            x[row_at * head_dim + e] = scale * accumulator[a * cols + k];
         }
     }
 }
 
-/// A zeroed accumulator for the columns one thread owns.
+/// `count` zeros in registers.
+#[cube]
+pub(super) fn zeros<F: Float>(#[comptime] count: usize) -> Array<F> {
+    let mut values = Array::<F>::new(count);
+    #[unroll]
+    for s in 0..count {
+        values[s] = F::new(0.0);
+    }
+    values
+}
+
+/// A zeroed accumulator for the columns one thread owns of each of its `stack` rows.
 #[cube]
 pub(super) fn zero_columns<F: Float>(
     #[comptime] groups: usize,
     #[comptime] head_dim: usize,
+    #[comptime] stack: usize,
 ) -> Array<F> {
-    let per_thread = comptime!(head_dim.div_ceil(groups));
-    let mut columns = Array::<F>::new(per_thread);
-    #[unroll]
-    for k in 0..per_thread {
-        columns[k] = F::new(0.0);
-    }
-    columns
+    zeros::<F>(comptime!(stack * head_dim.div_ceil(groups)))
 }
 
 /// The online softmax over the keys each query sees, a tile of `keys` keys at a time; writes
 /// `o / l` and `m + ln l`. The threads of a position share the tile's maximum through shared
-/// memory and each takes the exponentials of its own keys' scores, so each is taken once.
+/// memory and each takes the exponentials of its own keys' scores, so each is taken once. Each
+/// thread keeps, for each of its `stack` queries, `m`, its part of `l` and its columns of `o`.
 #[cube(launch)]
 pub(super) fn attention_forward_kernel<F: Float>(
     query: &Tensor<F>,
@@ -256,6 +300,7 @@ pub(super) fn attention_forward_kernel<F: Float>(
     #[comptime] rows: usize,
     #[comptime] keys: usize,
     #[comptime] groups: usize,
+    #[comptime] stack: usize,
     #[define(F)] _dtype: StorageType,
 ) {
     let (seq, heads) = (output.shape(1), output.shape(2));
@@ -264,23 +309,28 @@ pub(super) fn attention_forward_kernel<F: Float>(
     }
     let place = place_of(seq, heads, rows, groups);
     let (first, head, b) = (place.first, place.head, place.batch);
-    let (row, group) = (place.row, place.group);
-    let i = first + row;
-    let threads = comptime!(rows * groups);
-    let per_thread = comptime!(keys.div_ceil(groups));
+    let (lane, group) = (place.lane, place.group);
+    let lanes = comptime!(rows / stack);
+    let threads = comptime!(lanes * groups);
+    let per = comptime!(keys.div_ceil(groups));
+    let cols = comptime!(head_dim.div_ceil(groups));
     let mut queries = SharedMemory::<F>::new(rows * (head_dim + 1));
     let mut key_tile = SharedMemory::<F>::new(keys * (head_dim + 1));
     let mut value_tile = SharedMemory::<F>::new(keys * (head_dim + 1));
     let mut weights = SharedMemory::<F>::new(rows * (keys + 1));
-    // One value per thread: its share of the tile's maximum, and at the end of its sum.
+    // One value per row and group: its share of the tile's maximum, and at the end of its sum.
     let mut shares = SharedMemory::<F>::new(rows * groups);
-    let mut scores = Array::<F>::new(per_thread);
-    let mut o = zero_columns::<F>(groups, head_dim);
-    load_rows(query, &mut queries, b, first, head, rows, head_dim, threads);
+    let mut scores = Array::<F>::new(comptime!(stack * per));
+    let mut o = zero_columns::<F>(groups, head_dim, stack);
+    // The part of each `l` from this thread's keys.
+    let mut total = zeros::<F>(stack);
     // A finite start, so that the first tile's rescaling is `e^{−huge} = 0`, not `e^{NaN}`.
-    let mut most = F::new(-1.0e30);
-    // The part of `l` from this thread's keys.
-    let mut total = F::new(0.0);
+    let mut most = Array::<F>::new(stack);
+    #[unroll]
+    for a in 0..stack {
+        most[a] = F::new(-1.0e30);
+    }
+    load_rows(query, &mut queries, b, first, head, rows, head_dim, threads);
     let end = min(first + rows, seq);
     let mut start = 0;
     while start < end {
@@ -297,74 +347,104 @@ pub(super) fn attention_forward_kernel<F: Float>(
             threads,
         );
         sync_cube();
-        row_against_rows(
+        rows_against_rows(
             &queries,
-            row,
+            lane,
             &key_tile,
             group,
             &mut scores,
             keys,
             groups,
             head_dim,
+            stack,
+            lanes,
         );
-        let mut my_most = most;
         #[unroll]
-        for j in 0..per_thread {
-            let c = column_of(group, j, groups);
-            if c < keys && start + c <= i {
-                my_most = F::max(my_most, scores[j]);
-            }
-        }
-        shares[row * groups + group] = my_most;
-        sync_cube();
-        let mut tile_most = most;
-        #[unroll]
-        for g in 0..groups {
-            tile_most = F::max(tile_most, shares[row * groups + g]);
-        }
-        let shrink = (most - tile_most).exp();
-        total *= shrink;
-        #[unroll]
-        for k in 0..comptime!(head_dim.div_ceil(groups)) {
-            o[k] *= shrink;
-        }
-        #[unroll]
-        for j in 0..per_thread {
-            let c = column_of(group, j, groups);
-            if c < keys {
-                let mut weight = F::new(0.0);
-                if start + c <= i {
-                    weight = (scores[j] - tile_most).exp();
+        for a in 0..stack {
+            let row = row_of(lane, a, lanes);
+            let mut my_most = most[a];
+            #[unroll]
+            for j in 0..per {
+                let c = column_of(group, j, groups);
+                if c < keys && start + c <= first + row {
+                    my_most = F::max(my_most, scores[a * per + j]);
                 }
-                total += weight;
-                weights[row * (keys + 1) + c] = weight;
             }
+            shares[row * groups + group] = my_most;
         }
-        most = tile_most;
+        sync_cube();
+        #[unroll]
+        for a in 0..stack {
+            let row = row_of(lane, a, lanes);
+            let mut tile_most = most[a];
+            #[unroll]
+            for g in 0..groups {
+                tile_most = F::max(tile_most, shares[row * groups + g]);
+            }
+            let shrink = (most[a] - tile_most).exp();
+            total[a] *= shrink;
+            #[unroll]
+            for k in 0..cols {
+                o[a * cols + k] *= shrink;
+            }
+            #[unroll]
+            for j in 0..per {
+                let c = column_of(group, j, groups);
+                if c < keys {
+                    let mut weight = F::new(0.0);
+                    if start + c <= first + row {
+                        weight = (scores[a * per + j] - tile_most).exp();
+                    }
+                    total[a] += weight;
+                    weights[row * (keys + 1) + c] = weight;
+                }
+            }
+            most[a] = tile_most;
+        }
         sync_cube();
         for c in 0..keys {
-            let weight = weights[row * (keys + 1) + c];
-            add_scaled_columns(&mut o, weight, &value_tile, c, group, groups, head_dim);
+            add_weighted_row(
+                &mut o,
+                &weights,
+                c,
+                &value_tile,
+                lane,
+                group,
+                keys + 1,
+                groups,
+                head_dim,
+                stack,
+                lanes,
+            );
         }
         sync_cube();
         start += keys;
     }
-    shares[row * groups + group] = total;
+    #[unroll]
+    for a in 0..stack {
+        shares[row_of(lane, a, lanes) * groups + group] = total[a];
+    }
     sync_cube();
-    let sum = sum_of_shares(&shares, row, groups);
-    if i < seq {
-        let row_at = (b * seq + i) * heads + head;
-        write_columns(
-            output,
-            &o,
-            F::new(1.0) / sum,
-            row_at,
-            group,
-            groups,
-            head_dim,
-        );
-        if group == 0 {
-            logsumexp[row_at] = most + sum.ln();
+    #[unroll]
+    for a in 0..stack {
+        let row = row_of(lane, a, lanes);
+        let i = first + row;
+        let sum = sum_of_shares(&shares, row, groups);
+        if i < seq {
+            let row_at = (b * seq + i) * heads + head;
+            write_columns(
+                output,
+                &o,
+                a,
+                F::new(1.0) / sum,
+                row_at,
+                group,
+                groups,
+                head_dim,
+            );
+            if group == 0 {
+                logsumexp[row_at] = most[a] + sum.ln();
+            }
         }
     }
 }

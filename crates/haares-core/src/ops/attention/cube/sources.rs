@@ -38,6 +38,7 @@ pub(in crate::ops) fn attention_sources(
         forward.rows,
         forward.others,
         forward.groups,
+        forward.stack,
         float(),
     );
     sources.add(&kernel, &variant, cube(forward))?;
@@ -56,6 +57,7 @@ pub(in crate::ops) fn attention_sources(
         query_grad.rows,
         query_grad.others,
         query_grad.groups,
+        query_grad.stack,
         float(),
     );
     sources.add(&kernel, &variant, cube(query_grad))?;
@@ -74,6 +76,7 @@ pub(in crate::ops) fn attention_sources(
         key_value.rows,
         key_value.others,
         key_value.groups,
+        key_value.stack,
         float(),
     );
     sources.add(&kernel, &variant, cube(key_value))
