@@ -4,6 +4,7 @@
 #                                                       matrix-product shape, so a cold first step
 #                                                       takes seconds, not minutes)
 #   .gpu/bin/haares-bench-tuned.gz  (haares-bench with autotuning, for run.sh's HAARES_GPU_TUNED=1)
+#   .gpu/bin/haares-gpu-check.gz  (the stage runner, crates/haares-gpu-check)
 #   .gpu/bin/portability.gz  (the core's portability test, with autotuning: the tuned build's
 #                             matrix products are checked where CubeCL's kernels overrun,
 #                             docs/decisions.md, decision 24)
@@ -13,6 +14,8 @@
 # (scripts/gpu/README.md).
 #
 # Usage: bash scripts/gpu/build.sh [cuda|wgpu]     (default cuda; output folder: $HAARES_GPU_BUNDLE or .gpu)
+# HAARES_GPU_BUNDLE_MIB caps the bundle (default 64: what a device call of this project's GPU
+# machines carries); 0 leaves it uncapped.
 # With HAARES_GPU_SEED=DIR, the kernel cache an earlier run handed back (DIR/kernel-cache.tar.gz.0,
 # .1, …) goes into the bundle as kernel-cache.tar.gz, and run.sh starts the stages from it.
 set -euo pipefail
@@ -23,7 +26,11 @@ case "$feature" in
     *) echo "error: the feature must be cuda or wgpu, not \`$feature\`" >&2; exit 2 ;;
 esac
 bundle="${HAARES_GPU_BUNDLE:-.gpu}"
-limit=$((64 * 1024 * 1024)) # what the device tool's carry takes, all paths together
+cap_mib="${HAARES_GPU_BUNDLE_MIB:-64}"
+case "$cap_mib" in
+    '' | *[!0-9]*) echo "error: HAARES_GPU_BUNDLE_MIB must be a whole number of MiB, not \`$cap_mib\`" >&2; exit 2 ;;
+esac
+limit=$((cap_mib * 1024 * 1024))
 
 # The executables' paths come from cargo's own messages, wherever the target directory is.
 executables() {
@@ -64,7 +71,7 @@ pack() {
     local exe name
     for exe in "$@"; do
         case "$(basename "$exe")" in
-            haares-bench | haares-train) name="$(basename "$exe")${PACK_SUFFIX:-}" ;;
+            haares-bench | haares-train | haares-gpu-check) name="$(basename "$exe")${PACK_SUFFIX:-}" ;;
             portability-*) name=portability ;;
             *) continue ;;
         esac
@@ -83,6 +90,13 @@ for name in haares-bench haares-train; do
     require_features "$messages" "$name" ndarray flex "$feature"
 done
 pack $(executables < "$messages")
+# The stage runner; with CUDA it says whether cuBLAS loads. (`haares-gpu-check` has no wgpu
+# feature: it launches nothing itself.)
+check_features=""
+[ "$feature" = cuda ] && check_features="--features cuda"
+echo "building haares-gpu-check $check_features ..." >&2
+cargo build --message-format=json-render-diagnostics -p haares-gpu-check $check_features > "$messages"
+pack $(executables < "$messages")
 echo "building the core's portability test with --features $feature,autotune ..." >&2
 cargo test --no-run --message-format=json-render-diagnostics -p haares-core \
     --features "$feature,autotune" --test portability > "$messages"
@@ -93,7 +107,7 @@ cargo build --message-format=json-render-diagnostics -p haares-bench \
 require_features "$messages" haares-bench "$feature" autotune
 PACK_SUFFIX=-tuned pack $(executables < "$messages")
 rm "$messages"
-for name in haares-bench haares-train portability haares-bench-tuned; do
+for name in haares-bench haares-train portability haares-bench-tuned haares-gpu-check; do
     if [ ! -f "$staging/bin/$name.gz" ]; then
         echo "error: cargo built no \`$name\` executable" >&2
         exit 1
@@ -144,8 +158,8 @@ fi
 if [ -d "$staging/python" ]; then
     total=$((total + $(du -sb "$staging/python" | cut -f1)))
 fi
-if [ "$total" -gt "$limit" ]; then
-    echo "error: the bundle is $total bytes, over the 64 MiB a device call carries" >&2
+if [ "$limit" -gt 0 ] && [ "$total" -gt "$limit" ]; then
+    echo "error: the bundle is $total bytes, over the cap of $cap_mib MiB (HAARES_GPU_BUNDLE_MIB)" >&2
     exit 1
 fi
 cat > "$staging/manifest.json" <<JSON

@@ -6,11 +6,11 @@
 # their own, empty kernel cache (they never read the shared one) and their GPU work is a few
 # small models; they finished within the first step's compilation on the H200.
 #
-# Usage: bash scripts/gpu/overlap.sh OUT [STAGES] [more gpu-check options]
+# Usage: bash scripts/gpu/overlap.sh OUT [STAGES] [more haares-gpu-check options]
 #   STAGES as for run.sh, without portability (default: first-step,first-step-deep,real-run:
 #   stages whose timings the portability tests beside them would disturb are better run alone)
-# OUT/portability/ and OUT/check/ then each hold what run.sh leaves in its OUT (8 files at most:
-# two beside, two and up to four kernel-cache parts here; a lent machine hands back 8).
+# OUT/portability/ and OUT/check/ then each hold what run.sh leaves in its OUT (8 files at most
+# with the default --max-parts: two beside, two and up to four kernel-cache parts here).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:?usage: bash scripts/gpu/overlap.sh OUT [STAGES] [options]}"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Runs the GPU check on the GPU machine from the bundle that scripts/gpu/build.sh made; needs no
+# Runs the GPU check on a GPU node from the bundle that scripts/gpu/build.sh made; needs no
 # Rust toolchain and no network. Every stage has its own time budget. After each stage OUT holds a
-# few files, as a lent machine hands back at most 8: summary.md, results.tar.gz (the whole check
+# few files, for nodes that hand back only a few: summary.md, results.tar.gz (the whole check
 # folder: summary.json, logs, reports, JSON) and kernel-cache.tar.gz.0, .1, … (CubeCL's compiled and
-# tuned kernels, for the bundle of the next run; scripts/gpu/README.md).
+# tuned kernels, for the bundle of the next run; parts of 15 MiB, at most 4, unless
+# --part-mib/--max-parts say otherwise; scripts/gpu/README.md).
 #
-# Usage: bash scripts/gpu/run.sh OUT [STAGES] [more haares-bench gpu-check options]
+# Usage: bash scripts/gpu/run.sh OUT [STAGES] [more haares-gpu-check options]
 #   OUT      output folder (on the device tool: "$OUT")
 #   STAGES   comma-separated subset of facts,portability,products,cost-small,cost-medium,
 #            compile-small,kernel-times,first-step,first-step-deep,real-run,placement (default:
@@ -108,6 +109,6 @@ echo "running $(basename "$bench")" >&2
 # The portability test finds nothing relative to its working directory; the others write in the
 # check's folder.
 cd "$root"
-"$bench" gpu-check --backend "${HAARES_GPU_BACKEND:-cuda}" --out "$raw" --pack "$out" \
-    --train-bin "$bin/haares-train" --portability-bin "$bin/portability" \
+"$bin/haares-gpu-check" --backend "${HAARES_GPU_BACKEND:-cuda}" --out "$raw" --pack "$out" \
+    --bench-bin "$bench" --train-bin "$bin/haares-train" --portability-bin "$bin/portability" \
     --manifest "$bundle/manifest.json" "${stages[@]}" "$@"

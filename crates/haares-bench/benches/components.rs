@@ -8,7 +8,7 @@
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::{Distribution, Tensor};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use haares_bench::cost::worker::Trainer;
+use haares_bench::measure::worker::Trainer;
 use haares_core::ResidualMethod;
 use haares_core::accumulator::BlockAccumulator;
 use haares_core::config::DetailBias;

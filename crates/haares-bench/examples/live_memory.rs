@@ -1,6 +1,6 @@
 //! What a training step holds at its peak, per method, on NdArray: the heap bytes allocated
 //! when the forward pass ends (the autodiff graph's saved tensors, which the backward pass then
-//! frees) and the peak over the step — the cost protocol's first step (`cost::worker::Trainer`),
+//! frees) and the peak over the step — the cost protocol's first step (`measure::worker::Trainer`),
 //! with its memory alone. Seconds per method, against minutes for the cost protocol, and
 //! deterministic: the tool for finding where a method's memory goes.
 //!
@@ -12,9 +12,9 @@ use std::process::Command;
 
 use burn::backend::{Autodiff, NdArray};
 use haares_bench::cost::CostSpec;
-use haares_bench::cost::anatomy::Phase;
-use haares_bench::cost::worker::Trainer;
-use haares_bench::heap::{CountingAllocator, allocated_bytes, peak_allocated_bytes};
+use haares_bench::measure::heap::{CountingAllocator, allocated_bytes, peak_allocated_bytes};
+use haares_bench::measure::phases::Phase;
+use haares_bench::measure::worker::Trainer;
 use haares_core::ModelFamily;
 
 #[global_allocator]

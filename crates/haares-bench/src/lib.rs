@@ -1,35 +1,37 @@
 //! # haares-bench
 //!
-//! Cost measurement and comparisons, in the order a user meets them:
-//! 1. The analytic quantities: [`analytic`] (tab:sourcecounts, tab:modelconfig's parameter
-//!    counts) and [`flops_table`] (tab:cost's FLOP increments, counted by `haares_core::flops`),
-//!    the `sources`, `params` and `flops` commands.
-//! 2. The measured cost protocol (sec:costprotocol): [`cost::CostSpec`] and [`cost::run_cost`],
-//!    one worker process per measurement ([`cost::worker`]), summarised by [`cost::report`];
-//!    [`heap`] counts a CPU worker's allocated bytes.
-//! 3. Where a first step's time goes: [`cost::anatomy`] in every worker, [`first_step`] across
-//!    depths, with CubeCL's compilations and kernel launches counted by [`kernel_events`]
-//!    ([`cost::launches`] in the cost report).
-//! 4. Where a steady CPU step's time goes, operation by operation, beside PyTorch's profiler:
-//!    [`step_anatomy`] (the `anatomy` command).
-//! 5. [`products`]: every matrix product of a training step on CUDA, by each provider and
-//!    against `torch.matmul` (the `products` command).
-//! 6. [`gpu_check`]: all of the above, in budgeted stages, for a GPU machine without Rust.
+//! Cost measurement and comparisons, one folder per purpose, in the order a user meets them:
+//! 1. [`analytic`]: what the paper counts without running anything: intermediate-read sources
+//!    (tab:sourcecounts), parameters (tab:modelconfig) and training FLOPs (tab:cost, counted by
+//!    `haares_core::flops`); the `sources`, `params` and `flops` commands.
+//! 2. [`cost`]: the paper's cost protocol (sec:costprotocol), [`cost::CostSpec`] and
+//!    [`cost::run_cost`]: step time, throughput, peak memory, ratios between methods, model FLOP
+//!    utilisation and launch counts, with the PyTorch peer beside it on request; the `cost`
+//!    command.
+//! 3. [`compare`]: comparisons with an interval: two methods alternated in one process
+//!    ([`compare::paired`]), our step against PyTorch's ([`compare::versus`]), and every matrix
+//!    product of a step by provider against `torch.matmul` ([`compare::products`]); the
+//!    `paired`, `versus` and `products` commands.
+//! 4. [`profile`]: where the time goes: a steady CPU step operation by operation beside PyTorch's
+//!    profiler ([`profile::anatomy`]), a first step from backend start to update across depths
+//!    ([`profile::first_step`]), a steady GPU step kernel by kernel ([`profile::kernel_times`]);
+//!    the `anatomy` and `first-step` commands.
+//!
+//! Beneath them: [`measure`], one measurement in a worker process of its own and what it records;
+//! [`peer`], the PyTorch peer (the same model in a Python process); [`report_files`], the reports'
+//! atomic writes; [`backends`], a backend chosen by name. The GPU check, which runs all of the
+//! above on a GPU node in budgeted stages, is a tool of the repository of its own
+//! (`crates/haares-gpu-check`).
 #![warn(missing_docs)]
 
 pub mod analytic;
 pub mod backends;
+pub mod compare;
 pub mod cost;
-pub mod first_step;
 /// The analytic FLOP counts, `haares_core::flops` (beside the source and parameter counts); the
 /// earlier path of this crate still resolves.
 pub use haares_core::flops;
-pub mod flops_table;
-pub mod gpu_check;
-pub mod heap;
-pub mod heartbeat;
-pub mod kernel_events;
-pub mod kernel_times;
-pub mod products;
-pub mod step_anatomy;
-pub mod step_anatomy_report;
+pub mod measure;
+pub mod peer;
+pub mod profile;
+pub mod report_files;

@@ -4,18 +4,17 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use haares_bench::analytic::flops_table::flops_table;
 use haares_bench::analytic::{params_table, sources_table};
 use haares_bench::backends::dispatch;
-use haares_bench::cost::paired::{PairedArgs, run_paired, write_paired_run};
-use haares_bench::cost::peer::{PeerKind, PeerMatmul};
-use haares_bench::cost::versus::{VersusArgs, run_versus};
-use haares_bench::cost::versus_report::write_versus_run;
-use haares_bench::cost::worker::{KernelLog, RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
+use haares_bench::compare::paired::{PairedArgs, run_paired, write_paired_run};
+use haares_bench::compare::versus::{VersusArgs, run_versus};
+use haares_bench::compare::versus_report::write_versus_run;
 use haares_bench::cost::{CostSpec, Family, Preset, SizeArgs, run_cost, write_cost_run};
-use haares_bench::first_step::{FirstStepSpec, first_step_table, run_first_step};
-use haares_bench::flops_table::flops_table;
-use haares_bench::gpu_check::cli::{GpuCheckArgs, gpu_check};
-use haares_bench::step_anatomy::{AnatomyArgs, anatomy};
+use haares_bench::measure::worker::{KernelLog, RESULT_PREFIX, Worker, WorkerResult, WorkerTask};
+use haares_bench::peer::{PeerKind, PeerMatmul};
+use haares_bench::profile::anatomy::{AnatomyArgs, anatomy};
+use haares_bench::profile::first_step::{FirstStepSpec, first_step_table, run_first_step};
 use haares_train::TrainError;
 use haares_train::backend::BackendKind;
 use std::path::PathBuf;
@@ -23,7 +22,8 @@ use std::time::Instant;
 
 /// Counts allocated heap bytes: a cost worker's peak memory on the CPU backends.
 #[global_allocator]
-static ALLOCATOR: haares_bench::heap::CountingAllocator = haares_bench::heap::CountingAllocator;
+static ALLOCATOR: haares_bench::measure::heap::CountingAllocator =
+    haares_bench::measure::heap::CountingAllocator;
 
 #[derive(Parser)]
 #[command(
@@ -75,7 +75,7 @@ enum Command {
     /// The matrix products of a training step, shape by shape, on CUDA: every provider's TFLOP/s
     /// by device time and error against f64, beside PyTorch's `torch.matmul`; writes `<out>.md`
     /// and `<out>.json` (needs `--features cuda`).
-    Products(haares_bench::products::ProductsArgs),
+    Products(haares_bench::compare::products::ProductsArgs),
     /// The GEMM peak: the best of 3 square f32 products (after one warm-up), in GFLOP/s.
     Gemm {
         /// Backend.
@@ -85,9 +85,6 @@ enum Command {
         #[arg(long, default_value_t = 1024)]
         size: usize,
     },
-    /// Everything a lent GPU machine should measure, in budgeted stages with a summary after
-    /// each (docs/benchmarks.md, "The GPU check"; scripts/gpu/run.sh calls it).
-    GpuCheck(GpuCheckArgs),
     /// Where a steady CPU training step's time goes, operation by operation (forward and
     /// backward of every operation, what lies outside them, the update), beside PyTorch
     /// eager's `torch.profiler` table of the same step with `--peer`.
@@ -306,16 +303,16 @@ fn cost(args: CostArgs) -> Result<String, String> {
 
 fn anatomy_command(args: AnatomyArgs) -> Result<String, String> {
     let (run, out) = anatomy(args)?;
-    let markdown = haares_bench::step_anatomy_report::report(&run);
-    haares_bench::cost::write_atomically_both(&out, &run, &markdown)?;
+    let markdown = haares_bench::profile::anatomy_report::report(&run);
+    haares_bench::report_files::write_atomically_both(&out, &run, &markdown)?;
     Ok(markdown)
 }
 
-fn products(args: &haares_bench::products::ProductsArgs) -> Result<String, String> {
-    let run = haares_bench::products::run_products(args, |line| eprintln!("{line}"))?;
-    let table = haares_bench::products::write_products_run(&run, args)?;
+fn products(args: &haares_bench::compare::products::ProductsArgs) -> Result<String, String> {
+    let run = haares_bench::compare::products::run_products(args, |line| eprintln!("{line}"))?;
+    let table = haares_bench::compare::products::write_products_run(&run, args)?;
     eprintln!("wrote {0}.md and {0}.json", args.out.display());
-    match haares_bench::products::wrong_products(&run).as_slice() {
+    match haares_bench::compare::products::wrong_products(&run).as_slice() {
         [] => Ok(table),
         wrong => Err(format!("wrong products: {}", wrong.join("; "))),
     }
@@ -370,7 +367,7 @@ fn count_kernel_events(kind: BackendKind, launches: KernelLog) -> Result<(), Str
                 KernelLog::Times => KernelEvents::ToLogCrateWithTimes,
             };
             configure_cube_runtime(events).map_err(|e| e.to_string())?;
-            if !haares_bench::kernel_events::install() {
+            if !haares_bench::measure::kernel_events::install() {
                 return Err("another logger was installed first: kernels cannot be counted".into());
             }
             // cuBLAS's products are not in CubeCL's log: timed with CUDA events instead.
@@ -430,7 +427,6 @@ fn main() -> ExitCode {
         Command::Versus(args) => versus(args),
         Command::FirstStep(args) => first_step(args),
         Command::Gemm { backend, size } => gemm(&backend, size),
-        Command::GpuCheck(args) => gpu_check(args),
         Command::Anatomy(args) => anatomy_command(args),
         Command::CostWorker { backend, task } => cost_worker(&backend, &task),
     };

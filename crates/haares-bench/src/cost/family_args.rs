@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use haares_core::ModelFamily;
 
-use super::CostSpec;
+use crate::cost::CostSpec;
 
 /// Backend, preset, family and sizes.
 #[derive(clap::Args)]

@@ -10,9 +10,9 @@ use std::fmt::Write as _;
 use haares_core::ModelFamily;
 use serde::{Deserialize, Serialize};
 
-use super::summary::method_with_path;
-use super::worker::KernelLog;
-use super::{CostRun, CostSpec};
+use crate::cost::{CostRun, CostSpec};
+use crate::measure::method_with_path;
+use crate::measure::worker::KernelLog;
 
 /// The kernels one steady training step of a method launched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,5 +1,5 @@
 //! The PyTorch peer's part of the cost report: its steps beside ours, throughput ratios, the two
-//! GEMM peaks and the speed targets ([`super::targets`]), each method against the faster of the
+//! GEMM peaks and the speed targets ([`crate::cost::targets`]), each method against the faster of the
 //! PyTorch runs (eager, compiled) at our matrix products' precision whose logits agree with ours.
 
 use std::fmt::Write as _;
@@ -7,10 +7,11 @@ use std::fmt::Write as _;
 use haares_core::ModelFamily;
 use serde::{Deserialize, Serialize};
 
-use super::CostRun;
-use super::peer::{PeerMatmul, PeerMode, PeerSample, logits_tolerance, peer_model};
-use super::stats::median;
-use super::summary::{MethodCost, megabytes, method_with_path};
+use crate::cost::CostRun;
+use crate::cost::summary::{MethodCost, megabytes};
+use crate::measure::method_with_path;
+use crate::measure::stats::median;
+use crate::peer::{PeerMatmul, PeerMode, PeerSample, logits_tolerance, peer_model};
 
 /// The peer's summary of one method.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -184,7 +185,7 @@ fn write_gemm_peaks(
     out: &mut String,
     targets: &mut String,
     run: &CostRun,
-    peer: &super::peer::PeerRun,
+    peer: &crate::peer::PeerRun,
     ours_matmul: PeerMatmul,
 ) {
     let best = |rates: &[f64]| rates.iter().copied().fold(f64::NAN, f64::max);

@@ -4,8 +4,9 @@ use std::fmt::Write as _;
 
 use haares_core::ModelFamily;
 
-use super::CostRun;
-use super::summary::{MethodCost, megabytes, method_with_path, summarise};
+use crate::cost::CostRun;
+use crate::cost::summary::{MethodCost, megabytes, summarise};
+use crate::measure::method_with_path;
 
 fn ratio(
     costs: &[MethodCost],
@@ -75,8 +76,8 @@ pub fn cost_table(run: &CostRun) -> String {
         write_other_targets(&mut out, &run.spec, *family, costs);
     }
     write_telemetry_section(&mut out, &run.spec, &summaries);
-    super::launches::write_launch_section(&mut out, run);
-    super::peer_report::write_peer_section(&mut out, run, &summaries);
+    crate::cost::launches::write_launch_section(&mut out, run);
+    crate::cost::peer_report::write_peer_section(&mut out, run, &summaries);
     out
 }
 
@@ -149,7 +150,7 @@ fn write_method_row(out: &mut String, family: ModelFamily, costs: &[MethodCost],
 /// same path on both sides, bare names (the automatic choice) first, then pinned.
 fn write_ratio_targets(
     out: &mut String,
-    targets: &super::targets::Targets,
+    targets: &crate::cost::targets::Targets,
     family: ModelFamily,
     costs: &[MethodCost],
 ) {
@@ -195,7 +196,7 @@ fn write_ratio_targets(
 /// training time against their targets.
 fn write_other_targets(
     out: &mut String,
-    spec: &super::CostSpec,
+    spec: &crate::cost::CostSpec,
     family: ModelFamily,
     costs: &[MethodCost],
 ) {
@@ -240,7 +241,7 @@ fn write_other_targets(
 /// logs to `routing.jsonl`, and their share of training time at the spec's validation schedule.
 fn write_telemetry_section(
     out: &mut String,
-    spec: &super::CostSpec,
+    spec: &crate::cost::CostSpec,
     summaries: &[(ModelFamily, Vec<MethodCost>)],
 ) {
     let timed = summaries

@@ -2,12 +2,11 @@
 //! its model FLOP utilisation.
 
 use haares_core::ModelFamily;
-use haares_core::method::method_label;
 use serde::{Deserialize, Serialize};
 
-use super::CostRun;
-use super::stats::median;
-use super::worker::{TrainSample, ValidationCost};
+use crate::cost::CostRun;
+use crate::measure::stats::median;
+use crate::measure::worker::{TrainSample, ValidationCost};
 
 /// One method's summary within a family.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -51,14 +50,6 @@ impl MethodCost {
     pub fn telemetry_share(&self, every: usize, batches: usize) -> Option<f64> {
         let (plain, routing) = self.validation_s?;
         Some(batches as f64 * (routing - plain) / (every as f64 * self.steady_step_s))
-    }
-}
-
-/// A method's label with its pinned routing path, e.g. `haares/fused` → `HAARES (fused)`.
-pub fn method_with_path(method: &str) -> String {
-    match method.split_once('/') {
-        Some((name, path)) => format!("{} ({path})", method_label(name)),
-        None => method_label(method),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use burn::backend::{Autodiff, NdArray};
 use burn::tensor::{Tensor, TensorData};
-use haares_bench::heap::{allocated_bytes, peak_allocated_bytes};
+use haares_bench::measure::heap::{allocated_bytes, peak_allocated_bytes};
 use haares_core::router::DepthRouterConfig;
 use haares_core::{SlotKind, Source, SourceBank};
 

@@ -5,7 +5,9 @@
 use std::collections::HashMap;
 
 use burn::backend::NdArray;
-use haares_bench::heap::{allocated_bytes, peak_allocated_bytes, reset_peak_allocated_bytes};
+use haares_bench::measure::heap::{
+    allocated_bytes, peak_allocated_bytes, reset_peak_allocated_bytes,
+};
 use haares_core::checkpoint::{
     CONFIG_METADATA_KEY, deserialize_named_tensors, serialize_named_tensors,
 };

@@ -3,7 +3,6 @@
 use std::process::Command;
 
 /// `(success, stdout, stderr)` of `haares-bench args…`.
-#[allow(dead_code)] // gpu_scripts.rs runs the bench through the scripts only
 pub fn bench(args: &[&str]) -> (bool, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_haares-bench"))
         .args(args)
@@ -62,7 +61,6 @@ pub const TINY_ORDER: [&str; 6] = [
     "block-attnres",
     "standard",
 ];
-pub mod gpu;
 
 /// This crate's directory in the checkout under test: cargo's `CARGO_MANIFEST_DIR` when it runs the
 /// test, else the one compiled in. A test binary is reused from a shared target directory by
