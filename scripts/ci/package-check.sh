@@ -16,7 +16,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 target="${CARGO_TARGET_DIR:-target}"
-cargo package --workspace --no-verify --quiet
+# haares-gpu-check is a tool of the repository (`publish = false`), not a package.
+rm -f "$target"/package/haares-*.crate
+cargo package --workspace --exclude haares-gpu-check --no-verify --quiet
 
 version="$(cargo metadata --no-deps --format-version 1 \
     | python3 -c 'import json, sys; print(json.load(sys.stdin)["packages"][0]["version"])')"
@@ -56,7 +58,10 @@ import sys, tomllib
 def versions(path):
     with open(path, "rb") as f:
         return {(p["name"], p["version"], p.get("source", "")) for p in tomllib.load(f)["package"]}
-tested, packaged = versions(sys.argv[1]), versions(sys.argv[2])
+# The repository's tool crates are in the workspace's lock file and in no package.
+tools = {("haares-gpu-check",)}
+tested = {p for p in versions(sys.argv[1]) if p[:1] not in tools}
+packaged = versions(sys.argv[2])
 if tested != packaged:
     print("error: the packaged crates resolved to other versions than the workspace's lock file:",
           sorted(packaged ^ tested), sep="\n  ", file=sys.stderr)
