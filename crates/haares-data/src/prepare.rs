@@ -106,6 +106,21 @@ pub fn cache_path(
     ))
 }
 
+/// A spinner of the rows prepared so far, shown when `progress` is set.
+fn preparing_bar(progress: bool, what: String) -> ProgressBar {
+    let bar = if progress {
+        ProgressBar::new_spinner()
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} preparing {msg} [{elapsed}] {pos} rows")
+            .expect("a valid template"),
+    );
+    bar.set_message(what);
+    bar
+}
+
 /// Tokenises `split` of the dataset under `root` into the cache (or reuses the cached file).
 /// Shows a progress bar when `progress` is set.
 pub fn prepare_split(
@@ -131,21 +146,10 @@ pub fn prepare_split(
         return Ok((shard, report));
     }
     std::fs::create_dir_all(cache_dir).map_err(|e| DataError::io(cache_dir, e))?;
-    let bar = if progress {
-        ProgressBar::new_spinner()
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} preparing {msg} [{elapsed}] {pos} rows")
-            .expect("a valid template"),
+    let bar = preparing_bar(
+        progress,
+        format!("{} {} ({})", spec.name, split.name(), tokenizer.kind()),
     );
-    bar.set_message(format!(
-        "{} {} ({})",
-        spec.name,
-        split.name(),
-        tokenizer.kind()
-    ));
     let mut writer =
         PreparedWriter::create(&path, tokenizer.vocab_size(), CHUNK_LEN)?.with_sources(sources);
     let mut pending: Vec<String> = Vec::with_capacity(ROWS_PER_BATCH);

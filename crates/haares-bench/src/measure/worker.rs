@@ -220,32 +220,19 @@ fn train<B: TrainingBackend>(
     backend: BackendKind,
     started: Instant,
 ) -> haares_train::Result<TrainSample> {
-    let TrainTask {
-        config,
-        method,
-        batch,
-        seq,
-        steps,
-        record_operations_from,
-    } = task;
+    let method = task.method.clone();
     let mut recorder = AnatomyRecorder::start();
     let heartbeat = Heartbeat::start(method.clone(), "backend start", HEARTBEAT);
-    start_backend::<B>(device)?;
-    let backend_start_s = started.elapsed().as_secs_f64();
-    recorder.mark_start(backend_start_s);
-    heartbeat.enter("model init");
-    let init_start = Instant::now();
-    let mut trainer = Trainer::<B>::new(&config, batch, seq, device)?;
-    sync::<B>(device)?;
-    recorder.mark_init(init_start.elapsed().as_secs_f64());
+    let (mut trainer, backend_start_s) =
+        start_up::<B>(&task, device, started, &mut recorder, &heartbeat)?;
     let mut memory = DeviceMemory::new(backend);
     let startup_s = started.elapsed().as_secs_f64();
     eprintln!("  {method}: backend up in {backend_start_s:.1} s, model ready at {startup_s:.1} s");
-    let (mut step_s, mut losses) = (Vec::with_capacity(steps), Vec::new());
+    let (mut step_s, mut losses) = (Vec::with_capacity(task.steps), Vec::new());
     heartbeat.enter("first step: forward");
     let mut heartbeat = Some(heartbeat);
-    for step in 0..steps {
-        if record_operations_from == Some(step) {
+    for step in 0..task.steps {
+        if task.record_operations_from == Some(step) {
             haares_core::op_times::start_recording();
         }
         let step_start = Instant::now();
@@ -269,11 +256,14 @@ fn train<B: TrainingBackend>(
             eprintln!("  {method}: first step {}", recorder.first_step_line());
         }
     }
-    let operations = record_operations_from.map(|_| haares_core::op_times::stop_recording());
+    let operations = task
+        .record_operations_from
+        .map(|_| haares_core::op_times::stop_recording());
     let products = operations
         .as_ref()
         .map(|_| haares_core::op_times::take_products());
-    let validation = config
+    let validation = task
+        .config
         .method
         .is_routed()
         .then(|| trainer.validation_cost(VALIDATION_REPEATS));
@@ -294,6 +284,27 @@ fn train<B: TrainingBackend>(
         products,
         product_kernels: <B as haares_core::ops::MatmulBackend>::product_kernels(),
     })
+}
+
+/// Starts the backend and builds the task's model for its batches, each timed
+/// into `recorder`; the trainer and the seconds from the worker's start (`started`) to the
+/// backend's.
+fn start_up<B: TrainingBackend>(
+    task: &TrainTask,
+    device: &B::Device,
+    started: Instant,
+    recorder: &mut AnatomyRecorder,
+    heartbeat: &Heartbeat,
+) -> haares_train::Result<(Trainer<B>, f64)> {
+    start_backend::<B>(device)?;
+    let backend_start_s = started.elapsed().as_secs_f64();
+    recorder.mark_start(backend_start_s);
+    heartbeat.enter("model init");
+    let init_start = Instant::now();
+    let trainer = Trainer::<B>::new(&task.config, task.batch, task.seq, device)?;
+    sync::<B>(device)?;
+    recorder.mark_init(init_start.elapsed().as_secs_f64());
+    Ok((trainer, backend_start_s))
 }
 
 /// How often a worker says where its silent start and first step are.

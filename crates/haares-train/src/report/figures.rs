@@ -156,6 +156,31 @@ fn groups(pairs: &[Pair]) -> Vec<(String, String)> {
     keys
 }
 
+/// The half-width of the paired-effect figure's axis: the largest reduction, ours or the
+/// paper's, with a margin.
+fn reduction_span(pairs: &[Pair], paper: &[PaperMarks]) -> f64 {
+    let paper_values = paper
+        .iter()
+        .flat_map(|m| m.seeds.iter().chain(&m.mean).map(|g| g.abs()));
+    pairs
+        .iter()
+        .map(|p| p.reduction().abs())
+        .chain(paper_values)
+        .fold(1e-3, f64::max)
+        * 1.15
+}
+
+/// The label of the paired-effect figure's row at `y` (rows at whole numbers, none between).
+fn row_label(keys: &[(String, String)], y: f64) -> String {
+    let i = y.round();
+    if (y - i).abs() > 1e-6 || i < 0.0 || i as usize >= keys.len() {
+        return String::new();
+    }
+    let (setting, method) = &keys[i as usize];
+    format!("{setting} · {}", method_label(method))
+}
+
+/// Every setting × method's paired reductions, one row each, the paper's beside ours.
 fn paired_effect<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     pairs: &[Pair],
@@ -169,24 +194,8 @@ fn paired_effect<DB: DrawingBackend>(
             .iter()
             .find(|m| m.setting == setting && m.method == method)
     };
-    let span = pairs
-        .iter()
-        .map(|p| p.reduction().abs())
-        .chain(
-            paper
-                .iter()
-                .flat_map(|m| m.seeds.iter().chain(&m.mean).map(|g| g.abs())),
-        )
-        .fold(1e-3, f64::max)
-        * 1.15;
-    let label = |y: &f64| {
-        let i = y.round();
-        if (y - i).abs() > 1e-6 || i < 0.0 || i as usize >= keys.len() {
-            return String::new();
-        }
-        let (setting, method) = &keys[i as usize];
-        format!("{setting} · {}", method_label(method))
-    };
+    let span = reduction_span(pairs, paper);
+    let label = |y: &f64| row_label(&keys, *y);
     let caption = match paper.is_empty() {
         true => "Paired reductions ℓ_Block − ℓ_M (positive favours M)",
         false => "Paired reductions ℓ_Block − ℓ_M (positive favours M); hollow grey: the paper",

@@ -19,6 +19,7 @@
 //! the reference (`tests/core/read_checks.rs` checks one against the other).
 
 use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;
 use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
 use burn_cubecl::tensor::CubeTensor;
@@ -340,26 +341,45 @@ where
         plane_reduction(&client, ROW_THREADS),
         dtype.into(),
     );
-    let raw_grads: Rows<R, F, I, BT> = from_primitive(raw_grads);
-    let mean_square_grads: Rows<R, F, I, BT> = from_primitive(mean_square_grads);
     let (query, bias, gain) = query_gradients(&query_rows, &query, &key_weight, bias_wanted);
+    let own = (0..count).map(|slot| wanted[slot] && !merged[slot]);
+    let mean_squares_wanted = mean_squares_wanted.iter().map(|&wanted| wanted && !fold);
     Ok(ReadGradients {
-        raws: (0..count)
-            .map(|slot| {
-                let own = wanted[slot] && !merged[slot];
-                own.then(|| raw_grads.clone().narrow(0, slot * tokens, tokens))
-            })
-            .collect(),
-        mean_squares: (0..count)
-            .map(|slot| {
-                let wanted = mean_squares_wanted[slot] && !fold;
-                wanted.then(|| slot_column(&mean_square_grads, slot, tokens))
-            })
-            .collect(),
+        raws: slot_rows(from_primitive(raw_grads), own, tokens),
+        mean_squares: slot_columns(
+            from_primitive(mean_square_grads),
+            mean_squares_wanted,
+            tokens,
+        ),
         query,
         bias,
         gain,
     })
+}
+
+/// Slot `s`'s `[tokens, d]` rows of the slot-major `all` where `wanted` says so.
+fn slot_rows<B: Backend>(
+    all: Tensor<B, 2>,
+    wanted: impl Iterator<Item = bool>,
+    tokens: usize,
+) -> Vec<Option<Tensor<B, 2>>> {
+    let rows = |slot: usize| all.clone().narrow(0, slot * tokens, tokens);
+    wanted
+        .enumerate()
+        .map(|(slot, wanted)| wanted.then(|| rows(slot)))
+        .collect()
+}
+
+/// Slot `s`'s `[tokens, 1]` column of the `[slots, tokens]` `all` where `wanted` says so.
+fn slot_columns<B: Backend>(
+    all: Tensor<B, 2>,
+    wanted: impl Iterator<Item = bool>,
+    tokens: usize,
+) -> Vec<Option<Tensor<B, 2>>> {
+    wanted
+        .enumerate()
+        .map(|(slot, wanted)| wanted.then(|| slot_column(&all, slot, tokens)))
+        .collect()
 }
 
 /// Which slots give their gradient in the previous slot's entry: those whose rows are the
