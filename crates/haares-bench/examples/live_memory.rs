@@ -16,6 +16,7 @@ use haares_bench::measure::heap::{CountingAllocator, allocated_bytes, peak_alloc
 use haares_bench::measure::phases::Phase;
 use haares_bench::measure::worker::Trainer;
 use haares_core::ModelFamily;
+use haares_train::backend::BackendKind;
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -50,7 +51,7 @@ fn main() -> Result<(), String> {
 }
 
 fn measure(method: &str) -> Result<(), String> {
-    let spec = CostSpec::cpu("ndarray");
+    let spec = CostSpec::cpu(BackendKind::Ndarray);
     let config = spec.model(ModelFamily::Small, method)?;
     let mut trainer = Trainer::<Ad>::new(&config, spec.batch, spec.seq, &Default::default())
         .map_err(|e| e.to_string())?;

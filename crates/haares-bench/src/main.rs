@@ -15,7 +15,6 @@ use haares_bench::measure::worker::{KernelLog, RESULT_PREFIX, Worker, WorkerResu
 use haares_bench::peer::{PeerKind, PeerMatmul};
 use haares_bench::profile::anatomy::{AnatomyArgs, anatomy};
 use haares_bench::profile::first_step::{FirstStepSpec, first_step_table, run_first_step};
-use haares_train::TrainError;
 use haares_train::backend::BackendKind;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -80,7 +79,7 @@ enum Command {
     Gemm {
         /// Backend.
         #[arg(long, default_value = "flex")]
-        backend: String,
+        backend: BackendKind,
         /// Matrix size n.
         #[arg(long, default_value_t = 1024)]
         size: usize,
@@ -94,7 +93,7 @@ enum Command {
     CostWorker {
         /// Backend.
         #[arg(long)]
-        backend: String,
+        backend: BackendKind,
         /// The task, as JSON.
         #[arg(long)]
         task: String,
@@ -131,7 +130,7 @@ struct Grid {
 struct CostArgs {
     /// Backend: flex, ndarray, wgpu, cuda (GPU backends need `--features wgpu|cuda`).
     #[arg(long, default_value = "flex")]
-    backend: String,
+    backend: BackendKind,
     /// Preset the other options start from.
     #[arg(long, value_enum, default_value = "cpu")]
     preset: Preset,
@@ -190,7 +189,7 @@ struct CostArgs {
 struct FirstStepArgs {
     /// Backend: flex, ndarray, wgpu, cuda.
     #[arg(long, default_value = "flex")]
-    backend: String,
+    backend: BackendKind,
     /// Family (width).
     #[arg(long, value_enum, default_value = "small")]
     family: Family,
@@ -247,7 +246,7 @@ fn first_step(args: FirstStepArgs) -> Result<String, String> {
 
 impl CostArgs {
     fn spec(self) -> (CostSpec, PathBuf) {
-        let (mut spec, preset) = self.preset.spec(&self.backend);
+        let (mut spec, preset) = self.preset.spec(self.backend);
         let out = self
             .out
             .unwrap_or_else(|| PathBuf::from(format!("runs/bench/cost-{}-{preset}", self.backend)));
@@ -341,9 +340,8 @@ fn versus(args: VersusArgs) -> Result<String, String> {
     }
 }
 
-fn cost_worker(backend: &str, task: &str) -> Result<String, String> {
+fn cost_worker(kind: BackendKind, task: &str) -> Result<String, String> {
     let started = Instant::now();
-    let kind: BackendKind = backend.parse().map_err(|e: TrainError| e.to_string())?;
     let task: WorkerTask =
         serde_json::from_str(task).map_err(|e| format!("invalid worker task: {e}"))?;
     count_kernel_events(kind, task.kernel_log())?;
@@ -380,8 +378,7 @@ fn count_kernel_events(kind: BackendKind, launches: KernelLog) -> Result<(), Str
     Ok(())
 }
 
-fn gemm(backend: &str, size: usize) -> Result<String, String> {
-    let kind: BackendKind = backend.parse().map_err(|e: TrainError| e.to_string())?;
+fn gemm(kind: BackendKind, size: usize) -> Result<String, String> {
     let task = WorkerTask::Gemm { n: size, reps: 3 };
     let worker = Worker {
         task,
@@ -426,9 +423,9 @@ fn main() -> ExitCode {
         Command::Paired(args) => paired(args),
         Command::Versus(args) => versus(args),
         Command::FirstStep(args) => first_step(args),
-        Command::Gemm { backend, size } => gemm(&backend, size),
+        Command::Gemm { backend, size } => gemm(backend, size),
         Command::Anatomy(args) => anatomy_command(args),
-        Command::CostWorker { backend, task } => cost_worker(&backend, &task),
+        Command::CostWorker { backend, task } => cost_worker(backend, &task),
     };
     match result {
         Ok(table) => {

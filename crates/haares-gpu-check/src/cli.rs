@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use haares_train::backend::BackendKind;
+
 use super::{CheckSpec, PackLimits, Profile, STAGES, run_check};
 
 /// Everything a GPU node should measure of haares, in budgeted stages with a summary after each
@@ -11,7 +13,7 @@ use super::{CheckSpec, PackLimits, Profile, STAGES, run_check};
 pub struct GpuCheckArgs {
     /// Backend the stages run on.
     #[arg(long, default_value = "cuda")]
-    backend: String,
+    backend: BackendKind,
     /// Output folder (summary.md, summary.json, one log and result files per stage).
     #[arg(long)]
     out: PathBuf,

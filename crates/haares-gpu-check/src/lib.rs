@@ -30,6 +30,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use haares_train::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
 pub use pack::PackLimits;
@@ -38,8 +39,8 @@ pub use stages::{Profile, STAGES};
 /// What a check runs, and with which binaries.
 #[derive(Debug, Clone)]
 pub struct CheckSpec {
-    /// Backend name (`cuda` on a GPU machine).
-    pub backend: String,
+    /// The backend the stages run on (`cuda` on a GPU machine).
+    pub backend: BackendKind,
     /// Sizes and budgets.
     pub profile: Profile,
     /// Stages to run, in [`STAGES`] order.
@@ -101,7 +102,7 @@ pub struct StageRecord {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckReport {
     /// Backend.
-    pub backend: String,
+    pub backend: BackendKind,
     /// Profile name.
     pub profile: String,
     /// Unix seconds at the start.
@@ -180,7 +181,7 @@ pub fn run_check(spec: &CheckSpec) -> Result<CheckReport, String> {
         None => None,
     };
     let mut report = CheckReport {
-        backend: spec.backend.clone(),
+        backend: spec.backend,
         profile: spec.profile.name.to_string(),
         started_unix_s: SystemTime::now()
             .duration_since(UNIX_EPOCH)

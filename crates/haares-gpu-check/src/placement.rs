@@ -65,9 +65,9 @@ fn sweep_args(stage: &Stage, root: &Path, per_device: usize) -> Vec<String> {
         args.extend(["--set".into(), set.to_string()]);
     }
     let per_device = per_device.to_string();
-    let placement: &[&str] = match stage.spec.backend.as_str() {
-        "flex" | "ndarray" => &["--jobs", &per_device],
-        _ => &["--devices", "0", "--runs-per-device", &per_device],
+    let placement: &[&str] = match stage.spec.backend.is_cube() {
+        false => &["--jobs", &per_device],
+        true => &["--devices", "0", "--runs-per-device", &per_device],
     };
     args.extend(placement.iter().map(|a| a.to_string()));
     args.extend(stage.train_options(root));

@@ -63,7 +63,7 @@ impl Stage<'_> {
     pub(super) fn train_options(&self, root: &Path) -> Vec<String> {
         [
             "--backend",
-            &self.spec.backend,
+            self.spec.backend.name(),
             "--runs-dir",
             &root.display().to_string(),
             "--data-dir",

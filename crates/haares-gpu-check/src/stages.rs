@@ -316,7 +316,7 @@ pub fn run_stage(name: &str, spec: &CheckSpec, deadline: Instant, log: &Path) ->
 impl Stage<'_> {
     fn bench(&self, args: &[&str]) -> Result<Finished, String> {
         let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        all.extend(["--backend".into(), self.spec.backend.clone()]);
+        all.extend(["--backend".into(), self.spec.backend.name().into()]);
         self.run(&self.spec.bench_bin, &all)
     }
 
@@ -406,7 +406,7 @@ impl Stage<'_> {
     /// JSON become the stage's. It measures CUDA's products only: on another backend the stage
     /// is skipped, and says so.
     fn products(&self) -> Result<Outcome, String> {
-        if !self.spec.backend.starts_with("cuda") {
+        if !self.spec.backend.is_cuda() {
             let why = format!(
                 "`products` measures CUDA's matrix products, and this check runs on `{}`",
                 self.spec.backend

@@ -62,6 +62,11 @@ impl BackendKind {
         !matches!(self, Self::Flex | Self::Ndarray)
     }
 
+    /// Whether this runs on CUDA, fused or not.
+    pub fn is_cuda(self) -> bool {
+        matches!(self, Self::Cuda | Self::CudaFusion)
+    }
+
     /// The features a build needs for this backend.
     fn features(self) -> &'static str {
         match self {
@@ -88,6 +93,26 @@ impl BackendKind {
 impl fmt::Display for BackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// As its name, so that a spec written to JSON reads as the command line names it.
+impl serde::Serialize for BackendKind {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+/// From any name [`FromStr`] takes, with its error.
+impl<'de> serde::Deserialize<'de> for BackendKind {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        name.parse().map_err(serde::de::Error::custom)
     }
 }
 

@@ -116,7 +116,7 @@ pub fn verdict(interval: &MedianInterval, target: f64) -> &'static str {
 /// Runs the pairs in this process on the spec's backend.
 pub fn run_paired(spec: &PairedSpec, log: impl FnMut(&str) + Send) -> Result<PairedRun, String> {
     spec.validate()?;
-    let kind: BackendKind = spec.cost.backend.parse().map_err(|e| format!("{e}"))?;
+    let kind = spec.cost.backend;
     let family = spec.cost.families[0];
     let config = |m: usize| spec.cost.model(family, &spec.cost.methods[m]);
     let job = PairedJob {

@@ -127,9 +127,9 @@ pub fn run_versus(
     mut log: impl FnMut(&str) + Send,
 ) -> Result<VersusRun, String> {
     spec.validate()?;
-    let kind: BackendKind = spec.cost.backend.parse().map_err(|e| format!("{e}"))?;
+    let kind = spec.cost.backend;
     let python = spec.cost.peer.as_deref().unwrap_or("python3");
-    let (peer, version) = Peer::start(python, &spec.cost.backend)?;
+    let (peer, version) = Peer::start(python, spec.cost.backend)?;
     log(&format!(
         "PyTorch {} with {} threads, {} inter-op ({python})",
         version.torch_version.as_deref().unwrap_or("?"),
@@ -221,7 +221,7 @@ impl<L: FnMut(&str) + Send> VersusJob<'_, L> {
     ) -> Result<Vec<PeerServer>, String> {
         let cost = &self.spec.cost;
         let model = peer_model(method);
-        let matmul = PeerMatmul::ours(&cost.backend);
+        let matmul = PeerMatmul::ours(cost.backend);
         let mut servers = Vec::new();
         for &mode in &cost.peer_modes {
             let errors = export
@@ -248,7 +248,7 @@ impl<L: FnMut(&str) + Send> VersusJob<'_, L> {
         mut servers: Vec<PeerServer>,
     ) -> haares_train::Result<Result<VersusMethod, String>> {
         let rounds = self.spec.cost.steps;
-        let matmul = PeerMatmul::ours(&self.spec.cost.backend);
+        let matmul = PeerMatmul::ours(self.spec.cost.backend);
         let mut ours = VersusMethod {
             method: method.to_string(),
             ours_s: Vec::with_capacity(rounds),
@@ -354,13 +354,13 @@ impl VersusArgs {
     /// The run these options describe, and where it is written.
     pub fn spec(self) -> (VersusSpec, std::path::PathBuf) {
         let mut cost = self.model.spec(self.rounds, self.warmup);
-        let backend = cost.backend.clone();
+        let backend = cost.backend;
         cost.methods = self.methods;
         cost.peer = Some(self.python);
         cost.peer_modes = PeerKind::modes(&self.peer);
-        cost.peer_matmul = vec![PeerMatmul::ours(&backend)];
+        cost.peer_matmul = vec![PeerMatmul::ours(backend)];
         let out = self.model.out(self.out, "versus");
-        let target = self.target.unwrap_or(default_throughput(&backend));
+        let target = self.target.unwrap_or(default_throughput(backend));
         (VersusSpec { cost, target }, out)
     }
 }

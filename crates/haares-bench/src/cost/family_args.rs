@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use haares_core::ModelFamily;
+use haares_train::backend::BackendKind;
 
 use crate::cost::CostSpec;
 
@@ -13,7 +14,7 @@ use crate::cost::CostSpec;
 pub struct FamilyArgs {
     /// Backend: flex or ndarray on the CPU; wgpu or cuda with their feature.
     #[arg(long, default_value = "flex")]
-    pub backend: String,
+    pub backend: BackendKind,
     /// The cost preset the sizes start from.
     #[arg(long, value_enum, default_value = "cpu")]
     preset: Preset,
@@ -28,7 +29,7 @@ impl FamilyArgs {
     /// The preset's spec on the backend, for the family and the sizes given, with `steps` steps
     /// after `warmup` in one repeat.
     pub fn spec(&self, steps: usize, warmup: usize) -> CostSpec {
-        let (mut cost, _) = self.preset.spec(&self.backend);
+        let (mut cost, _) = self.preset.spec(self.backend);
         cost.families = Family::of(vec![self.family]);
         self.sizes.apply(&mut cost);
         (cost.steps, cost.warmup, cost.repeats) = (steps, warmup, 1);
@@ -77,7 +78,7 @@ pub enum Preset {
 
 impl Preset {
     /// The preset's spec on `backend`, and its name.
-    pub fn spec(self, backend: &str) -> (CostSpec, &'static str) {
+    pub fn spec(self, backend: BackendKind) -> (CostSpec, &'static str) {
         match self {
             Preset::Cpu => (CostSpec::cpu(backend), "cpu"),
             Preset::Paper => (CostSpec::paper(backend), "paper"),

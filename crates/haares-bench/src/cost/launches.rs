@@ -35,11 +35,7 @@ impl LaunchCount {
 /// Whether `spec` counts launches: asked for, on a cube backend (the CPU backends launch no
 /// kernels).
 pub fn counts_launches(spec: &CostSpec) -> bool {
-    spec.count_launches
-        && matches!(
-            spec.backend.as_str(),
-            "cuda" | "wgpu" | "cuda-fusion" | "wgpu-fusion"
-        )
+    spec.count_launches && spec.backend.is_cube()
 }
 
 /// The launches of `method`'s second step in `family`, from a fresh worker of two steps; `None`
@@ -95,10 +91,11 @@ pub fn write_launch_section(out: &mut String, run: &CostRun) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use haares_train::backend::BackendKind;
 
     fn run_with(launches: Vec<LaunchCount>) -> CostRun {
         CostRun {
-            spec: CostSpec::cpu("wgpu"),
+            spec: CostSpec::cpu(BackendKind::Wgpu),
             gemm_flops_per_s: vec![1e9],
             samples: Vec::new(),
             training_flops: Vec::new(),
@@ -137,11 +134,11 @@ mod tests {
         let mut out = String::new();
         write_launch_section(&mut out, &run_with(Vec::new()));
         assert!(out.is_empty());
-        assert!(!counts_launches(&CostSpec::cpu("flex")));
-        assert!(counts_launches(&CostSpec::cpu("wgpu")));
+        assert!(!counts_launches(&CostSpec::cpu(BackendKind::Flex)));
+        assert!(counts_launches(&CostSpec::cpu(BackendKind::Wgpu)));
         let off = CostSpec {
             count_launches: false,
-            ..CostSpec::cpu("cuda")
+            ..CostSpec::cpu(BackendKind::Cuda)
         };
         assert!(!counts_launches(&off));
     }

@@ -69,7 +69,7 @@ pub fn run_cost(
         n: spec.gemm_n,
         reps: 3,
     };
-    let mut gemm_rates = vec![gemm_of(run_worker(&spec.backend, &gemm)?)?];
+    let mut gemm_rates = vec![gemm_of(run_worker(spec.backend, &gemm)?)?];
     log(&format!(
         "GEMM {0}×{0}: {1:.1} GFLOP/s",
         spec.gemm_n,
@@ -77,7 +77,7 @@ pub fn run_cost(
     ));
     let mut peer = peer::PeerSession::start(spec, &mut log);
     if let Some(peer) = &mut peer {
-        peer.gemm(spec.gemm_n, &spec.backend, &mut log);
+        peer.gemm(spec.gemm_n, spec.backend, &mut log);
     }
     let mut samples = Vec::new();
     let mut training_flops = Vec::new();
@@ -109,9 +109,9 @@ pub fn run_cost(
             })?;
         }
     }
-    gemm_rates.push(gemm_of(run_worker(&spec.backend, &gemm)?)?);
+    gemm_rates.push(gemm_of(run_worker(spec.backend, &gemm)?)?);
     if let Some(peer) = &mut peer {
-        peer.gemm(spec.gemm_n, &spec.backend, &mut log);
+        peer.gemm(spec.gemm_n, spec.backend, &mut log);
     }
     Ok(CostRun {
         spec: spec.clone(),

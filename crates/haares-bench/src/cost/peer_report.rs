@@ -48,7 +48,7 @@ pub fn peer_costs(run: &CostRun) -> Vec<(ModelFamily, Vec<PeerCost>)> {
         return Vec::new();
     };
     let warmup = run.spec.warmup;
-    let ours = PeerMatmul::ours(&run.spec.backend);
+    let ours = PeerMatmul::ours(run.spec.backend);
     peer.samples
         .iter()
         .map(|(family, samples)| {
@@ -120,8 +120,8 @@ pub fn write_peer_section(
     if peer.samples.is_empty() {
         return;
     }
-    let ours_matmul = PeerMatmul::ours(&run.spec.backend);
-    let target = run.spec.targets.throughput_on(&run.spec.backend);
+    let ours_matmul = PeerMatmul::ours(run.spec.backend);
+    let target = run.spec.targets.throughput_on(run.spec.backend);
     let _ = write!(
         out,
         "PyTorch {} with {} threads and {} inter-op threads (`{}`): the same model from the same \

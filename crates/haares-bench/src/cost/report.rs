@@ -211,7 +211,7 @@ fn write_other_targets(
         );
     }
     if let Some(standard) = costs.iter().find(|c| c.method == "standard") {
-        let target = spec.targets.mfu_on(&spec.backend);
+        let target = spec.targets.mfu_on(spec.backend);
         let verdict = if standard.mfu >= target {
             "met"
         } else {

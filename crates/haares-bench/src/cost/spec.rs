@@ -16,8 +16,8 @@ use crate::peer::settings::{PeerMatmul, PeerMode};
 /// A cost-protocol run: what to measure and how long.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CostSpec {
-    /// Backend name.
-    pub backend: String,
+    /// The backend every measurement runs on.
+    pub backend: BackendKind,
     /// Model families (widths).
     pub families: Vec<ModelFamily>,
     /// Depth L.
@@ -88,9 +88,9 @@ fn default_validation_batches() -> usize {
 
 impl CostSpec {
     /// Minutes on a 2-core CPU: the small family's widths at 12 layers, short context.
-    pub fn cpu(backend: &str) -> Self {
+    pub fn cpu(backend: BackendKind) -> Self {
         Self {
-            backend: backend.to_string(),
+            backend,
             families: vec![ModelFamily::Small],
             layers: 12,
             blocks: 4,
@@ -115,7 +115,7 @@ impl CostSpec {
     }
 
     /// tab:cost: d = 128 / 512 / 768 at 48 layers, batch 16 × 512, 2K steps from step zero.
-    pub fn paper(backend: &str) -> Self {
+    pub fn paper(backend: BackendKind) -> Self {
         Self {
             families: vec![ModelFamily::Small, ModelFamily::Medium, ModelFamily::Large],
             layers: 48,
@@ -204,7 +204,7 @@ impl CostSpec {
             kernel_log,
             record_operations_from,
         };
-        match run_worker(&self.backend, &task)? {
+        match run_worker(self.backend, &task)? {
             WorkerResult::Train(sample) => Ok(*sample),
             _ => Err("a training worker answered with something else".into()),
         }
@@ -212,9 +212,6 @@ impl CostSpec {
 
     /// Refuses what cannot be measured, before any worker starts.
     pub fn validate(&self) -> Result<(), String> {
-        self.backend
-            .parse::<BackendKind>()
-            .map_err(|e| e.to_string())?;
         if self.methods.is_empty() || self.families.is_empty() {
             return Err("give at least one method and one family".into());
         }
@@ -224,7 +221,7 @@ impl CostSpec {
                     .into(),
             );
         }
-        if self.peer_matmul.contains(&PeerMatmul::Tf32) && !self.backend.starts_with("cuda") {
+        if self.peer_matmul.contains(&PeerMatmul::Tf32) && !self.backend.is_cuda() {
             return Err(format!(
                 "--peer-matmul tf32 needs a CUDA backend (PyTorch has no TF32 on `{}`); \
                  leave it out or run with --backend cuda",

@@ -1,6 +1,7 @@
 //! The targets `cost` judges a run against: each one a flag whose default is the value this
 //! project holds itself to, so that the report's verdicts are the user's to set.
 
+use haares_train::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
 /// What a run is judged against.
@@ -36,13 +37,13 @@ impl Default for Targets {
 
 impl Targets {
     /// The throughput target on `backend`.
-    pub fn throughput_on(&self, backend: &str) -> f64 {
+    pub fn throughput_on(&self, backend: BackendKind) -> f64 {
         self.throughput.unwrap_or(default_throughput(backend))
     }
 
     /// The MFU target on `backend`.
-    pub fn mfu_on(&self, backend: &str) -> f64 {
-        self.mfu.unwrap_or(match is_gpu(backend) {
+    pub fn mfu_on(&self, backend: BackendKind) -> f64 {
+        self.mfu.unwrap_or(match backend.is_cube() {
             true => 0.3,
             false => 0.6,
         })
@@ -50,15 +51,11 @@ impl Targets {
 }
 
 /// The default throughput target on `backend`: 1.3 on a CPU, 1.0 on CUDA.
-pub fn default_throughput(backend: &str) -> f64 {
-    match backend.starts_with("cuda") {
+pub fn default_throughput(backend: BackendKind) -> f64 {
+    match backend.is_cuda() {
         true => 1.0,
         false => 1.3,
     }
-}
-
-fn is_gpu(backend: &str) -> bool {
-    backend.starts_with("cuda") || backend.starts_with("wgpu")
 }
 
 /// `cost`'s target flags.

@@ -17,15 +17,22 @@ pub mod worker;
 use std::process::{Command, Stdio};
 
 use haares_core::method::method_label;
+use haares_train::backend::BackendKind;
 use worker::{RESULT_PREFIX, WorkerResult, WorkerTask};
 
 /// Runs one task in a fresh `haares-bench cost-worker` process and reads its answer.
-pub fn run_worker(backend: &str, task: &WorkerTask) -> Result<WorkerResult, String> {
+pub fn run_worker(backend: BackendKind, task: &WorkerTask) -> Result<WorkerResult, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let task_json = serde_json::to_string(task).map_err(|e| e.to_string())?;
     // The worker's stderr goes straight to ours: its progress and, if it fails, its error.
     let output = Command::new(&exe)
-        .args(["cost-worker", "--backend", backend, "--task", &task_json])
+        .args([
+            "cost-worker",
+            "--backend",
+            backend.name(),
+            "--task",
+            &task_json,
+        ])
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot start the worker `{}`: {e}", exe.display()))?;

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use haares_core::ModelFamily;
+use haares_train::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
 use crate::cost::CostSpec;
@@ -83,10 +84,10 @@ impl PeerSample {
 }
 
 /// The device PyTorch runs on for a backend of ours, or why there is no peer for it.
-pub fn torch_device(backend: &str) -> Result<&'static str, String> {
+pub fn torch_device(backend: BackendKind) -> Result<&'static str, String> {
     match backend {
-        "flex" | "cpu" | "ndarray" => Ok("cpu"),
-        "cuda" | "cuda-fusion" => Ok("cuda"),
+        BackendKind::Flex | BackendKind::Ndarray => Ok("cpu"),
+        BackendKind::Cuda | BackendKind::CudaFusion => Ok("cuda"),
         other => Err(format!(
             "PyTorch has no `{other}` backend to compare with; run the peer with --backend flex, \
              ndarray or cuda"
@@ -104,7 +105,7 @@ pub struct Peer {
 impl Peer {
     /// Writes the script and asks the interpreter for PyTorch; `Err` says why the peer cannot
     /// run and how to fix that.
-    pub fn start(python: &str, backend: &str) -> Result<(Self, PeerRun), String> {
+    pub fn start(python: &str, backend: BackendKind) -> Result<(Self, PeerRun), String> {
         let device = torch_device(backend)?;
         let folder = tempfile::Builder::new()
             .prefix("haares-peer-")
@@ -278,7 +279,7 @@ impl PeerSession {
     /// Starts the peer if the spec asks for one (`None` when it does not).
     pub fn start(spec: &CostSpec, log: &mut impl FnMut(&str)) -> Option<Self> {
         let python = spec.peer.as_deref()?;
-        Some(match Peer::start(python, &spec.backend) {
+        Some(match Peer::start(python, spec.backend) {
             Ok((peer, run)) => {
                 log(&format!(
                     "PyTorch peer: torch {} with {} threads, {} inter-op ({python})",
@@ -307,7 +308,7 @@ impl PeerSession {
 
     /// The peer's GEMM rate, as ours is measured (before and after the models) and at our
     /// matrix products' precision on `backend`.
-    pub fn gemm(&mut self, n: usize, backend: &str, log: &mut impl FnMut(&str)) {
+    pub fn gemm(&mut self, n: usize, backend: BackendKind, log: &mut impl FnMut(&str)) {
         let Some(peer) = &self.peer else { return };
         let matmul = PeerMatmul::ours(backend);
         match peer.gemm(n, matmul) {
@@ -360,7 +361,7 @@ impl PeerSession {
             let exported = match export.reference.exists() {
                 true => Ok(()),
                 false => {
-                    crate::measure::run_worker(&spec.backend, &WorkerTask::Export(export.clone()))
+                    crate::measure::run_worker(spec.backend, &WorkerTask::Export(export.clone()))
                         .map(drop)
                 }
             };

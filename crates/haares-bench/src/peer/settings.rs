@@ -1,6 +1,7 @@
 //! How the PyTorch peer runs ([`crate::peer`]): its matrix products' precision, eager or
 //! compiled, and how close its logits must come to ours at each precision.
 
+use haares_train::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
 /// Logits agree when they differ by at most this much relative to `max(1, max |logit|)`: fp32
@@ -43,8 +44,8 @@ pub enum PeerMatmul {
 
 impl PeerMatmul {
     /// The precision of our own matrix products on `backend`: TF32 on CUDA, fp32 elsewhere.
-    pub fn ours(backend: &str) -> Self {
-        if backend.starts_with("cuda") {
+    pub fn ours(backend: BackendKind) -> Self {
+        if backend.is_cuda() {
             Self::Tf32
         } else {
             Self::Fp32

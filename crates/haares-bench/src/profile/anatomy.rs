@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use haares_core::ModelFamily;
 use haares_core::op_times::{OpTime, Pass, ProductTime};
+use haares_train::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
 use crate::cost::{CostSpec, SizeArgs};
@@ -28,7 +29,7 @@ pub struct AnatomyArgs {
     /// Backend: flex or ndarray (operations are timed by their calls' wall time, which on the
     /// GPU backends is their launch: `first-step --kernel-times` times kernels there).
     #[arg(long, default_value = "flex")]
-    backend: String,
+    backend: BackendKind,
     /// Methods, as for `cost`.
     #[arg(
         long,
@@ -90,14 +91,14 @@ pub struct AnatomyRun {
 /// Runs the anatomy; the run and where its files go (`--out`, or `runs/bench/anatomy-<backend>`).
 /// [`super::anatomy_report`] writes it.
 pub fn anatomy(args: AnatomyArgs) -> Result<(AnatomyRun, PathBuf), String> {
-    if !matches!(args.backend.as_str(), "flex" | "ndarray") {
+    if args.backend.is_cube() {
         return Err(format!(
             "anatomy times operations on the CPU backends (flex, ndarray), not `{}`: a GPU \
              backend's calls only enqueue kernels; use `first-step --kernel-times` there",
             args.backend
         ));
     }
-    let mut spec = CostSpec::cpu(&args.backend);
+    let mut spec = CostSpec::cpu(args.backend);
     args.sizes.apply(&mut spec);
     spec.methods = args.methods;
     spec.steps = args.steps;
@@ -106,7 +107,7 @@ pub fn anatomy(args: AnatomyArgs) -> Result<(AnatomyRun, PathBuf), String> {
     let family = ModelFamily::Small;
     let (peer, mut peer_skipped, torch_version) = match args.peer {
         false => (None, None, None),
-        true => match Peer::start(&args.python, &args.backend) {
+        true => match Peer::start(&args.python, args.backend) {
             Ok((peer, run)) => (Some(peer), None, run.torch_version),
             Err(why) => {
                 eprintln!("PyTorch peer skipped: {why}");
@@ -198,7 +199,7 @@ fn profile_peer(
         perturbed,
         reference,
     };
-    run_worker(&spec.backend, &WorkerTask::Export(export.clone()))?;
+    run_worker(spec.backend, &WorkerTask::Export(export.clone()))?;
     peer.profile(
         &export,
         (spec.batch, spec.seq),

@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use haares_core::ModelFamily;
+use haares_train::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
 use crate::cost::CostSpec;
@@ -22,8 +23,8 @@ use crate::report_files::write_atomically_both;
 /// What `first-step` measures.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FirstStepSpec {
-    /// Backend name.
-    pub backend: String,
+    /// Backend.
+    pub backend: BackendKind,
     /// Model family (width).
     pub family: ModelFamily,
     /// Depths L, measured in this order.
@@ -56,7 +57,7 @@ impl FirstStepSpec {
             steps: self.steps,
             warmup: 1,
             methods: self.methods.clone(),
-            ..CostSpec::cpu(&self.backend)
+            ..CostSpec::cpu(self.backend)
         }
     }
 
@@ -332,7 +333,7 @@ mod tests {
     #[test]
     fn launches_are_reported_by_phase_with_what_each_added_layer_adds() {
         let spec = FirstStepSpec {
-            backend: "wgpu".into(),
+            backend: BackendKind::Wgpu,
             family: ModelFamily::Small,
             layers: vec![2, 12],
             blocks: 4,

@@ -108,3 +108,34 @@ fn a_backend_without_a_runner_arm_names_the_feature() {
         "{error}"
     );
 }
+
+/// A backend in a JSON spec (the bench's workers, the GPU check's summary) is the name the
+/// command line takes; an unknown one is refused with the names it could have been, and `cpu`
+/// stays Flex's alias.
+#[test]
+fn backends_are_written_by_name_and_read_as_the_command_line_reads_them() {
+    let every = [
+        (BackendKind::Flex, "\"flex\""),
+        (BackendKind::Ndarray, "\"ndarray\""),
+        (BackendKind::Wgpu, "\"wgpu\""),
+        (BackendKind::Cuda, "\"cuda\""),
+        (BackendKind::WgpuFusion, "\"wgpu-fusion\""),
+        (BackendKind::CudaFusion, "\"cuda-fusion\""),
+    ];
+    for (kind, json) in every {
+        assert_eq!(serde_json::to_string(&kind).unwrap(), json);
+        assert_eq!(serde_json::from_str::<BackendKind>(json).unwrap(), kind);
+    }
+    assert_eq!(
+        serde_json::from_str::<BackendKind>("\"cpu\"").unwrap(),
+        BackendKind::Flex
+    );
+    let error = serde_json::from_str::<BackendKind>("\"tpu\"")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("unknown backend `tpu`") && error.contains("cuda-fusion"),
+        "{error}"
+    );
+    assert!(BackendKind::CudaFusion.is_cuda() && !BackendKind::Wgpu.is_cuda());
+}
