@@ -96,6 +96,7 @@ check_features=""
 [ "$feature" = cuda ] && check_features="--features cuda"
 echo "building haares-gpu-check $check_features ..." >&2
 cargo build --message-format=json-render-diagnostics -p haares-gpu-check $check_features > "$messages"
+[ "$feature" = cuda ] && require_features "$messages" haares-gpu-check cuda
 pack $(executables < "$messages")
 echo "building the core's portability test with --features $feature,autotune ..." >&2
 cargo test --no-run --message-format=json-render-diagnostics -p haares-core \

@@ -19,7 +19,7 @@
 //!
 //! Beneath them: [`measure`], one measurement in a worker process of its own and what it records;
 //! [`peer`], the PyTorch peer (the same model in a Python process); [`report_files`], the reports'
-//! atomic writes; [`backends`], a backend chosen by name. The GPU check, which runs all of the
+//! atomic writes; [`backends`], a job run on the backend a `BackendKind` names. The GPU check, which runs all of the
 //! above on a GPU node in budgeted stages, is a tool of the repository of its own
 //! (`crates/haares-gpu-check`).
 #![warn(missing_docs)]

@@ -11,8 +11,8 @@ use super::{CheckSpec, PackLimits, Profile, STAGES, run_check};
 #[derive(clap::Parser)]
 #[command(name = "haares-gpu-check", version)]
 pub struct GpuCheckArgs {
-    /// Backend the stages run on.
-    #[arg(long, default_value = "cuda")]
+    /// Backend the stages run on: the bundle's binaries must have it; this one need not.
+    #[arg(long, default_value = "cuda", value_parser = BackendKind::from_name)]
     backend: BackendKind,
     /// Output folder (summary.md, summary.json, one log and result files per stage).
     #[arg(long)]

@@ -110,9 +110,9 @@ pub struct CheckReport {
     /// The bundle's manifest, if given.
     pub manifest: Option<serde_json::Value>,
     /// Whether the `haares-bench` binary the stages run (and its workers) autotunes CubeCL
-    /// kernels: as the bundle's manifest says, or else as this binary was built.
+    /// kernels, as the bundle's manifest says; `None` without a manifest that says it.
     #[serde(default)]
-    pub autotune: bool,
+    pub autotune: Option<bool>,
     /// Finished stages, in order.
     pub stages: Vec<StageRecord>,
 }
@@ -240,15 +240,13 @@ pub fn run_check(spec: &CheckSpec) -> Result<CheckReport, String> {
 }
 
 /// Whether the bundle's `haares-bench` autotunes: the manifest's entry for the binary's file name
-/// (`build.sh` builds a tuned and an untuned one), or this binary's own build without a manifest.
-fn bench_autotunes(manifest: Option<&serde_json::Value>, bench_bin: &std::path::Path) -> bool {
-    let name = bench_bin
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    manifest
-        .zip(name)
-        .and_then(|(manifest, name)| manifest["autotune"][name.as_str()].as_bool())
-        .unwrap_or_else(haares_train::backend::autotune)
+/// (`build.sh` builds a tuned and an untuned one).
+fn bench_autotunes(
+    manifest: Option<&serde_json::Value>,
+    bench_bin: &std::path::Path,
+) -> Option<bool> {
+    let name = bench_bin.file_name()?.to_string_lossy().into_owned();
+    manifest?["autotune"][name.as_str()].as_bool()
 }
 
 /// Writes `value` as `<stem>.json` and `table` as `<stem>.md`, each atomically.
@@ -304,11 +302,18 @@ pub fn summary_markdown(report: &CheckReport) -> String {
             );
         }
     }
-    let _ = writeln!(
-        out,
-        "The stages' `haares-bench` and its workers run with {}.\n",
-        haares_train::backend::autotune_text(report.autotune)
-    );
+    let _ = match report.autotune {
+        Some(autotune) => writeln!(
+            out,
+            "The stages' `haares-bench` and its workers run with {}.\n",
+            haares_train::backend::autotune_text(autotune)
+        ),
+        None => writeln!(
+            out,
+            "No manifest names the stages' `haares-bench` build: whether it autotunes is not \
+             known.\n"
+        ),
+    };
     // The real run's trainer is another binary, built as the manifest says.
     if let Some(train) = report
         .manifest

@@ -79,8 +79,9 @@ fn tar_gz(dir: &Path) -> Result<Vec<u8>, String> {
 }
 
 /// Writes `archive` as numbered parts, removing any stale parts of an earlier, larger archive.
-/// Parts from an earlier archive are removed up to the default limit's count as well, so a
-/// smaller `max_parts` than an earlier run's leaves none behind.
+/// Stale parts of an earlier archive are removed up to the larger of `max_parts` and the
+/// default's count (an earlier run with more parts than both can leave some; the parts are
+/// joined from `.0` up to the first gap, so a left part is never read).
 fn write_parts(into: &Path, archive: &[u8], limits: PackLimits) -> Result<(), String> {
     let PackLimits {
         part_bytes,

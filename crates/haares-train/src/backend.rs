@@ -106,20 +106,22 @@ impl serde::Serialize for BackendKind {
     }
 }
 
-/// From any name [`FromStr`] takes, with its error.
+/// From any name [`BackendKind::from_name`] takes, compiled into this build or not, so that a
+/// report written by a GPU build reads in a CPU build.
 impl<'de> serde::Deserialize<'de> for BackendKind {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> std::result::Result<Self, D::Error> {
         let name = String::deserialize(deserializer)?;
-        name.parse().map_err(serde::de::Error::custom)
+        Self::from_name(&name).map_err(serde::de::Error::custom)
     }
 }
 
-impl FromStr for BackendKind {
-    type Err = TrainError;
-    fn from_str(text: &str) -> Result<Self> {
-        let kind = match text {
+impl BackendKind {
+    /// The backend a name (or Flex's alias `cpu`) names, whether or not this build has it: for
+    /// reading what another build wrote, or choosing the backend of another binary.
+    pub fn from_name(text: &str) -> Result<Self> {
+        Ok(match text {
             "flex" | "cpu" => Self::Flex,
             "ndarray" => Self::Ndarray,
             "wgpu" => Self::Wgpu,
@@ -132,7 +134,16 @@ impl FromStr for BackendKind {
                     Self::NAMES.join(", ")
                 )));
             }
-        };
+        })
+    }
+}
+
+/// A backend this build can run: [`BackendKind::from_name`], refused with the feature to
+/// rebuild with where the build lacks it.
+impl FromStr for BackendKind {
+    type Err = TrainError;
+    fn from_str(text: &str) -> Result<Self> {
+        let kind = Self::from_name(text)?;
         if !kind.compiled_in() {
             return Err(TrainError::Config(format!(
                 "backend `{text}` is not compiled into this build; rebuild with `--features {0}` \

@@ -13,8 +13,9 @@ use super::common::{Rng, assert_close_at_scale, tensor_values};
 /// `[batch, seq, heads, d_h]`: one position; sequences within one of the kernels' tiles (16,
 /// 32 or 64 positions, by head width), exactly one, and across several, ending inside a tile;
 /// head widths 8 to 128 (the paper's families' 16–128 and the tiny test models' 8), and widths
-/// (24, 48) that the threads of a row share unevenly.
-const SHAPES: [[usize; 4]; 10] = [
+/// whose columns the threads of a row share unevenly (36: 5 threads; 100: 13), as they share
+/// the other side's tile at 48 (32 keys over 6 threads).
+const SHAPES: [[usize; 4]; 11] = [
     [1, 1, 1, 16],
     [2, 5, 3, 8],
     [1, 32, 2, 32],
@@ -23,7 +24,8 @@ const SHAPES: [[usize; 4]; 10] = [
     [3, 40, 4, 16],
     [1, 75, 2, 48],
     [1, 100, 1, 64],
-    [1, 64, 1, 24],
+    [1, 64, 1, 36],
+    [1, 40, 1, 100],
     [2, 130, 2, 16],
 ];
 

@@ -1,9 +1,10 @@
 //! The GPU check's stage runner, run for real at the `tiny` profile on NdArray: every stage, the
 //! summary after each, budgets that cut a stage short, bad arguments (the GPU-side scripts:
-//! `gpu_scripts.rs`).
+//! `scripts.rs`).
 //!
-//! It needs the `haares-train` binary and the core's `portability` test binary from the same
-//! build; `cargo test --workspace` (the README's test command) builds both before any test runs.
+//! It needs the `haares-bench` and `haares-train` binaries and the core's `portability` test
+//! binary from the same build; `cargo test --workspace` (the README's test command) builds them
+//! before any test runs.
 
 use std::path::Path;
 

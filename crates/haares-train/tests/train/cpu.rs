@@ -110,8 +110,9 @@ fn a_backend_without_a_runner_arm_names_the_feature() {
 }
 
 /// A backend in a JSON spec (the bench's workers, the GPU check's summary) is the name the
-/// command line takes; an unknown one is refused with the names it could have been, and `cpu`
-/// stays Flex's alias.
+/// command line takes, and reads back in any build, this test build's (no CUDA, no fusion)
+/// among them; an unknown one is refused with the names it could have been, and `cpu` stays
+/// Flex's alias. Parsing for this build's use refuses what it lacks, naming the feature.
 #[test]
 fn backends_are_written_by_name_and_read_as_the_command_line_reads_them() {
     let every = [
@@ -138,4 +139,12 @@ fn backends_are_written_by_name_and_read_as_the_command_line_reads_them() {
         "{error}"
     );
     assert!(BackendKind::CudaFusion.is_cuda() && !BackendKind::Wgpu.is_cuda());
+    #[cfg(not(feature = "cuda-backend"))]
+    {
+        let error = "cuda".parse::<BackendKind>().unwrap_err().to_string();
+        assert!(
+            error.contains("not compiled into this build") && error.contains("--features cuda"),
+            "{error}"
+        );
+    }
 }

@@ -23,7 +23,8 @@
 //! 255 registers and 400 bytes of spills at `d_h = 64` on sm_90 (docs/benchmarks.md, "Kernels
 //! compiled for CUDA without a GPU"). The head width is a compile-time constant;
 //! [`MAX_HEAD_DIM`] bounds the shared memory a cube takes.
-//! `tests/core/attention.rs` checks the kernels against f64 on wgpu and CUDA.
+//! `tests/portability.rs` checks the kernels against f64 on wgpu and CUDA
+//! (`tests/core/attention_checks.rs`).
 
 use burn::tensor::{Shape, Tensor};
 use burn_cubecl::cubecl::calculate_cube_count_elemwise;

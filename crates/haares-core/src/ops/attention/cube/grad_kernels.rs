@@ -7,7 +7,7 @@ use burn_cubecl::cubecl::prelude::*;
 
 use super::kernels::{
     add_weighted_row, at, column_of, load_per_position, load_row_pair, place_of, row_of,
-    rows_against_rows, sum_of_shares, tiles_of, write_columns, zero_columns, zeros,
+    rows_against_rows, sum_of_shares, tiles_of, write_owned_rows, zero_columns, zeros,
 };
 
 /// `∂q = Σ_keys p (∂o · v − Δ) k` per query, with `p = e^{q·k − lse}` and `Δ = ∂o · o`,
@@ -164,23 +164,9 @@ pub(super) fn attention_query_grad_kernel<F: Float>(
         sync_cube();
         start += keys;
     }
-    #[unroll]
-    for a in 0..stack {
-        let i = first + row_of(lane, a, lanes);
-        if i < seq {
-            let row_at = (b * seq + i) * heads + head;
-            write_columns(
-                query_grad,
-                &d_q,
-                a,
-                F::new(1.0),
-                row_at,
-                group,
-                groups,
-                head_dim,
-            );
-        }
-    }
+    write_owned_rows(
+        query_grad, &d_q, first, b, head, lane, group, groups, head_dim, stack, lanes,
+    );
 }
 
 /// `∂v = Σ_queries p ∂o` and `∂k = Σ_queries p (∂o · v − Δ) q` per key, over the queries at or
@@ -328,31 +314,10 @@ pub(super) fn attention_key_value_grad_kernel<F: Float>(
         sync_cube();
         start += queries;
     }
-    #[unroll]
-    for a in 0..stack {
-        let j = first + row_of(lane, a, lanes);
-        if j < seq {
-            let row_at = (b * seq + j) * heads + head;
-            write_columns(
-                key_grad,
-                &d_k,
-                a,
-                F::new(1.0),
-                row_at,
-                group,
-                groups,
-                head_dim,
-            );
-            write_columns(
-                value_grad,
-                &d_v,
-                a,
-                F::new(1.0),
-                row_at,
-                group,
-                groups,
-                head_dim,
-            );
-        }
-    }
+    write_owned_rows(
+        key_grad, &d_k, first, b, head, lane, group, groups, head_dim, stack, lanes,
+    );
+    write_owned_rows(
+        value_grad, &d_v, first, b, head, lane, group, groups, head_dim, stack, lanes,
+    );
 }

@@ -1,14 +1,15 @@
 //! The kernels of causal attention's fused pair (`../cube.rs` launches them and describes
 //! their tiling), in a module of their own because CubeCL's `Tensor` is not Burn's.
 //!
-//! Every kernel takes a tile of `rows` positions of one head of one batch row, `groups` threads
-//! to a position, and walks the other side's positions one shared-memory tile at a time in two
-//! phases: first each thread forms the products of its position's row with every `groups`-th row
-//! of the other tile ([`row_against_rows`]) and leaves the weights they give in shared memory
-//! (forward, after the position's threads share the tile's maximum); then each thread
-//! adds the weighted rows of the other tile into the columns it owns, `group`, `group + groups`,
-//! … ([`column_of`]). Rows in shared memory lie `d_h + 1` apart, so that the same element of
-//! neighbouring rows falls in different memory banks.
+//! Every kernel takes a tile of `rows` positions of one head of one batch row; `groups` threads
+//! share a row, and each thread owns `stack` rows of the tile ([`row_of`]). It walks the other
+//! side's positions one shared-memory tile at a time in two phases: first each thread forms the
+//! products of its rows with every `groups`-th row of the other tile ([`rows_against_rows`]) and
+//! leaves the weights they give in shared memory (forward, after a row's threads share the
+//! tile's maximum); then each thread adds the weighted rows of the other tile into the columns
+//! it owns of its rows, `group`, `group + groups`, … ([`column_of`], [`add_weighted_row`]). Rows
+//! in shared memory lie `d_h + 1` apart, so that the same element of neighbouring rows falls in
+//! different memory banks.
 
 use burn_cubecl::cubecl;
 use burn_cubecl::cubecl::prelude::*;
@@ -260,6 +261,43 @@ pub(super) fn write_columns<F: Float>(
         let e = column_of(group, k, groups);
         if e < head_dim {
             x[row_at * head_dim + e] = scale * accumulator[a * cols + k];
+        }
+    }
+}
+
+/// The accumulator's columns of each of this thread's rows that lies in the sequence, unscaled,
+/// into the contiguous `[batch, seq, heads, d_h]` tensor `x` (the tile's first position
+/// `first`, of head `head` of batch row `b`).
+#[cube]
+pub(super) fn write_owned_rows<F: Float>(
+    x: &mut Tensor<F>,
+    accumulator: &Array<F>,
+    first: usize,
+    b: usize,
+    head: usize,
+    lane: usize,
+    group: usize,
+    #[comptime] groups: usize,
+    #[comptime] head_dim: usize,
+    #[comptime] stack: usize,
+    #[comptime] lanes: usize,
+) {
+    let (seq, heads) = (x.shape(1), x.shape(2));
+    #[unroll]
+    for a in 0..stack {
+        let i = first + row_of(lane, a, lanes);
+        if i < seq {
+            let row_at = (b * seq + i) * heads + head;
+            write_columns(
+                x,
+                accumulator,
+                a,
+                F::new(1.0),
+                row_at,
+                group,
+                groups,
+                head_dim,
+            );
         }
     }
 }
