@@ -24,6 +24,10 @@
 //! (`crates/haares-gpu-check`).
 #![warn(missing_docs)]
 
+/// The backend a measurement runs on ([`cost::CostSpec::backend`]), re-exported so that a user of
+/// this crate alone can name it.
+pub use haares_train::backend::BackendKind;
+
 pub mod analytic;
 pub mod backends;
 pub mod compare;
