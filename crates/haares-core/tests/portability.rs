@@ -334,13 +334,16 @@ macro_rules! cube_backend_tests {
                 assert!(<Cube as haares_core::ops::ProjectionBackend>::packs_projections());
             }
 
-            /// The weighted cross-entropy's kernels (one launch each way) against f64, and the
-            /// fused node's gradient.
+            /// The weighted cross-entropy's kernels (one launch each way, one for the loss's
+            /// total) against f64, and the fused nodes' gradients.
             #[test]
             $(#[$needs_device])?
             fn cross_entropy_kernels_match_f64() {
                 super::cross_entropy_checks::cross_entropy_pair_agrees_with_f64::<Cube>(2e-6);
                 super::cross_entropy_checks::cross_entropy_gradient_agrees_with_f64::<
+                    Autodiff<Cube>,
+                >(2e-6);
+                super::cross_entropy_checks::summed_cross_entropy_gradient_agrees_with_f64::<
                     Autodiff<Cube>,
                 >(2e-6);
             }

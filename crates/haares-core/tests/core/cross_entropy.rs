@@ -7,6 +7,7 @@ use burn::backend::{Autodiff, Flex};
 use crate::common::{Ad64, B64};
 use crate::cross_entropy_checks::{
     cross_entropy_gradient_agrees_with_f64, cross_entropy_pair_agrees_with_f64,
+    summed_cross_entropy_gradient_agrees_with_f64,
 };
 
 /// The weighted cross-entropy's plain pair (the reference of the cube backends' kernels) and the
@@ -17,4 +18,6 @@ fn cross_entropy_agrees_with_f64_on_flex_and_in_f64() {
     cross_entropy_pair_agrees_with_f64::<Flex>(2e-6);
     cross_entropy_gradient_agrees_with_f64::<Ad64>(1e-12);
     cross_entropy_gradient_agrees_with_f64::<Autodiff<Flex>>(2e-6);
+    summed_cross_entropy_gradient_agrees_with_f64::<Ad64>(1e-12);
+    summed_cross_entropy_gradient_agrees_with_f64::<Autodiff<Flex>>(2e-6);
 }

@@ -1,6 +1,6 @@
 //! The tied head's weighted cross-entropy, generic over the backend: the fused pair (losses with
-//! each row's log-sum-exp, and the backward pass from them) and the differentiable operation
-//! against f64 written out here. `core/cross_entropy.rs` runs them on NdArray f64 and Flex (the
+//! each row's log-sum-exp, and the backward pass from them), the loss's total over rows, and both
+//! differentiable operations against f64 written out here. `core/cross_entropy.rs` runs them on NdArray f64 and Flex (the
 //! plain operations), `portability.rs` on NdArray f32, Flex and the cube backends' kernels (wgpu,
 //! CUDA).
 
@@ -67,9 +67,9 @@ impl Case {
     }
 }
 
-/// Each row's weighted loss `w (lse − x_t)`, its log-sum-exp, and `∂x = g w (softmax − onehot)`,
-/// in f64 on the host from `logits` as `B` holds them.
-fn cross_entropy_f64(case: &Case, logits: &[f64]) -> [Vec<f64>; 3] {
+/// Each row's weighted loss `w (lse − x_t)`, its log-sum-exp, and `∂x = g w (softmax − onehot)`
+/// for the rows' incoming gradients `grad`, in f64 on the host from `logits` as `B` holds them.
+fn cross_entropy_f64(case: &Case, logits: &[f64], grad: &[f64]) -> [Vec<f64>; 3] {
     let vocab = case.shape[1];
     let [mut losses, mut sums, mut grads] = [vec![], vec![], vec![]];
     for (row, x) in logits.chunks(vocab).enumerate() {
@@ -80,7 +80,7 @@ fn cross_entropy_f64(case: &Case, logits: &[f64]) -> [Vec<f64>; 3] {
         sums.push(lse);
         for (k, v) in x.iter().enumerate() {
             let onehot = if k == target { 1.0 } else { 0.0 };
-            grads.push(case.grad[row] * weight * ((v - lse).exp() - onehot));
+            grads.push(grad[row] * weight * ((v - lse).exp() - onehot));
         }
     }
     [losses, sums, grads]
@@ -95,8 +95,12 @@ pub fn cross_entropy_pair_agrees_with_f64<B: HaaresBackend>(relative: f64) {
         for transposed in [false, true] {
             let what = |name: &str| format!("{name}, shape {shape:?}, transposed {transposed}");
             let logits = case.logits_on::<B>(transposed);
-            let [losses, sums, grads] = cross_entropy_f64(&case, &tensor_values(logits.clone()));
+            let held = tensor_values(logits.clone());
+            let [losses, sums, grads] = cross_entropy_f64(&case, &held, &case.grad);
             let (targets, weights) = (case.targets_on::<B>(), case.rows_on::<B>(&case.weights));
+            let total = B::summed_cross_entropy(logits.clone(), targets.clone(), weights.clone());
+            let exact_total = vec![losses.iter().sum::<f64>()];
+            assert_close_at_scale(&tensor_values(total), &exact_total, relative, &what("total"));
             let (fused, fused_sums) =
                 B::cross_entropy_forward(logits.clone(), targets.clone(), weights.clone());
             let fused = tensor_values(fused);
@@ -120,7 +124,8 @@ where
     for shape in SHAPES {
         let case = Case::new(&mut rng, shape);
         let logits = case.logits_on::<B>(false).require_grad();
-        let [losses, _, grads] = cross_entropy_f64(&case, &tensor_values(logits.clone()));
+        let [losses, _, grads] =
+            cross_entropy_f64(&case, &tensor_values(logits.clone()), &case.grad);
         let weights = case.rows_on::<B>(&case.weights);
         let result = B::cross_entropy(logits.clone(), case.targets_on::<B>(), weights);
         let what = |name: &str| format!("{name}, shape {shape:?}");
@@ -131,6 +136,38 @@ where
             &what("losses"),
         );
         let gradients = (result * case.rows_on::<B>(&case.grad)).sum().backward();
+        let grad = logits.grad(&gradients).expect("the logits are tracked");
+        assert_close_at_scale(&tensor_values(grad), &grads, relative, &what("∂logits"));
+    }
+}
+
+/// `B::summed_cross_entropy` as a differentiable operation (one node over the fused pair and the
+/// loss's total where `B` fuses the cross-entropy): the total and `∂(g · total)/∂logits`, which
+/// hands every row the same `g`, against f64.
+pub fn summed_cross_entropy_gradient_agrees_with_f64<B>(relative: f64)
+where
+    B: AutodiffBackend + HaaresBackend,
+{
+    let mut rng = Rng::new(87);
+    for shape in SHAPES.into_iter().chain([[600, 3]]) {
+        let case = Case::new(&mut rng, shape);
+        let logits = case.logits_on::<B>(false).require_grad();
+        let g = rng.normals(1, 1.0)[0];
+        let every_row = vec![g; shape[0]];
+        let [losses, _, grads] =
+            cross_entropy_f64(&case, &tensor_values(logits.clone()), &every_row);
+        let weights = case.rows_on::<B>(&case.weights);
+        let total = B::summed_cross_entropy(logits.clone(), case.targets_on::<B>(), weights);
+        assert_eq!(total.dims(), [1], "the total of shape {shape:?} is one value");
+        let what = |name: &str| format!("{name}, shape {shape:?}");
+        let exact_total = vec![losses.iter().sum::<f64>()];
+        assert_close_at_scale(
+            &tensor_values(total.clone()),
+            &exact_total,
+            relative,
+            &what("total"),
+        );
+        let gradients = (total * g).sum().backward();
         let grad = logits.grad(&gradients).expect("the logits are tracked");
         assert_close_at_scale(&tensor_values(grad), &grads, relative, &what("∂logits"));
     }

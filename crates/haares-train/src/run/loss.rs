@@ -54,8 +54,8 @@ pub fn summed_cross_entropy<B: HaaresBackend>(
 }
 
 /// Sum of the cross-entropy of `logits` (`[batch, seq, vocab]`) over the batch's real targets:
-/// the pad mask weights each position's term (one fused operation on the cube backends,
-/// [`CrossEntropyBackend::cross_entropy`]).
+/// the pad mask weights each position's term (on the cube backends one fused operation and one
+/// launch for the sum, no Burn reduction: [`CrossEntropyBackend::summed_cross_entropy`]).
 fn summed_cross_entropy_of<B: CrossEntropyBackend>(
     logits: Tensor<B, 3>,
     batch: &DeviceBatch<B>,
@@ -63,7 +63,7 @@ fn summed_cross_entropy_of<B: CrossEntropyBackend>(
     let [rows, seq, vocab] = logits.dims();
     let targets = batch.targets.clone().reshape([rows * seq]);
     let mask = batch.mask.clone().reshape([rows * seq]);
-    B::cross_entropy(logits.reshape([rows * seq, vocab]), targets, mask).sum()
+    B::summed_cross_entropy(logits.reshape([rows * seq, vocab]), targets, mask)
 }
 
 /// Mean cross-entropy over the batch's real targets (the training loss). A batch without a real

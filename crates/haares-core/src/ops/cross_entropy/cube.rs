@@ -3,14 +3,18 @@
 //! memory. The forward pass is one launch (each row's loss and log-sum-exp), the backward pass one
 //! (`∂x = g w (softmax(x) − onehot)`), where Burn's `log_softmax`, `gather` and the weighting
 //! launch about two dozen kernels in both directions (a training step's launches outside its layers
-//! fell from 45 to 23 with these two; docs/benchmarks.md).
+//! fell from 45 to 23 with these two; docs/benchmarks.md). The training loss's sum over rows is one
+//! more launch of one cube ([`CrossEntropyBackend::loss_total`]), in place of Burn's reduction.
 
 use burn::tensor::{Int, Tensor};
+use burn_cubecl::cubecl::prelude::{CubeCount, CubeDim};
 use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime, FloatElement, IntElement};
 
 use super::CrossEntropyBackend;
 use crate::autodiff_node::from_primitive;
-use crate::ops::cube_shared::{ROW_THREADS, empty_like, per_row, plane_reduction, primitive};
+use crate::ops::cube_shared::{
+    ROW_THREADS, empty_like, empty_shaped, per_row, plane_reduction, primitive,
+};
 
 type Cube<R, F, I, BT> = CubeBackend<R, F, I, BT>;
 /// Each row's weighted loss and its log-sum-exp.
@@ -44,6 +48,37 @@ where
     ) -> Tensor<Self, 2> {
         cross_entropy_backward(logits, targets, weights, logsumexp, grad)
     }
+
+    fn loss_total(losses: Tensor<Self, 1>) -> Tensor<Self, 1> {
+        loss_total(losses)
+    }
+}
+
+/// Threads of the one cube that sums the losses: a step's 8,192 rows are 32 a thread.
+pub(super) const TOTAL_THREADS: usize = 256;
+
+/// [`CrossEntropyBackend::loss_total`] in one launch of one cube: `[rows]` to `[1]`, in an order
+/// fixed by the row count alone.
+fn loss_total<R, F, I, BT>(losses: Tensor<Cube<R, F, I, BT>, 1>) -> Tensor<Cube<R, F, I, BT>, 1>
+where
+    R: CubeRuntime,
+    F: FloatElement,
+    I: IntElement,
+    BT: BoolElement,
+{
+    let losses = primitive(losses);
+    let total = empty_shaped(&losses, vec![1]);
+    kernels::loss_total_kernel::launch::<R>(
+        &losses.client.clone(),
+        CubeCount::Static(1, 1, 1),
+        CubeDim::new_1d(TOTAL_THREADS as u32),
+        losses.clone().into_tensor_arg(),
+        total.clone().into_tensor_arg(),
+        TOTAL_THREADS,
+        plane_reduction(&losses.client, TOTAL_THREADS),
+        losses.dtype.into(),
+    );
+    from_primitive(total)
 }
 
 /// [`CrossEntropyBackend::cross_entropy_forward`]
@@ -208,6 +243,30 @@ pub(super) mod kernels {
             }
             logits_grad[row * vocab + k] = scale * p;
             k += threads;
+        }
+    }
+
+    /// `total[0] = Σ_r losses[r]`, one cube: each thread sums every `threads`-th row, then the
+    /// cube adds the threads' sums ([`cube_total`]).
+    #[cube(launch)]
+    pub(in crate::ops) fn loss_total_kernel<F: Float>(
+        losses: &Tensor<F>,
+        total: &mut Tensor<F>,
+        #[comptime] threads: usize,
+        #[comptime] planes: bool,
+        #[define(F)] _dtype: StorageType,
+    ) {
+        let lane = UNIT_POS_X as usize;
+        let mut partials = SharedMemory::<F>::new(threads);
+        let mut sum = F::new(0.0);
+        let mut row = lane;
+        while row < losses.shape(0) {
+            sum += losses[row * losses.stride(0)];
+            row += threads;
+        }
+        let sum = cube_total::<F>(&mut partials, lane, sum, threads, false, planes);
+        if lane == 0 {
+            total[0] = sum;
         }
     }
 }

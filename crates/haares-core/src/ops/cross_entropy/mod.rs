@@ -52,6 +52,37 @@ pub trait CrossEntropyBackend: Backend {
         }
     }
 
+    /// The sum of [`cross_entropy`](Self::cross_entropy) over the rows, `Σ_r w_r (lse_r −
+    /// x_r,target_r)`: the numerator of the training loss (decision 11). Where the backend fuses
+    /// the cross-entropy, the fused forward pass and [`loss_total`](Self::loss_total), and under
+    /// autodiff one node whose backward pass hands every row the sum's gradient; elsewhere the
+    /// plain operations and Burn's `sum`.
+    ///
+    /// # Shapes
+    /// - logits: `[rows, vocab]`
+    /// - targets, weights: `[rows]`
+    /// - output: `[1]`
+    fn summed_cross_entropy(
+        logits: Tensor<Self, 2>,
+        targets: Tensor<Self, 1, Int>,
+        weights: Tensor<Self, 1>,
+    ) -> Tensor<Self, 1> {
+        match Self::fuses_cross_entropy() {
+            true => Self::loss_total(Self::cross_entropy_forward(logits, targets, weights).0),
+            false => naive::cross_entropy(logits, targets, weights).sum(),
+        }
+    }
+
+    /// `Σ_r losses_r`, the fused forward pass's losses summed: Burn's `sum` unless the backend
+    /// has a kernel for it (the cube backends, `cube.rs`).
+    ///
+    /// # Shapes
+    /// - losses: `[rows]`
+    /// - output: `[1]`
+    fn loss_total(losses: Tensor<Self, 1>) -> Tensor<Self, 1> {
+        losses.sum()
+    }
+
     /// Whether [`cross_entropy`](Self::cross_entropy) runs as the fused pair: the cube backends'
     /// kernels (`cube.rs`).
     fn fuses_cross_entropy() -> bool {

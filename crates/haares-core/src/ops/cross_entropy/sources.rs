@@ -4,11 +4,15 @@
 use burn_cubecl::cubecl::prelude::CubeDim;
 use burn_cubecl::cubecl::wgpu::WgpuRuntime as W;
 
-use super::cube::kernels::{cross_entropy_backward_kernel, cross_entropy_kernel};
+use super::cube::TOTAL_THREADS;
+use super::cube::kernels::{
+    cross_entropy_backward_kernel, cross_entropy_kernel, loss_total_kernel,
+};
 use crate::cuda_sources::{CUDA_PLANES, CudaSources, float, int, settings, tensor};
 use crate::ops::cube_shared::ROW_THREADS;
 
-/// Adds the cross-entropy's two kernels, one cube of [`ROW_THREADS`] per row.
+/// Adds the cross-entropy's two kernels, one cube of [`ROW_THREADS`] per row, and the loss's
+/// total, one cube of [`TOTAL_THREADS`].
 ///
 /// # Errors
 /// CubeCL's compiler.
@@ -42,5 +46,16 @@ pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), Stri
         threads,
         [float(), int()],
     );
-    sources.add(&kernel, &variant, row)
+    sources.add(&kernel, &variant, row)?;
+    let cube = CubeDim::new_1d(TOTAL_THREADS as u32);
+    let kernel = loss_total_kernel::LossTotalKernel::<W>::new(
+        settings(cube),
+        sources.client(),
+        t(),
+        t(),
+        TOTAL_THREADS,
+        CUDA_PLANES,
+        float(),
+    );
+    sources.add(&kernel, &format!("one cube of {TOTAL_THREADS} threads"), cube)
 }
