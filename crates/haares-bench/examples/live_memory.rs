@@ -30,7 +30,7 @@ fn main() -> Result<(), String> {
     if let [flag, method] = args.as_slice()
         && flag == CHILD_FLAG
     {
-        return measure(method);
+        return measure(method).map_err(|e| e.to_string());
     }
     let methods = match args.is_empty() {
         true => vec!["standard".into(), "block-attnres".into(), "haares".into()],
@@ -50,21 +50,22 @@ fn main() -> Result<(), String> {
     Ok(())
 }
 
-fn measure(method: &str) -> Result<(), String> {
+fn measure(method: &str) -> haares_bench::Result<()> {
     let spec = CostSpec::cpu(BackendKind::Ndarray);
     let config = spec.model(ModelFamily::Small, method)?;
-    let mut trainer = Trainer::<Ad>::new(&config, spec.batch, spec.seq, &Default::default())
-        .map_err(|e| e.to_string())?;
+    let mut trainer = Trainer::<Ad>::new(&config, spec.batch, spec.seq, &Default::default())?;
     let mut after_forward = None;
-    trainer
-        .step(|phase| {
-            if phase == Phase::Forward {
-                after_forward = allocated_bytes();
-            }
-        })
-        .map_err(|e| e.to_string())?;
+    trainer.step(|phase| {
+        if phase == Phase::Forward {
+            after_forward = allocated_bytes();
+        }
+    })?;
     // `None` only if the counting allocator never ran: a 0 in the table would read as a result.
-    let uncounted = || "the counting allocator saw no allocation: is it installed?".to_string();
+    let uncounted = || {
+        haares_bench::BenchError::Worker(
+            "the counting allocator saw no allocation: is it installed?".into(),
+        )
+    };
     let after_forward = after_forward.ok_or_else(uncounted)?;
     let peak = peak_allocated_bytes().ok_or_else(uncounted)?;
     println!(

@@ -19,7 +19,8 @@
 //!
 //! Beneath them: [`measure`], one measurement in a worker process of its own and what it records;
 //! [`peer`], the PyTorch peer (the same model in a Python process); [`report_files`], the reports'
-//! atomic writes; [`backends`], a job run on the backend a `BackendKind` names. The GPU check, which runs all of the
+//! atomic writes; [`backends`], a job run on the backend a `BackendKind` names; [`error`], the one
+//! error type of them all, [`BenchError`]. The GPU check, which runs all of the
 //! above on a GPU node in budgeted stages, is a tool of the repository of its own
 //! (`crates/haares-gpu-check`).
 #![warn(missing_docs)]
@@ -27,6 +28,9 @@
 /// The backend a measurement runs on ([`cost::CostSpec::backend`]), re-exported so that a user of
 /// this crate alone can name it.
 pub use haares_train::backend::BackendKind;
+
+pub mod error;
+pub use error::{BenchError, Result};
 
 pub mod analytic;
 pub mod backends;

@@ -15,6 +15,7 @@ use haares_bench::measure::worker::{KernelLog, RESULT_PREFIX, Worker, WorkerResu
 use haares_bench::peer::{PeerKind, PeerMatmul};
 use haares_bench::profile::anatomy::{AnatomyArgs, anatomy};
 use haares_bench::profile::first_step::{FirstStepSpec, first_step_table, run_first_step};
+use haares_bench::{BenchError, Result};
 use haares_train::backend::BackendKind;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -224,7 +225,7 @@ struct FirstStepArgs {
     out: Option<PathBuf>,
 }
 
-fn first_step(args: FirstStepArgs) -> Result<String, String> {
+fn first_step(args: FirstStepArgs) -> Result<String> {
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from(format!("runs/bench/first-step-{}", args.backend)));
@@ -281,7 +282,7 @@ impl CostArgs {
     }
 }
 
-fn cost(args: CostArgs) -> Result<String, String> {
+fn cost(args: CostArgs) -> Result<String> {
     let (spec, out) = args.spec();
     let run = run_cost(
         &spec,
@@ -300,24 +301,27 @@ fn cost(args: CostArgs) -> Result<String, String> {
     Ok(table)
 }
 
-fn anatomy_command(args: AnatomyArgs) -> Result<String, String> {
+fn anatomy_command(args: AnatomyArgs) -> Result<String> {
     let (run, out) = anatomy(args)?;
     let markdown = haares_bench::profile::anatomy_report::report(&run);
     haares_bench::report_files::write_atomically_both(&out, &run, &markdown)?;
     Ok(markdown)
 }
 
-fn products(args: &haares_bench::compare::products::ProductsArgs) -> Result<String, String> {
+fn products(args: &haares_bench::compare::products::ProductsArgs) -> Result<String> {
     let run = haares_bench::compare::products::run_products(args, |line| eprintln!("{line}"))?;
     let table = haares_bench::compare::products::write_products_run(&run, args)?;
     eprintln!("wrote {0}.md and {0}.json", args.out.display());
     match haares_bench::compare::products::wrong_products(&run).as_slice() {
         [] => Ok(table),
-        wrong => Err(format!("wrong products: {}", wrong.join("; "))),
+        wrong => Err(BenchError::Check(format!(
+            "{} (the report above has every product)",
+            wrong.join("; ")
+        ))),
     }
 }
 
-fn paired(args: PairedArgs) -> Result<String, String> {
+fn paired(args: PairedArgs) -> Result<String> {
     let (spec, out) = args.spec();
     let run = run_paired(&spec, |line| eprintln!("{line}"))?;
     let table = write_paired_run(&run, &out)?;
@@ -325,34 +329,38 @@ fn paired(args: PairedArgs) -> Result<String, String> {
     Ok(table)
 }
 
-fn versus(args: VersusArgs) -> Result<String, String> {
+fn versus(args: VersusArgs) -> Result<String> {
     let (spec, out) = args.spec();
     let run = run_versus(&spec, |line| eprintln!("{line}"))?;
     let table = write_versus_run(&run, &out)?;
     eprintln!("wrote {0}.md and {0}.json", out.display());
     match &run.stopped {
         None => Ok(table),
-        Some(reason) => Err(format!(
+        Some(reason) => Err(BenchError::Peer(format!(
             "{reason}; the {} method(s) measured before it are in {}.md and .json",
             run.methods.len(),
             out.display()
-        )),
+        ))),
     }
 }
 
-fn cost_worker(kind: BackendKind, task: &str) -> Result<String, String> {
+fn cost_worker(kind: BackendKind, task: &str) -> Result<String> {
     let started = Instant::now();
-    let task: WorkerTask =
-        serde_json::from_str(task).map_err(|e| format!("invalid worker task: {e}"))?;
+    let task: WorkerTask = serde_json::from_str(task).map_err(|e| {
+        BenchError::Request(format!(
+            "invalid worker task ({e}); `cost-worker` is started by the other commands, not by hand"
+        ))
+    })?;
     count_kernel_events(kind, task.kernel_log())?;
-    let result = dispatch(kind, Worker { task, started }).map_err(|e| e.to_string())?;
-    let json = serde_json::to_string(&result).map_err(|e| e.to_string())?;
+    let result = dispatch(kind, Worker { task, started })?;
+    let json = serde_json::to_string(&result)
+        .map_err(|e| BenchError::Worker(format!("cannot write the result as JSON: {e}")))?;
     Ok(format!("{RESULT_PREFIX}{json}\n"))
 }
 
 /// On the cube backends, CubeCL's compilations and autotune runs are counted (the first-step
 /// anatomy), and every kernel launch as `launches` says; set up before the first kernel.
-fn count_kernel_events(kind: BackendKind, launches: KernelLog) -> Result<(), String> {
+fn count_kernel_events(kind: BackendKind, launches: KernelLog) -> Result<()> {
     #[cfg(not(any(feature = "cuda", feature = "wgpu")))]
     let _ = launches;
     if kind.is_cube() {
@@ -364,9 +372,11 @@ fn count_kernel_events(kind: BackendKind, launches: KernelLog) -> Result<(), Str
                 KernelLog::Launches => KernelEvents::ToLogCrateWithLaunches,
                 KernelLog::Times => KernelEvents::ToLogCrateWithTimes,
             };
-            configure_cube_runtime(events).map_err(|e| e.to_string())?;
+            configure_cube_runtime(events)?;
             if !haares_bench::measure::kernel_events::install() {
-                return Err("another logger was installed first: kernels cannot be counted".into());
+                return Err(BenchError::Worker(
+                    "another logger was installed first: kernels cannot be counted".into(),
+                ));
             }
             // cuBLAS's products are not in CubeCL's log: timed with CUDA events instead.
             #[cfg(feature = "cuda")]
@@ -378,15 +388,17 @@ fn count_kernel_events(kind: BackendKind, launches: KernelLog) -> Result<(), Str
     Ok(())
 }
 
-fn gemm(kind: BackendKind, size: usize) -> Result<String, String> {
+fn gemm(kind: BackendKind, size: usize) -> Result<String> {
     let task = WorkerTask::Gemm { n: size, reps: 3 };
     let worker = Worker {
         task,
         started: Instant::now(),
     };
-    match dispatch(kind, worker).map_err(|e| e.to_string())? {
+    match dispatch(kind, worker)? {
         WorkerResult::Gemm { flops_per_s } => Ok(format!("GFLOP/s {:.1}\n", flops_per_s / 1e9)),
-        _ => Err("the GEMM answered with something else".into()),
+        _ => Err(BenchError::Worker(
+            "the GEMM answered with something else".into(),
+        )),
     }
 }
 
@@ -402,9 +414,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let result = match cli.command {
-        Command::Sources { layers, blocks } => {
-            sources_table(layers, &blocks).map_err(|e| e.to_string())
-        }
+        Command::Sources { layers, blocks } => sources_table(layers, &blocks),
         Command::Params(grid) => params_table(
             &Family::of(grid.family),
             &grid.layers,

@@ -24,6 +24,8 @@ use burn_cubecl::cubecl::prelude::{
 };
 use burn_cubecl::cubecl::wgpu::{WgpuDevice, WgpuRuntime};
 
+use crate::HaaresError;
+
 /// One kernel's CUDA C++, as CubeCL's CUDA runtime hands it to NVRTC.
 #[derive(Clone, Debug)]
 pub struct CudaKernelSource {
@@ -50,12 +52,15 @@ impl CudaSources {
     /// # Errors
     /// No wgpu device to build the definitions on (install a Vulkan driver such as Mesa's
     /// lavapipe).
-    pub fn new() -> Result<Self, String> {
+    pub fn new() -> crate::Result<Self> {
         let client =
             catch_unwind(|| WgpuRuntime::client(&WgpuDevice::default())).map_err(|_| {
-                "no wgpu device to build the kernels' definitions on: install a Vulkan driver \
-             (Mesa's lavapipe: `apt-get install mesa-vulkan-drivers`) and set XDG_RUNTIME_DIR"
-                    .to_string()
+                HaaresError::KernelSource(
+                    "no wgpu device to build the kernels' definitions on: install a Vulkan driver \
+                     (Mesa's lavapipe: `apt-get install mesa-vulkan-drivers`) and set \
+                     XDG_RUNTIME_DIR"
+                        .into(),
+                )
             })?;
         Ok(Self {
             client,
@@ -78,10 +83,11 @@ impl CudaSources {
         kernel: &K,
         variant: impl Into<String>,
         cube_dim: CubeDim,
-    ) -> Result<(), String> {
+    ) -> crate::Result<()> {
         let variant = variant.into();
+        let failed = |message: String| HaaresError::KernelSource(message);
         let definition = catch_unwind(AssertUnwindSafe(|| kernel.define()))
-            .map_err(|_| format!("CubeCL could not define a kernel ({variant})"))?;
+            .map_err(|_| failed(format!("CubeCL could not define a kernel ({variant})")))?;
         let name = definition.options.kernel_name.clone();
         let mut options = <CudaCompiler as Compiler>::CompilationOptions::default();
         let features = &mut options.supports_features;
@@ -91,8 +97,16 @@ impl CudaSources {
         let compiled = catch_unwind(AssertUnwindSafe(|| {
             CudaCompiler::default().compile(definition, &options, ExecutionMode::Checked, address)
         }))
-        .map_err(|_| format!("CubeCL's CUDA compiler panicked on kernel {name} ({variant})"))?
-        .map_err(|error| format!("CubeCL's CUDA compiler, kernel {name} ({variant}): {error:?}"))?;
+        .map_err(|_| {
+            failed(format!(
+                "CubeCL's CUDA compiler panicked on kernel {name} ({variant})"
+            ))
+        })?
+        .map_err(|error| {
+            failed(format!(
+                "CubeCL's CUDA compiler, kernel {name} ({variant}): {error:?}"
+            ))
+        })?;
         self.kernels.push(CudaKernelSource {
             name,
             variant,

@@ -30,6 +30,9 @@ pub enum HaaresError {
     /// A call to a residual stream out of its order (read, write, …, finish); the message names
     /// the call the stream expected ([`crate::stream::StreamState`]).
     StreamOrder(String),
+    /// A kernel's CUDA source could not be produced (`cuda_sources`, the static report's
+    /// listing): no wgpu device to define it on, or CubeCL could not define or compile it.
+    KernelSource(String),
 }
 
 impl HaaresError {
@@ -54,6 +57,7 @@ impl fmt::Display for HaaresError {
             Self::InvalidInput(message) => write!(f, "invalid model input: {message}"),
             Self::Checkpoint(message) => write!(f, "checkpoint error: {message}"),
             Self::StreamOrder(message) => write!(f, "residual stream call out of order: {message}"),
+            Self::KernelSource(message) => write!(f, "kernel source: {message}"),
         }
     }
 }

@@ -136,13 +136,17 @@ impl fmt::Display for SlotId {
 }
 
 impl FromStr for SlotId {
-    type Err = String;
+    type Err = crate::HaaresError;
 
-    fn from_str(text: &str) -> Result<Self, String> {
+    fn from_str(text: &str) -> Result<Self, crate::HaaresError> {
         if text == "e" {
             return Ok(Self::EMBEDDING);
         }
-        let bad = || format!("`{text}` is not a slot name (e, C_2, D_2, C_3^(2), …)");
+        let bad = || {
+            crate::HaaresError::InvalidInput(format!(
+                "`{text}` is not a slot name (e, C_2, D_2, C_3^(2), …)"
+            ))
+        };
         let (head, writes) = match text.split_once("^(") {
             Some((head, tail)) => {
                 let writes = tail.strip_suffix(')').ok_or_else(bad)?;

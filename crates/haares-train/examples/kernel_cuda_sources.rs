@@ -24,7 +24,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<(), String> {
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let usage = "usage: kernel_cuda_sources OUT_DIR [HEAD_DIMS, e.g. 16,32,64,128]";
     let out = PathBuf::from(args.next().ok_or(usage)?);
@@ -49,7 +49,7 @@ fn run() -> Result<(), String> {
         let variant = kernel.variant.replace(['\t', '\n'], " ");
         listing += &format!("{}\t{variant}\t{}\t{file}\n", kernel.name, kernel.threads);
     }
-    write(&out.join("kernels.tsv"), &listing)
+    Ok(write(&out.join("kernels.tsv"), &listing)?)
 }
 
 /// `text` into `path`, atomically (no half-written file remains).

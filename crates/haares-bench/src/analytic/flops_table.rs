@@ -19,7 +19,7 @@ pub fn flops_table(
     seq: usize,
     vocab: usize,
     methods: &[String],
-) -> Result<String, String> {
+) -> crate::Result<String> {
     let mut out = format!(
         "Analytic FLOPs per token at context {seq}, vocabulary {vocab} (MFLOP; forward components, \
          training = 3 × forward). Convention: docs/benchmarks.md and `haares_core::flops`.\n\n\
@@ -29,13 +29,9 @@ pub fn flops_table(
     let mega = |x: f64| format!("{:.3}", x / 1e6);
     for &family in families {
         for &l in layers {
-            let count_of = |name: &str| -> Result<FlopCount, String> {
-                let config = family.config(
-                    l,
-                    vocab,
-                    name.parse::<ResidualMethod>().map_err(|e| e.to_string())?,
-                );
-                config.validate().map_err(|e| e.to_string())?;
+            let count_of = |name: &str| -> crate::Result<FlopCount> {
+                let config = family.config(l, vocab, name.parse::<ResidualMethod>()?);
+                config.validate()?;
                 Ok(flops_per_token(&config, seq))
             };
             let block = count_of("block-attnres")?;

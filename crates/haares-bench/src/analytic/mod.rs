@@ -9,7 +9,9 @@ use std::fmt::Write as _;
 use haares_core::ResidualMethod;
 use haares_core::analysis::{parameter_count, source_count_summary};
 use haares_core::method::method_label;
-use haares_core::{ModelConfig, ModelFamily, Result};
+use haares_core::{ModelConfig, ModelFamily};
+
+use crate::Result;
 
 /// tab:sourcecounts for `layers` at each block count: average and maximum intermediate-read slots
 /// of Block AttnRes and HAARES, and the final router's slots (N + 1 in both).
@@ -42,7 +44,7 @@ pub fn params_table(
     layers: &[usize],
     vocab: usize,
     methods: &[String],
-) -> std::result::Result<String, String> {
+) -> Result<String> {
     let mut out = format!(
         "Parameters at vocabulary {vocab}. \"Matrices\" is attention + MLP weights, the quantity of the \
          paper's character-model figures; \"total\" is every trainable tensor.\n\n\
@@ -52,9 +54,9 @@ pub fn params_table(
     for family in families {
         for &l in layers {
             for name in methods {
-                let method = name.parse::<ResidualMethod>().map_err(|e| e.to_string())?;
+                let method = name.parse::<ResidualMethod>()?;
                 let config: ModelConfig = family.config(l, vocab, method);
-                config.validate().map_err(|e| e.to_string())?;
+                config.validate()?;
                 let count = parameter_count(&config);
                 let _ = writeln!(
                     out,

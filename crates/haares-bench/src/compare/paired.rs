@@ -20,6 +20,7 @@ use haares_train::backend::{BackendJob, BackendKind};
 use serde::{Deserialize, Serialize};
 
 use crate::cost::CostSpec;
+use crate::error::{BenchError, Result};
 use crate::measure::stats::{MedianInterval, median, median_interval};
 use crate::measure::worker::Trainer;
 use crate::report_files::write_atomically_both;
@@ -54,21 +55,21 @@ pub fn over_baseline(methods: &mut [String]) -> bool {
 
 impl PairedSpec {
     /// Refuses what cannot be measured, before any model is built.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<()> {
         if self.cost.methods.len() != 2 || self.cost.families.len() != 1 {
-            return Err(format!(
+            return Err(BenchError::Request(format!(
                 "a paired run compares two methods of one family, not {} method(s) of {} \
                  families: e.g. --methods haares,block-attnres --family small",
                 self.cost.methods.len(),
                 self.cost.families.len()
-            ));
+            )));
         }
         if self.cost.steps < self.cost.warmup + MIN_PAIRS {
-            return Err(format!(
+            return Err(BenchError::Request(format!(
                 "--pairs {} leaves fewer than {MIN_PAIRS} pairs after --warmup {}: the median's \
                  confidence interval needs at least {MIN_PAIRS}",
                 self.cost.steps, self.cost.warmup
-            ));
+            )));
         }
         self.cost.validate()
     }
@@ -114,7 +115,7 @@ pub fn verdict(interval: &MedianInterval, target: f64) -> &'static str {
 }
 
 /// Runs the pairs in this process on the spec's backend.
-pub fn run_paired(spec: &PairedSpec, log: impl FnMut(&str) + Send) -> Result<PairedRun, String> {
+pub fn run_paired(spec: &PairedSpec, log: impl FnMut(&str) + Send) -> Result<PairedRun> {
     spec.validate()?;
     let kind = spec.cost.backend;
     let family = spec.cost.families[0];
@@ -124,7 +125,7 @@ pub fn run_paired(spec: &PairedSpec, log: impl FnMut(&str) + Send) -> Result<Pai
         cost: &spec.cost,
         log,
     };
-    let (step_s, first, losses) = dispatch(kind, job).map_err(|e| e.to_string())?;
+    let (step_s, first, losses) = dispatch(kind, job)?;
     Ok(PairedRun {
         spec: spec.clone(),
         step_s,
@@ -235,7 +236,7 @@ pub fn paired_table(run: &PairedRun) -> String {
 }
 
 /// Writes `run` as `<stem>.json` and its table as `<stem>.md`, atomically; returns the table.
-pub fn write_paired_run(run: &PairedRun, stem: &Path) -> Result<String, String> {
+pub fn write_paired_run(run: &PairedRun, stem: &Path) -> Result<String> {
     let table = paired_table(run);
     write_atomically_both(stem, run, &table)?;
     Ok(table)

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::backends::dispatch;
 use crate::cost::CostSpec;
 use crate::cost::targets::default_throughput;
+use crate::error::{BenchError, Result};
 use crate::measure::export::ExportTask;
 use crate::measure::worker::Trainer;
 use crate::peer::server::{PeerServer, PeerStep};
@@ -45,15 +46,16 @@ const MIN_ROUNDS: usize = 6;
 
 impl VersusSpec {
     /// Refuses what cannot be measured, before any model is built.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<()> {
+        let refuse = |message: String| Err(BenchError::Request(message));
         if self.cost.families.len() != 1 {
-            return Err("a versus run measures one family: e.g. --family small".into());
+            return refuse("a versus run measures one family: e.g. --family small".into());
         }
         if self.cost.peer.is_none() || self.cost.peer_modes.is_empty() {
-            return Err("name the peers to step against: --peer torch,torch-compile".into());
+            return refuse("name the peers to step against: --peer torch,torch-compile".into());
         }
         if self.cost.steps < self.cost.warmup + MIN_ROUNDS {
-            return Err(format!(
+            return refuse(format!(
                 "--rounds {} leaves fewer than {MIN_ROUNDS} rounds after --warmup {}: the \
                  median's confidence interval needs at least {MIN_ROUNDS}",
                 self.cost.steps, self.cost.warmup
@@ -122,10 +124,7 @@ impl VersusPeer {
 /// Runs the rounds: for each method, our model here and one peer process per mode. Where a peer
 /// fails, the methods measured before it are returned with [`VersusRun::stopped`] saying why; where
 /// none was, the reason is the error.
-pub fn run_versus(
-    spec: &VersusSpec,
-    mut log: impl FnMut(&str) + Send,
-) -> Result<VersusRun, String> {
+pub fn run_versus(spec: &VersusSpec, mut log: impl FnMut(&str) + Send) -> Result<VersusRun> {
     spec.validate()?;
     let kind = spec.cost.backend;
     let python = spec.cost.peer.as_deref().unwrap_or("python3");
@@ -139,17 +138,17 @@ pub fn run_versus(
     let family = spec.cost.families[0];
     let configs = (spec.cost.methods.iter())
         .map(|method| spec.cost.model(family, method))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>>>()?;
     let job = VersusJob {
         spec,
         peer: &peer,
         configs,
         log: &mut log,
     };
-    let (methods, stopped) = dispatch(kind, job).map_err(|e| e.to_string())?;
-    if let (true, Some(reason)) = (methods.is_empty(), &stopped) {
-        return Err(reason.clone());
-    }
+    let (methods, stopped) = match dispatch(kind, job)? {
+        (methods, Some(reason)) if methods.is_empty() => return Err(reason),
+        (methods, stopped) => (methods, stopped.map(|reason| reason.reason())),
+    };
     Ok(VersusRun {
         spec: spec.clone(),
         host: host_cpu(),
@@ -173,7 +172,7 @@ struct VersusJob<'a, L> {
 
 impl<L: FnMut(&str) + Send> BackendJob for VersusJob<'_, L> {
     /// The methods measured, and why the run stopped before the rest, if it did.
-    type Output = (Vec<VersusMethod>, Option<String>);
+    type Output = (Vec<VersusMethod>, Option<BenchError>);
 
     fn run<B: TrainingBackend>(
         mut self,
@@ -214,11 +213,7 @@ impl<L: FnMut(&str) + Send> BackendJob for VersusJob<'_, L> {
 
 impl<L: FnMut(&str) + Send> VersusJob<'_, L> {
     /// One peer process per mode, each ready (its logits checked).
-    fn start_peers(
-        &mut self,
-        export: &ExportTask,
-        method: &str,
-    ) -> Result<Vec<PeerServer>, String> {
+    fn start_peers(&mut self, export: &ExportTask, method: &str) -> Result<Vec<PeerServer>> {
         let cost = &self.spec.cost;
         let model = peer_model(method);
         let matmul = PeerMatmul::ours(cost.backend);
@@ -246,7 +241,7 @@ impl<L: FnMut(&str) + Send> VersusJob<'_, L> {
         method: &str,
         mut trainer: Trainer<B>,
         mut servers: Vec<PeerServer>,
-    ) -> haares_train::Result<Result<VersusMethod, String>> {
+    ) -> haares_train::Result<Result<VersusMethod>> {
         let rounds = self.spec.cost.steps;
         let matmul = PeerMatmul::ours(self.spec.cost.backend);
         let mut ours = VersusMethod {

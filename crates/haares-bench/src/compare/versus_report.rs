@@ -166,7 +166,7 @@ pub fn verdict(ratios: &[f64], target: f64) -> &'static str {
 }
 
 /// Writes `run` as `<stem>.json` and its table as `<stem>.md`, atomically; returns the table.
-pub fn write_versus_run(run: &VersusRun, stem: &std::path::Path) -> Result<String, String> {
+pub fn write_versus_run(run: &VersusRun, stem: &std::path::Path) -> crate::Result<String> {
     let table = versus_table(run);
     write_atomically_both(stem, run, &table)?;
     Ok(table)

@@ -44,7 +44,7 @@ pub fn count_launches(
     spec: &CostSpec,
     family: ModelFamily,
     method: &str,
-) -> Result<Option<LaunchCount>, String> {
+) -> crate::Result<Option<LaunchCount>> {
     let sample = spec.train_worker(family, method, 2, KernelLog::Launches)?;
     let per_phase = sample
         .anatomy

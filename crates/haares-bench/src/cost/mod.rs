@@ -24,6 +24,7 @@ use haares_core::ModelFamily;
 use haares_core::flops::flops_per_token;
 use serde::{Deserialize, Serialize};
 
+use crate::error::{BenchError, Result};
 use crate::measure::worker::{TrainSample, WorkerResult, WorkerTask};
 use crate::measure::{run_worker, stats};
 use crate::peer;
@@ -62,8 +63,8 @@ impl CostRun {
 pub fn run_cost(
     spec: &CostSpec,
     mut log: impl FnMut(&str),
-    mut finished_family: impl FnMut(&CostRun) -> Result<(), String>,
-) -> Result<CostRun, String> {
+    mut finished_family: impl FnMut(&CostRun) -> Result<()>,
+) -> Result<CostRun> {
     spec.validate()?;
     let gemm = WorkerTask::Gemm {
         n: spec.gemm_n,
@@ -130,7 +131,7 @@ fn measure_family(
     family: ModelFamily,
     mut peer: Option<&mut peer::PeerSession>,
     log: &mut impl FnMut(&str),
-) -> Result<Vec<TrainSample>, String> {
+) -> Result<Vec<TrainSample>> {
     let mut samples = Vec::new();
     for repeat in 0..spec.repeats {
         let mut order: Vec<&String> = spec.methods.iter().collect();
@@ -155,15 +156,17 @@ fn measure_family(
     Ok(samples)
 }
 
-fn gemm_of(result: WorkerResult) -> Result<f64, String> {
+fn gemm_of(result: WorkerResult) -> Result<f64> {
     match result {
         WorkerResult::Gemm { flops_per_s } => Ok(flops_per_s),
-        _ => Err("a GEMM worker answered with something else".into()),
+        _ => Err(BenchError::Worker(
+            "a GEMM worker answered with something else".into(),
+        )),
     }
 }
 
 /// Writes `run` as `<stem>.json` and its table as `<stem>.md`, atomically.
-pub fn write_cost_run(run: &CostRun, stem: &Path) -> Result<String, String> {
+pub fn write_cost_run(run: &CostRun, stem: &Path) -> Result<String> {
     let table = report::cost_table(run);
     write_atomically_both(stem, run, &table)?;
     Ok(table)

@@ -9,6 +9,7 @@ use haares_train::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
 use super::targets::Targets;
+use crate::error::{BenchError, Result};
 use crate::measure::run_worker;
 use crate::measure::worker::{KernelLog, TrainSample, WorkerResult, WorkerTask};
 use crate::peer::settings::{PeerMatmul, PeerMode};
@@ -130,32 +131,28 @@ impl CostSpec {
     }
 
     /// The model of `family` trained with `method` (`name` or `name/routing`).
-    pub fn model(&self, family: ModelFamily, method: &str) -> Result<ModelConfig, String> {
+    pub fn model(&self, family: ModelFamily, method: &str) -> Result<ModelConfig> {
         let (name, routing) = match method.split_once('/') {
             None => (method, RoutingPath::Auto),
             Some((name, "reference")) => (name, RoutingPath::Reference),
             Some((name, "fused")) => (name, RoutingPath::Fused),
             Some((_, other)) => {
-                return Err(format!(
+                return Err(BenchError::Request(format!(
                     "unknown routing path `{other}` in method `{method}`; use `/reference` or `/fused`"
-                ));
+                )));
             }
         };
         let config = family
-            .config(
-                self.layers,
-                self.vocab,
-                name.parse::<ResidualMethod>().map_err(|e| e.to_string())?,
-            )
+            .config(self.layers, self.vocab, name.parse::<ResidualMethod>()?)
             .with_blocks(self.blocks)
             .with_max_seq_len(self.seq.max(512))
             .with_routing(routing);
-        config.validate().map_err(|e| e.to_string())?;
+        config.validate()?;
         Ok(config)
     }
 
     /// K training steps of `method` in `family`, measured by a fresh worker process.
-    pub fn measure(&self, family: ModelFamily, method: &str) -> Result<TrainSample, String> {
+    pub fn measure(&self, family: ModelFamily, method: &str) -> Result<TrainSample> {
         self.train_worker(family, method, self.steps, KernelLog::Off)
     }
 
@@ -167,17 +164,13 @@ impl CostSpec {
         method: &str,
         steps: usize,
         kernel_log: KernelLog,
-    ) -> Result<TrainSample, String> {
+    ) -> Result<TrainSample> {
         self.worker(family, method, steps, kernel_log, None)
     }
 
     /// The spec's K steps of `method` in `family` by a fresh worker process, every operation of
     /// the steps after the warm-up timed ([`haares_core::op_times`]).
-    pub fn operations_worker(
-        &self,
-        family: ModelFamily,
-        method: &str,
-    ) -> Result<TrainSample, String> {
+    pub fn operations_worker(&self, family: ModelFamily, method: &str) -> Result<TrainSample> {
         self.worker(
             family,
             method,
@@ -194,7 +187,7 @@ impl CostSpec {
         steps: usize,
         kernel_log: KernelLog,
         record_operations_from: Option<usize>,
-    ) -> Result<TrainSample, String> {
+    ) -> Result<TrainSample> {
         let task = WorkerTask::Train {
             config: self.model(family, method)?,
             method: method.to_string(),
@@ -206,33 +199,37 @@ impl CostSpec {
         };
         match run_worker(self.backend, &task)? {
             WorkerResult::Train(sample) => Ok(*sample),
-            _ => Err("a training worker answered with something else".into()),
+            _ => Err(BenchError::Worker(
+                "a training worker answered with something else".into(),
+            )),
         }
     }
 
     /// Refuses what cannot be measured, before any worker starts.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<()> {
         if self.methods.is_empty() || self.families.is_empty() {
-            return Err("give at least one method and one family".into());
+            return Err(BenchError::Request(
+                "give at least one method and one family".into(),
+            ));
         }
         if self.peer_matmul.is_empty() || self.peer_modes.is_empty() {
-            return Err(
+            return Err(BenchError::Request(
                 "give the peer at least one matrix-product precision (fp32, tf32) and one mode"
                     .into(),
-            );
+            ));
         }
         if self.peer_matmul.contains(&PeerMatmul::Tf32) && !self.backend.is_cuda() {
-            return Err(format!(
+            return Err(BenchError::Request(format!(
                 "--peer-matmul tf32 needs a CUDA backend (PyTorch has no TF32 on `{}`); \
                  leave it out or run with --backend cuda",
                 self.backend
-            ));
+            )));
         }
         if self.steps <= self.warmup {
-            return Err(format!(
+            return Err(BenchError::Request(format!(
                 "--steps {} must exceed --warmup {} (the steady state is measured after the warm-up)",
                 self.steps, self.warmup
-            ));
+            )));
         }
         let sizes = [
             self.repeats,
@@ -242,10 +239,10 @@ impl CostSpec {
             self.validation_every,
         ];
         if sizes.contains(&0) {
-            return Err(
+            return Err(BenchError::Request(
                 "--repeats, --batch, --seq, --gemm-size and --validation-every must be positive"
                     .into(),
-            );
+            ));
         }
         for family in &self.families {
             for method in &self.methods {

@@ -20,10 +20,18 @@ use haares_core::method::method_label;
 use haares_train::backend::BackendKind;
 use worker::{RESULT_PREFIX, WorkerResult, WorkerTask};
 
+use crate::error::{BenchError, Result};
+
 /// Runs one task in a fresh `haares-bench cost-worker` process and reads its answer.
-pub fn run_worker(backend: BackendKind, task: &WorkerTask) -> Result<WorkerResult, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
-    let task_json = serde_json::to_string(task).map_err(|e| e.to_string())?;
+pub fn run_worker(backend: BackendKind, task: &WorkerTask) -> Result<WorkerResult> {
+    let worker = |message: String| BenchError::Worker(message);
+    let exe = std::env::current_exe().map_err(|e| {
+        worker(format!(
+            "cannot find this executable to start it again: {e}"
+        ))
+    })?;
+    let task_json = serde_json::to_string(task)
+        .map_err(|e| worker(format!("cannot write the task as JSON: {e}")))?;
     // The worker's stderr goes straight to ours: its progress and, if it fails, its error.
     let output = Command::new(&exe)
         .args([
@@ -35,16 +43,16 @@ pub fn run_worker(backend: BackendKind, task: &WorkerTask) -> Result<WorkerResul
         ])
         .stderr(Stdio::inherit())
         .output()
-        .map_err(|e| format!("cannot start the worker `{}`: {e}", exe.display()))?;
+        .map_err(|e| worker(format!("cannot start `{}`: {e}", exe.display())))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let answer = stdout.lines().find_map(|l| l.strip_prefix(RESULT_PREFIX));
     match (output.status.success(), answer) {
         (true, Some(json)) => serde_json::from_str(json)
-            .map_err(|e| format!("the worker's answer is not valid JSON ({e}): {json}")),
-        _ => Err(format!(
+            .map_err(|e| worker(format!("its answer is not valid JSON ({e}): {json}"))),
+        _ => Err(worker(format!(
             "a measurement failed ({}); the worker's error is above",
             output.status
-        )),
+        ))),
     }
 }
 

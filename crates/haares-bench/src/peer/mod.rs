@@ -25,6 +25,7 @@ use haares_train::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
 use crate::cost::CostSpec;
+use crate::error::{BenchError, Result};
 use crate::measure::export::ExportTask;
 use crate::measure::stats::median;
 use crate::measure::worker::{RESULT_PREFIX, TrainSample, WorkerTask};
@@ -84,14 +85,14 @@ impl PeerSample {
 }
 
 /// The device PyTorch runs on for a backend of ours, or why there is no peer for it.
-pub fn torch_device(backend: BackendKind) -> Result<&'static str, String> {
+pub fn torch_device(backend: BackendKind) -> Result<&'static str> {
     match backend {
         BackendKind::Flex | BackendKind::Ndarray => Ok("cpu"),
         BackendKind::Cuda | BackendKind::CudaFusion => Ok("cuda"),
-        other => Err(format!(
+        other => Err(BenchError::Request(format!(
             "PyTorch has no `{other}` backend to compare with; run the peer with --backend flex, \
              ndarray or cuda"
-        )),
+        ))),
     }
 }
 
@@ -105,28 +106,36 @@ pub struct Peer {
 impl Peer {
     /// Writes the script and asks the interpreter for PyTorch; `Err` says why the peer cannot
     /// run and how to fix that.
-    pub fn start(python: &str, backend: BackendKind) -> Result<(Self, PeerRun), String> {
+    pub fn start(python: &str, backend: BackendKind) -> Result<(Self, PeerRun)> {
         let device = torch_device(backend)?;
         let folder = tempfile::Builder::new()
             .prefix("haares-peer-")
             .tempdir()
-            .map_err(|e| format!("cannot create a folder for the peer script: {e}"))?;
-        std::fs::write(folder.path().join("torch_peer.py"), SCRIPT)
-            .map_err(|e| format!("cannot write the peer script: {e}"))?;
+            .map_err(|e| {
+                BenchError::Peer(format!(
+                    "cannot create a temporary folder for the peer script ({e}); check TMPDIR"
+                ))
+            })?;
+        let script = folder.path().join("torch_peer.py");
+        std::fs::write(&script, SCRIPT).map_err(|e| BenchError::file(&script, e))?;
         let peer = Self {
             python: python.to_string(),
             device,
             folder,
         };
         let version: serde_json::Value = peer.run(&["version"]).map_err(|e| {
-            format!(
+            let e = e.reason();
+            BenchError::Peer(format!(
                 "the PyTorch peer needs `{python} -c \"import torch, safetensors\"` to work, and \
                  it does not ({e}). Install PyTorch (https://pytorch.org/get-started/locally/, e.g. \
                  `pip install torch safetensors`) or pass --python with an interpreter that has it"
-            )
+            ))
         })?;
         if device == "cuda" && version["cuda"] != serde_json::Value::Bool(true) {
-            return Err(format!("`{python}` has a PyTorch without CUDA ({version})"));
+            return Err(BenchError::Peer(format!(
+                "`{python}` has a PyTorch without CUDA ({version}); install a CUDA build of \
+                 PyTorch or pass --python with an interpreter that has one"
+            )));
         }
         let run = PeerRun {
             python: python.to_string(),
@@ -139,12 +148,12 @@ impl Peer {
     }
 
     /// The peer's GEMM rate (FLOP/s), best of 3 square `n × n` f32 products at `matmul`.
-    pub fn gemm(&self, n: usize, matmul: PeerMatmul) -> Result<f64, String> {
+    pub fn gemm(&self, n: usize, matmul: PeerMatmul) -> Result<f64> {
         let precision = format!("--matmul={}", matmul.label().to_lowercase());
         let answer = self.run(&["gemm", "--size", &n.to_string(), &precision])?;
         answer["flops_per_s"]
             .as_f64()
-            .ok_or_else(|| format!("the peer's GEMM answer has no rate: {answer}"))
+            .ok_or_else(|| BenchError::Peer(format!("its GEMM answer has no rate: {answer}")))
     }
 
     /// K training steps of the model a worker of ours exported to `export` (see [`ExportTask`]),
@@ -155,12 +164,12 @@ impl Peer {
         method: &str,
         (batch, seq, steps): (usize, usize, usize),
         setting: (PeerMatmul, PeerMode),
-    ) -> Result<PeerSample, String> {
+    ) -> Result<PeerSample> {
         let mut args = vec!["train".to_string(), format!("--steps={steps}")];
         args.extend(model_args(export, method, (batch, seq), setting));
         let answer = self.run(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
         let sample: PeerSample = serde_json::from_value(answer)
-            .map_err(|e| format!("the peer's answer is malformed: {e}"))?;
+            .map_err(|e| BenchError::Peer(format!("its training answer is malformed: {e}")))?;
         Ok(PeerSample {
             mode: setting.1,
             ..sample
@@ -174,7 +183,7 @@ impl Peer {
         export: &ExportTask,
         (batch, seq): (usize, usize),
         (steps, warmup): (usize, usize),
-    ) -> Result<PeerProfile, String> {
+    ) -> Result<PeerProfile> {
         let answer = self.run(&[
             "profile",
             &format!("--checkpoint={}", export.initial.display()),
@@ -183,7 +192,8 @@ impl Peer {
             &format!("--steps={steps}"),
             &format!("--warmup={warmup}"),
         ])?;
-        serde_json::from_value(answer).map_err(|e| format!("the peer's profile is malformed: {e}"))
+        serde_json::from_value(answer)
+            .map_err(|e| BenchError::Peer(format!("its profile is malformed: {e}")))
     }
 
     /// Where a method's exported files go.
@@ -213,26 +223,28 @@ impl Peer {
         &self.python
     }
 
-    fn run(&self, args: &[&str]) -> Result<serde_json::Value, String> {
-        let (mode, rest) = args.split_first().ok_or("no peer mode")?;
+    fn run(&self, args: &[&str]) -> Result<serde_json::Value> {
+        let (mode, rest) = args
+            .split_first()
+            .ok_or_else(|| BenchError::Peer("no mode to run the script in".into()))?;
         let rest: Vec<String> = rest.iter().map(|a| a.to_string()).collect();
         let output = self
             .command(mode, &rest)
             .stderr(Stdio::piped())
             .output()
-            .map_err(|e| format!("cannot start `{}`: {e}", self.python))?;
+            .map_err(|e| BenchError::Peer(format!("cannot start `{}`: {e}", self.python)))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         let answer = stdout.lines().find_map(|l| l.strip_prefix(RESULT_PREFIX));
         match (output.status.success(), answer) {
             (true, Some(json)) => serde_json::from_str(json)
-                .map_err(|e| format!("the peer's answer is not JSON ({e}): {json}")),
+                .map_err(|e| BenchError::Peer(format!("its answer is not JSON ({e}): {json}"))),
             _ => {
                 let stderr = String::from_utf8_lossy(&output.stderr);
                 let last = stderr.lines().last().unwrap_or("no message");
-                Err(format!(
+                Err(BenchError::Peer(format!(
                     "{} exited with {}: {last}",
                     self.python, output.status
-                ))
+                )))
             }
         }
     }
@@ -293,6 +305,7 @@ impl PeerSession {
                 }
             }
             Err(reason) => {
+                let reason = reason.reason();
                 log(&format!("PyTorch peer skipped: {reason}"));
                 Self {
                     peer: None,
@@ -408,7 +421,8 @@ impl PeerSession {
         self.run
     }
 
-    fn stop(&mut self, reason: String, log: &mut impl FnMut(&str)) {
+    fn stop(&mut self, reason: BenchError, log: &mut impl FnMut(&str)) {
+        let reason = reason.reason();
         log(&format!("PyTorch peer stopped: {reason}"));
         self.run.skipped = Some(reason);
         self.peer = None;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+use crate::error::{BenchError, Result};
 use crate::measure::export::ExportTask;
 use crate::measure::worker::RESULT_PREFIX;
 use crate::peer::{Peer, PeerMatmul, PeerMode, model_args};
@@ -57,19 +58,19 @@ impl PeerServer {
         sizes: (usize, usize),
         setting: (PeerMatmul, PeerMode),
         errors: PathBuf,
-    ) -> Result<Self, String> {
+    ) -> Result<Self> {
         let name = format!("PyTorch {} ({method})", setting.1.label());
-        let stderr = File::create(&errors)
-            .map_err(|e| format!("cannot create {} for the peer: {e}", errors.display()))?;
+        let stderr = File::create(&errors).map_err(|e| BenchError::file(&errors, e))?;
         let mut child = peer
             .command("serve", &model_args(export, method, sizes, setting))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
-            .map_err(|e| format!("cannot start `{}`: {e}", peer.python()))?;
+            .map_err(|e| BenchError::Peer(format!("cannot start `{}`: {e}", peer.python())))?;
         let (input, output) = (child.stdin.take(), child.stdout.take());
-        let output = BufReader::new(output.ok_or("the peer has no stdout")?);
+        let output = output.ok_or_else(|| BenchError::Peer(format!("{name} has no stdout")))?;
+        let output = BufReader::new(output);
         let mut server = Self {
             child,
             input,
@@ -84,7 +85,7 @@ impl PeerServer {
     }
 
     /// One training step of the peer's model.
-    pub fn step(&mut self) -> Result<PeerStep, String> {
+    pub fn step(&mut self) -> Result<PeerStep> {
         let sent = (self.input.as_mut()).map(|input| writeln!(input, "step").and(input.flush()));
         if !matches!(sent, Some(Ok(()))) {
             return Err(self.failure("stopped taking steps"));
@@ -93,7 +94,7 @@ impl PeerServer {
     }
 
     /// The next answer on the peer's stdout (other lines are its own output).
-    fn answer<T: for<'de> Deserialize<'de>>(&mut self) -> Result<T, String> {
+    fn answer<T: for<'de> Deserialize<'de>>(&mut self) -> Result<T> {
         let mut line = String::new();
         loop {
             line.clear();
@@ -102,22 +103,23 @@ impl PeerServer {
                 Ok(_) => {}
             }
             if let Some(json) = line.trim_end().strip_prefix(RESULT_PREFIX) {
-                return serde_json::from_str(json)
-                    .map_err(|e| format!("{}'s answer is malformed ({e}): {json}", self.name));
+                return serde_json::from_str(json).map_err(|e| {
+                    BenchError::Peer(format!("{}'s answer is malformed ({e}): {json}", self.name))
+                });
             }
         }
     }
 
     /// What went wrong, with the last line the peer wrote to its stderr.
-    fn failure(&mut self, what: &str) -> String {
+    fn failure(&mut self, what: &str) -> BenchError {
         let status = self.finish();
         let errors = std::fs::read_to_string(&self.errors).unwrap_or_default();
         let last = errors.lines().rev().find(|l| !l.trim().is_empty());
-        format!(
+        BenchError::Peer(format!(
             "{} {what} ({status}): {}",
             self.name,
             last.unwrap_or("no message")
-        )
+        ))
     }
 
     /// Closes the peer's input, which ends it, and waits for it (killing it after

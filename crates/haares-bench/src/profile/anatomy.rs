@@ -17,6 +17,7 @@ use haares_train::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
 use crate::cost::{CostSpec, SizeArgs};
+use crate::error::{BenchError, Result};
 use crate::measure::export::ExportTask;
 use crate::measure::run_worker;
 use crate::measure::worker::{TrainSample, WorkerTask};
@@ -90,13 +91,13 @@ pub struct AnatomyRun {
 
 /// Runs the anatomy; the run and where its files go (`--out`, or `runs/bench/anatomy-<backend>`).
 /// [`super::anatomy_report`] writes it.
-pub fn anatomy(args: AnatomyArgs) -> Result<(AnatomyRun, PathBuf), String> {
+pub fn anatomy(args: AnatomyArgs) -> Result<(AnatomyRun, PathBuf)> {
     if args.backend.is_cube() {
-        return Err(format!(
+        return Err(BenchError::Request(format!(
             "anatomy times operations on the CPU backends (flex, ndarray), not `{}`: a GPU \
              backend's calls only enqueue kernels; use `first-step --kernel-times` there",
             args.backend
-        ));
+        )));
     }
     let mut spec = CostSpec::cpu(args.backend);
     args.sizes.apply(&mut spec);
@@ -110,6 +111,7 @@ pub fn anatomy(args: AnatomyArgs) -> Result<(AnatomyRun, PathBuf), String> {
         true => match Peer::start(&args.python, args.backend) {
             Ok((peer, run)) => (Some(peer), None, run.torch_version),
             Err(why) => {
+                let why = why.reason();
                 eprintln!("PyTorch peer skipped: {why}");
                 (None, Some(why), None)
             }
@@ -123,6 +125,7 @@ pub fn anatomy(args: AnatomyArgs) -> Result<(AnatomyRun, PathBuf), String> {
             match profile_peer(peer, &spec, family, method) {
                 Ok(profile) => anatomy.peer = Some(profile),
                 Err(why) => {
+                    let why = why.reason();
                     eprintln!("PyTorch peer of {method}: {why}");
                     peer_skipped.get_or_insert(why);
                 }
@@ -144,7 +147,7 @@ pub fn anatomy(args: AnatomyArgs) -> Result<(AnatomyRun, PathBuf), String> {
 }
 
 /// A worker's recorded operations as per-steady-step figures.
-fn method_anatomy(sample: &TrainSample, warmup: usize) -> Result<MethodAnatomy, String> {
+fn method_anatomy(sample: &TrainSample, warmup: usize) -> Result<MethodAnatomy> {
     let steady = &sample.step_s[warmup.min(sample.step_s.len())..];
     let phases = sample
         .anatomy
@@ -152,7 +155,10 @@ fn method_anatomy(sample: &TrainSample, warmup: usize) -> Result<MethodAnatomy, 
         .map(|a| &a.phase_s[warmup.min(a.phase_s.len())..])
         .unwrap_or_default();
     if steady.is_empty() || phases.is_empty() {
-        return Err(format!("{}: no steady step was timed", sample.method));
+        return Err(BenchError::Worker(format!(
+            "{}: no steady step was timed; give --steps more than --warmup",
+            sample.method
+        )));
     }
     let steps = steady.len() as f64;
     let mut phase_s = [0.0; 3];
@@ -191,7 +197,7 @@ fn profile_peer(
     spec: &CostSpec,
     family: ModelFamily,
     method: &str,
-) -> Result<PeerProfile, String> {
+) -> Result<PeerProfile> {
     let (initial, perturbed, reference) = peer.export_paths(family, method);
     let export = ExportTask {
         config: spec.model(family, method)?,

@@ -14,6 +14,7 @@ use haares_train::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
 use crate::cost::CostSpec;
+use crate::error::{BenchError, Result};
 use crate::measure::kernel_events::KernelTally;
 use crate::measure::method_with_path;
 use crate::measure::worker::{KernelLog, TrainSample};
@@ -62,15 +63,17 @@ impl FirstStepSpec {
     }
 
     /// Refuses what cannot be measured, before any worker starts.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<()> {
         if self.layers.is_empty() {
-            return Err("give at least one depth with --layers".into());
+            return Err(BenchError::Request(
+                "give at least one depth with --layers".into(),
+            ));
         }
         if self.steps < 2 {
-            return Err(format!(
+            return Err(BenchError::Request(format!(
                 "--steps {} is too few: the first step is compared with later ones (use 2 or more)",
                 self.steps
-            ));
+            )));
         }
         self.layers
             .iter()
@@ -92,7 +95,7 @@ pub fn run_first_step(
     spec: &FirstStepSpec,
     stem: &Path,
     mut log: impl FnMut(&str),
-) -> Result<FirstStepRun, String> {
+) -> Result<FirstStepRun> {
     spec.validate()?;
     let mut run = FirstStepRun {
         spec: spec.clone(),

@@ -133,7 +133,7 @@ impl<B> TrainingBackend for B where B: AutodiffBackend<InnerBackend: HaaresBacke
 pub fn core_kernel_sources(
     sources: &mut crate::cuda_sources::CudaSources,
     head_dims: &[usize],
-) -> Result<(), String> {
+) -> crate::Result<()> {
     for &head_dim in head_dims {
         attention::cube::sources::attention_sources(sources, head_dim)?;
     }

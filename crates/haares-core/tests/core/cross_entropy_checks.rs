@@ -100,7 +100,12 @@ pub fn cross_entropy_pair_agrees_with_f64<B: HaaresBackend>(relative: f64) {
             let (targets, weights) = (case.targets_on::<B>(), case.rows_on::<B>(&case.weights));
             let total = B::summed_cross_entropy(logits.clone(), targets.clone(), weights.clone());
             let exact_total = vec![losses.iter().sum::<f64>()];
-            assert_close_at_scale(&tensor_values(total), &exact_total, relative, &what("total"));
+            assert_close_at_scale(
+                &tensor_values(total),
+                &exact_total,
+                relative,
+                &what("total"),
+            );
             let (fused, fused_sums) =
                 B::cross_entropy_forward(logits.clone(), targets.clone(), weights.clone());
             let fused = tensor_values(fused);
@@ -158,7 +163,11 @@ where
             cross_entropy_f64(&case, &tensor_values(logits.clone()), &every_row);
         let weights = case.rows_on::<B>(&case.weights);
         let total = B::summed_cross_entropy(logits.clone(), case.targets_on::<B>(), weights);
-        assert_eq!(total.dims(), [1], "the total of shape {shape:?} is one value");
+        assert_eq!(
+            total.dims(),
+            [1],
+            "the total of shape {shape:?} is one value"
+        );
         let what = |name: &str| format!("{name}, shape {shape:?}");
         let exact_total = vec![losses.iter().sum::<f64>()];
         assert_close_at_scale(

@@ -10,7 +10,7 @@ use plotters::prelude::*;
 
 use crate::error::{Result, TrainError};
 use crate::report::plot::{
-    DrawResult, FONT, Figure, color, draw_legend, legend_mark, save_both, slug,
+    DrawResult, FONT, Figure, color, draw_legend, drawing, legend_mark, save_both, slug,
 };
 use crate::report::results::{Finished, Pair, PaperMarks, mean_sd};
 use haares_core::method::method_label;
@@ -97,7 +97,7 @@ fn curves<DB: DrawingBackend>(
     runs: &[&Finished],
     methods: &[&str],
 ) -> DrawResult {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| drawing(e);
     area.fill(&WHITE).map_err(e)?;
     let points = runs.iter().flat_map(|r| r.summary.val_curve.iter());
     let (mut lo, mut hi, mut last) = (f64::INFINITY, f64::NEG_INFINITY, 1usize);
@@ -186,7 +186,7 @@ fn paired_effect<DB: DrawingBackend>(
     pairs: &[Pair],
     paper: &[PaperMarks],
 ) -> DrawResult {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| drawing(e);
     area.fill(&WHITE).map_err(e)?;
     let keys = groups(pairs);
     let marks_of = |setting: &str, method: &str| {

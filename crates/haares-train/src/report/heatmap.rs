@@ -10,7 +10,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::error::Result;
-use crate::report::plot::{DrawResult, FONT, Figure, save_both, viridis};
+use crate::report::plot::{DrawResult, FONT, Figure, drawing, save_both, viridis};
 
 /// A heatmap of `ᾱ`: rows are read sites in execution order, columns the sources `e, C_1, D̂_1, …`;
 /// one panel per titled statistics, sharing the colour scale.
@@ -97,7 +97,7 @@ fn row_label(site: &SiteStatistics) -> String {
 
 impl Figure for Heatmap {
     fn render<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult {
-        let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+        let e = |e: DrawingAreaErrorKind<DB::ErrorType>| drawing(e);
         area.fill(&WHITE).map_err(e)?;
         let area = area.titled(&self.title, (FONT, 20)).map_err(e)?;
         let (width, _) = area.dim_in_pixel();
@@ -124,7 +124,7 @@ fn draw_panel<DB: DrawingBackend>(
     columns: &[Column],
     top: f64,
 ) -> DrawResult {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| drawing(e);
     let rows = stats.sites.len();
     let step = rows.div_ceil(24).max(1);
     let mut chart = ChartBuilder::on(panel)
@@ -181,7 +181,7 @@ fn draw_panel<DB: DrawingBackend>(
 
 /// The colour scale from 0 to `top`.
 fn draw_color_bar<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, top: f64) -> DrawResult {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| drawing(e);
     let mut bar = ChartBuilder::on(area)
         .margin_top(40)
         .margin_bottom(44)

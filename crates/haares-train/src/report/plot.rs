@@ -22,8 +22,13 @@ pub fn register_font() {
     });
 }
 
-/// What drawing returns: a message on failure.
-pub type DrawResult = std::result::Result<(), String>;
+/// What drawing returns: [`TrainError::Report`] on failure, naming what plotters said.
+pub type DrawResult = Result<()>;
+
+/// A plotters failure as the report's error.
+pub fn drawing(error: impl std::fmt::Display) -> TrainError {
+    TrainError::Report(format!("drawing failed: {error}"))
+}
 
 /// A figure, drawable on any plotters backend.
 pub trait Figure {
@@ -47,14 +52,17 @@ pub fn draw_legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTransl
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| e.to_string())
+        .map_err(drawing)
 }
 
 /// Renders `figure` to `<stem>.svg` and `<stem>.png` in `dir`, each through a temporary file and a
 /// rename.
 pub fn save_both(dir: &Path, stem: &str, size: (u32, u32), figure: &impl Figure) -> Result<()> {
     register_font();
-    let fail = |e: String| TrainError::Report(format!("figure `{stem}`: {e}"));
+    let fail = |e: TrainError| match e {
+        TrainError::Report(message) => TrainError::Report(format!("figure `{stem}`: {message}")),
+        other => other,
+    };
     let pid = std::process::id();
     let (svg, svg_tmp) = (
         dir.join(format!("{stem}.svg")),
@@ -63,7 +71,7 @@ pub fn save_both(dir: &Path, stem: &str, size: (u32, u32), figure: &impl Figure)
     {
         let area = SVGBackend::new(&svg_tmp, size).into_drawing_area();
         figure.render(&area).map_err(fail)?;
-        area.present().map_err(|e| fail(e.to_string()))?;
+        area.present().map_err(|e| fail(drawing(e)))?;
     }
     std::fs::rename(&svg_tmp, &svg).map_err(|e| TrainError::io(&svg, e))?;
     let (png, png_tmp) = (
@@ -73,7 +81,7 @@ pub fn save_both(dir: &Path, stem: &str, size: (u32, u32), figure: &impl Figure)
     {
         let area = BitMapBackend::new(&png_tmp, size).into_drawing_area();
         figure.render(&area).map_err(fail)?;
-        area.present().map_err(|e| fail(e.to_string()))?;
+        area.present().map_err(|e| fail(drawing(e)))?;
     }
     std::fs::rename(&png_tmp, &png).map_err(|e| TrainError::io(&png, e))
 }

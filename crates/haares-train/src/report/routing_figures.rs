@@ -14,7 +14,7 @@ use plotters::prelude::*;
 use crate::error::{Result, TrainError};
 use crate::report::heatmap::Heatmap;
 use crate::report::plot::{
-    DrawResult, FONT, Figure, color, draw_legend, legend_mark, save_both, slug,
+    DrawResult, FONT, Figure, color, draw_legend, drawing, legend_mark, save_both, slug,
 };
 use crate::report::results::Finished;
 use crate::run::learner::routing_path;
@@ -223,7 +223,7 @@ fn seed_mean_curve(runs: &[&RoutedRun<'_>]) -> Vec<(f64, f64)> {
 
 impl Figure for DetailMass {
     fn render<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> DrawResult {
-        area.fill(&WHITE).map_err(|e| e.to_string())?;
+        area.fill(&WHITE).map_err(drawing)?;
         let (left, right) = area.split_horizontally(area.dim_in_pixel().0 / 2);
         line_panel(&left, "p_D over training", ("step", 0), &self.over_training)?;
         let depth = ("read site ℓ / 2L", 2);
@@ -242,7 +242,7 @@ fn line_panel<DB: DrawingBackend>(
     (x_desc, x_decimals): (&str, usize),
     lines: &[(String, Vec<(f64, f64)>)],
 ) -> DrawResult {
-    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| drawing(e);
     let points = lines.iter().flat_map(|(_, p)| p.iter());
     let (x_max, y_max) = points.fold((1e-9f64, 1e-3f64), |(x, y), p| (x.max(p.0), y.max(p.1)));
     let mut chart = ChartBuilder::on(area)

@@ -18,6 +18,7 @@ use haares_core::backend::Cuda;
 use haares_core::ops::matmul::cublas::{self, BlasPrecision};
 
 use super::{CaseResult, Kernels, ProductCase, Timing};
+use crate::error::{BenchError, Result};
 
 /// Output elements sampled per product for its error against f64.
 const SAMPLES: usize = 256;
@@ -31,7 +32,7 @@ struct Operands {
 }
 
 /// Every provider of ours on `case`, `repeats` products each.
-pub fn measure_case(case: &ProductCase, repeats: usize, seed: u64) -> Result<CaseResult, String> {
+pub fn measure_case(case: &ProductCase, repeats: usize, seed: u64) -> Result<CaseResult> {
     let operands = operands(case, seed);
     let mut timings = Vec::new();
     // Without cuBLAS (`cublas::availability`, which the run reports) cubek and PyTorch are still
@@ -98,10 +99,10 @@ fn cublas_timing(
     operands: &Operands,
     precision: BlasPrecision,
     repeats: usize,
-) -> Result<Timing, String> {
+) -> Result<Timing> {
     let product = || {
         cublas::matmul(operands.lhs.clone(), operands.rhs.clone(), precision)
-            .map_err(|failure| format!("{}: {failure}", case.name))
+            .map_err(|failure| BenchError::Device(format!("{}: {failure}", case.name)))
     };
     for _ in 0..2 {
         product()?;
@@ -115,12 +116,13 @@ fn cublas_timing(
     let wall = start.elapsed().as_secs_f64();
     let times = cublas::stop_timing();
     if times.calls < repeats as u64 {
-        return Err(format!(
+        return Err(BenchError::Device(format!(
             "{}: {} of {repeats} cuBLAS products timed",
             case.name, times.calls
-        ));
+        )));
     }
-    let output = last.ok_or_else(|| format!("{}: no product taken", case.name))?;
+    let output =
+        last.ok_or_else(|| BenchError::Device(format!("{}: no product taken", case.name)))?;
     Ok(Timing {
         kernels: match precision {
             BlasPrecision::Tf32 => Kernels::CublasTf32,
@@ -137,7 +139,7 @@ fn cubek_timing(
     operands: &Operands,
     kernels: Kernels,
     repeats: usize,
-) -> Result<Timing, String> {
+) -> Result<Timing> {
     let strategy = match kernels {
         Kernels::CubekDouble => Strategy::DoubleCyclicCmma(Default::default()),
         _ => Strategy::Auto,
@@ -145,20 +147,22 @@ fn cubek_timing(
     let launch = || launch_with(&strategy, operands.lhs.clone(), operands.rhs.clone());
     let client = operands.lhs.client.clone();
     for _ in 0..2 {
-        launch().map_err(|error| format!("{} by {}: {error}", case.name, kernels.name()))?;
+        launch().map_err(|error| by(case, kernels, error))?;
     }
     let (outputs, duration) = client
         .profile(
             || (0..repeats).map(|_| launch()).collect::<Vec<_>>(),
             "products",
         )
-        .map_err(|error| format!("{}: CubeCL's profiler: {error:?}", case.name))?;
+        .map_err(|error| {
+            BenchError::Device(format!("{}: CubeCL's profiler: {error:?}", case.name))
+        })?;
     let seconds = block_on(duration.resolve()).duration().as_secs_f64();
     let output = outputs
         .into_iter()
         .last()
-        .ok_or_else(|| format!("{}: no product taken", case.name))?
-        .map_err(|error| format!("{} by {}: {error}", case.name, kernels.name()))?;
+        .ok_or_else(|| BenchError::Device(format!("{}: no product taken", case.name)))?
+        .map_err(|error| by(case, kernels, error))?;
     Ok(Timing {
         kernels,
         device_s: seconds / repeats as f64,
@@ -167,13 +171,23 @@ fn cubek_timing(
     })
 }
 
+/// `case`'s product by `kernels` failed with `error`.
+fn by(case: &ProductCase, kernels: Kernels, error: BenchError) -> BenchError {
+    BenchError::Device(format!(
+        "{} by {}: {}",
+        case.name,
+        kernels.name(),
+        error.reason()
+    ))
+}
+
 /// cubek's product by `strategy`, as Burn's cube backend launches it (`Strategy::Auto` is the
 /// model's): into a new output of Burn's allocation.
 fn launch_with(
     strategy: &Strategy,
     lhs: CubeTensor<CudaRuntime>,
     rhs: CubeTensor<CudaRuntime>,
-) -> Result<CubeTensor<CudaRuntime>, String> {
+) -> Result<CubeTensor<CudaRuntime>> {
     let out = init_matmul_output(&lhs, &rhs, DType::F32);
     let float = DType::F32.into();
     let mut elements = MatmulElems::from_globals(&MatmulGlobalElems {
@@ -189,7 +203,7 @@ fn launch_with(
         out.clone().binding(),
         &mut elements,
     )
-    .map_err(|error| format!("{error:?}"))?;
+    .map_err(|error| BenchError::Device(format!("{error:?}")))?;
     Ok(out)
 }
 

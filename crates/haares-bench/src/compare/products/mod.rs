@@ -65,7 +65,7 @@ pub struct ProductsArgs {
 /// Measures every family's products on the first CUDA device, with the PyTorch peer unless
 /// `python` is `none`; `log` gets a line per product.
 #[cfg(feature = "cuda")]
-pub fn run_products(args: &ProductsArgs, mut log: impl FnMut(&str)) -> Result<ProductsRun, String> {
+pub fn run_products(args: &ProductsArgs, mut log: impl FnMut(&str)) -> crate::Result<ProductsRun> {
     let tokens = args.batch * args.seq;
     let mut run = ProductsRun {
         layers: args.layers,
@@ -99,6 +99,7 @@ pub fn run_products(args: &ProductsArgs, mut log: impl FnMut(&str)) -> Result<Pr
                     peer::merge(&mut results, timings);
                 }
                 Err(why) => {
+                    let why = why.reason();
                     log(&why);
                     run.peer = format!("not run: {why}");
                 }
@@ -114,8 +115,10 @@ pub fn run_products(args: &ProductsArgs, mut log: impl FnMut(&str)) -> Result<Pr
 
 /// The same without the `cuda` feature: the error that says how to get it.
 #[cfg(not(feature = "cuda"))]
-pub fn run_products(_: &ProductsArgs, _: impl FnMut(&str)) -> Result<ProductsRun, String> {
-    Err("`products` measures CUDA's products: rebuild haares-bench with `--features cuda`".into())
+pub fn run_products(_: &ProductsArgs, _: impl FnMut(&str)) -> crate::Result<ProductsRun> {
+    Err(crate::BenchError::Request(
+        "`products` measures CUDA's products: rebuild haares-bench with `--features cuda`".into(),
+    ))
 }
 
 /// The first GPU's name from `nvidia-smi`, or a plain label where it cannot be asked.
@@ -132,7 +135,7 @@ fn gpu_name() -> String {
 }
 
 /// Writes `run` as `<out>.md` and `<out>.json`, each atomically; the markdown back.
-pub fn write_products_run(run: &ProductsRun, args: &ProductsArgs) -> Result<String, String> {
+pub fn write_products_run(run: &ProductsRun, args: &ProductsArgs) -> crate::Result<String> {
     let table = report::markdown(run, args.target);
     crate::report_files::write_atomically_both(&args.out, run, &table)?;
     Ok(table)

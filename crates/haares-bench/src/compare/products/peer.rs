@@ -5,6 +5,7 @@ use std::io::Write as _;
 use std::process::{Command, Stdio};
 
 use super::{CaseResult, Kernels, ProductCase, Timing};
+use crate::error::{BenchError, Result};
 
 /// The script, embedded so that the published binary carries it.
 pub const SCRIPT: &str = include_str!("../../../peer/torch_products.py");
@@ -22,17 +23,17 @@ pub struct PeerTimings {
 
 /// Runs the script under `python` on `cases`; `Err` gives the interpreter's last line of stderr
 /// and how to get a PyTorch with CUDA.
-pub fn torch_timings(
-    python: &str,
-    cases: &[ProductCase],
-    repeats: usize,
-) -> Result<PeerTimings, String> {
+pub fn torch_timings(python: &str, cases: &[ProductCase], repeats: usize) -> Result<PeerTimings> {
     let folder = tempfile::Builder::new()
         .prefix("haares-products-")
         .tempdir()
-        .map_err(|e| format!("cannot create a folder for the peer script: {e}"))?;
+        .map_err(|e| {
+            BenchError::Peer(format!(
+                "cannot create a temporary folder for the peer script ({e}); check TMPDIR"
+            ))
+        })?;
     let script = folder.path().join("torch_products.py");
-    std::fs::write(&script, SCRIPT).map_err(|e| format!("cannot write the peer script: {e}"))?;
+    std::fs::write(&script, SCRIPT).map_err(|e| BenchError::file(&script, e))?;
     let mut child = Command::new(python)
         .arg(&script)
         .arg(format!("--repeats={repeats}"))
@@ -40,50 +41,55 @@ pub fn torch_timings(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start `{python}`: {e}"))?;
-    let cases_json = serde_json::to_vec(cases).map_err(|e| e.to_string())?;
+        .map_err(|e| BenchError::Peer(format!("cannot start `{python}`: {e}")))?;
+    let cases_json = serde_json::to_vec(cases)
+        .map_err(|e| BenchError::Peer(format!("cannot write the cases as JSON: {e}")))?;
     if let Some(mut stdin) = child.stdin.take() {
         // A peer that exits before reading says why on stderr, read below.
         let _ = stdin.write_all(&cases_json);
     }
     let output = child
         .wait_with_output()
-        .map_err(|e| format!("`{python}`: {e}"))?;
+        .map_err(|e| BenchError::Peer(format!("`{python}`: {e}")))?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let answer = stdout
         .lines()
         .find_map(|line| line.strip_prefix(RESULT_PREFIX));
     let Some(answer) = answer.filter(|_| output.status.success()) else {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(format!(
-            "the PyTorch peer (`{python}` with torch_products.py) failed, {}: {}. It needs a \
+        return Err(BenchError::Peer(format!(
+            "`{python}` with torch_products.py failed, {}: {}. It needs a \
              PyTorch with CUDA (`{python} -c \"import torch; assert torch.cuda.is_available()\"`)",
             output.status,
             stderr.lines().last().unwrap_or("no message")
-        ));
+        )));
     };
     parse_answer(answer)
 }
 
 /// The script's JSON answer.
-fn parse_answer(answer: &str) -> Result<PeerTimings, String> {
+fn parse_answer(answer: &str) -> Result<PeerTimings> {
     let value: serde_json::Value = serde_json::from_str(answer)
-        .map_err(|e| format!("the peer's answer is not JSON ({e}): {answer}"))?;
+        .map_err(|e| BenchError::Peer(format!("its answer is not JSON ({e}): {answer}")))?;
     let text = |key: &str| value[key].as_str().unwrap_or("?").to_string();
     let timings = value["timings"]
         .as_array()
-        .ok_or_else(|| format!("the peer's answer has no timings: {answer}"))?
+        .ok_or_else(|| BenchError::Peer(format!("its answer has no timings: {answer}")))?
         .iter()
         .map(|timing| {
             let kernels = match timing["kernels"].as_str() {
                 Some("TorchTf32") => Kernels::TorchTf32,
                 Some("TorchFp32") => Kernels::TorchFp32,
-                other => return Err(format!("the peer named kernels {other:?}")),
+                other => {
+                    return Err(BenchError::Peer(format!("it named kernels {other:?}")));
+                }
             };
             let device_s = timing["device_s"]
                 .as_f64()
                 .filter(|seconds| *seconds > 0.0)
-                .ok_or_else(|| format!("the peer's time is not a positive number: {timing}"))?;
+                .ok_or_else(|| {
+                    BenchError::Peer(format!("its time is not a positive number: {timing}"))
+                })?;
             let name = timing["name"].as_str().unwrap_or_default().to_string();
             Ok((
                 name,
@@ -95,7 +101,7 @@ fn parse_answer(answer: &str) -> Result<PeerTimings, String> {
                 },
             ))
         })
-        .collect::<Result<_, String>>()?;
+        .collect::<Result<_>>()?;
     Ok(PeerTimings {
         version: format!("PyTorch {} on {}", text("torch"), text("device")),
         timings,
@@ -174,11 +180,16 @@ echo 'HAARES-PRODUCTS-RESULT {"torch": "0.0", "device": "stand-in", "timings": [
     #[test]
     fn a_failing_or_garbled_peer_says_why() {
         let dir = tempfile::tempdir().unwrap();
+        let peer_error = |python: &str| {
+            let error = torch_timings(python, &[case("x")], 5).unwrap_err();
+            assert!(matches!(error, BenchError::Peer(_)), "{error:?}");
+            error.to_string()
+        };
         let python = stand_in(
             dir.path(),
             "echo 'RuntimeError: no CUDA GPUs are available' >&2; exit 1",
         );
-        let error = torch_timings(&python, &[case("x")], 5).unwrap_err();
+        let error = peer_error(&python);
         assert!(
             error.contains("no CUDA GPUs are available") && error.contains("PyTorch with CUDA"),
             "{error}"
@@ -187,10 +198,10 @@ echo 'HAARES-PRODUCTS-RESULT {"torch": "0.0", "device": "stand-in", "timings": [
             dir.path(),
             r#"echo 'HAARES-PRODUCTS-RESULT {"timings": [{"name": "x", "kernels": "TorchTf32", "device_s": -1}]}'"#,
         );
-        let error = torch_timings(&python, &[case("x")], 5).unwrap_err();
+        let error = peer_error(&python);
         assert!(error.contains("not a positive number"), "{error}");
         let missing = dir.path().join("no-such-python").display().to_string();
-        let error = torch_timings(&missing, &[case("x")], 5).unwrap_err();
+        let error = peer_error(&missing);
         assert!(error.contains("cannot start"), "{error}");
     }
 }

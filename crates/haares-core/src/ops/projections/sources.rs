@@ -10,7 +10,7 @@ use crate::cuda_sources::{CudaSources, elementwise_cube, float, settings, tensor
 ///
 /// # Errors
 /// CubeCL's compiler.
-pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), String> {
+pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> crate::Result<()> {
     let cube = elementwise_cube();
     let (client, s) = (sources.client(), settings(cube));
     let t = tensor;

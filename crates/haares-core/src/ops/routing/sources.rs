@@ -29,7 +29,7 @@ const SLOT_COUNTS: [usize; 3] = [3, 9, MAX_SLOTS_PER_LAUNCH];
 ///
 /// # Errors
 /// CubeCL's compiler.
-pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), String> {
+pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> crate::Result<()> {
     for count in SLOT_COUNTS {
         read_kernels(sources, count)?;
         slot_kernels(sources, count)?;
@@ -55,7 +55,7 @@ pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), Stri
 
 /// A read's forward and backward kernels over `count` slots, with every compile-time option off
 /// and on.
-fn read_kernels(sources: &mut CudaSources, count: usize) -> Result<(), String> {
+fn read_kernels(sources: &mut CudaSources, count: usize) -> crate::Result<()> {
     let row = CubeDim::new_1d(ROW_THREADS as u32);
     let (client, s, t) = (sources.client(), settings(row), tensor);
     for on in [false, true] {
@@ -127,7 +127,7 @@ fn read_kernels(sources: &mut CudaSources, count: usize) -> Result<(), String> {
 
 /// The plain primitives over `count` slots: each token's dot products with a row, and the
 /// weighted sum.
-fn slot_kernels(sources: &mut CudaSources, count: usize) -> Result<(), String> {
+fn slot_kernels(sources: &mut CudaSources, count: usize) -> crate::Result<()> {
     let row = CubeDim::new_1d(ROW_THREADS as u32);
     let variant = format!("{count} slots");
     let kernel = row_dots_kernel::RowDotsKernel::<W>::new(
@@ -156,7 +156,7 @@ fn slot_kernels(sources: &mut CudaSources, count: usize) -> Result<(), String> {
 
 /// The accumulators' kernels: HAARES's pair write, its RMS matching, a sum with its mean square,
 /// and a gradient's scaled rows.
-fn write_kernels(sources: &mut CudaSources) -> Result<(), String> {
+fn write_kernels(sources: &mut CudaSources) -> crate::Result<()> {
     let (row, cube) = (CubeDim::new_1d(ROW_THREADS as u32), elementwise_cube());
     let (client, t) = (sources.client(), tensor);
     for own_detail in [false, true] {

@@ -12,7 +12,7 @@ use crate::ops::cube_shared::ROW_THREADS;
 ///
 /// # Errors
 /// CubeCL's compiler.
-pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> Result<(), String> {
+pub(in crate::ops) fn cuda_sources(sources: &mut CudaSources) -> crate::Result<()> {
     let (row, threads) = (CubeDim::new_1d(ROW_THREADS as u32), ROW_THREADS);
     let variant = format!("{threads} threads per row");
     let (client, s) = (sources.client(), settings(row));

@@ -13,7 +13,7 @@ use super::cube_kernels::{adamw_kernel, sum_of_squares_kernel, total_kernel};
 ///
 /// # Errors
 /// CubeCL's compiler.
-pub fn optimizer_cuda_sources(sources: &mut CudaSources) -> Result<(), String> {
+pub fn optimizer_cuda_sources(sources: &mut CudaSources) -> haares_core::Result<()> {
     let (cube, norm) = (elementwise_cube(), CubeDim::new_1d(NORM_THREADS as u32));
     for batch in [1, MAX_BATCH] {
         let variant = match batch {

@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::error::TrainError;
 use burn::module::Param;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Tensor, TensorData};
@@ -207,7 +208,7 @@ impl<B: Backend> AdamW<B> {
         steps: u64,
         mut tensors: BTreeMap<String, TensorData>,
         device: &B::Device,
-    ) -> Result<Self, String> {
+    ) -> crate::Result<Self> {
         let mut optimizer = Self::new(settings);
         optimizer.steps = steps;
         let names: Vec<String> = tensors
@@ -218,7 +219,9 @@ impl<B: Backend> AdamW<B> {
             let avg = tensors.remove(&format!("exp_avg.{name}"));
             let sq = tensors.remove(&format!("exp_avg_sq.{name}"));
             let (Some(avg), Some(sq)) = (avg, sq) else {
-                return Err(format!("optimizer state of `{name}` is incomplete"));
+                return Err(TrainError::Checkpoint(format!(
+                    "the optimizer state of `{name}` is incomplete"
+                )));
             };
             optimizer.state.insert(
                 name,
@@ -229,7 +232,9 @@ impl<B: Backend> AdamW<B> {
             );
         }
         if let Some(extra) = tensors.keys().next() {
-            return Err(format!("unexpected optimizer tensor `{extra}`"));
+            return Err(TrainError::Checkpoint(format!(
+                "unexpected optimizer tensor `{extra}`"
+            )));
         }
         Ok(optimizer)
     }

@@ -17,11 +17,11 @@ use crate::cuda_sources::{CudaSources, float, settings, tensor};
 pub(in crate::ops) fn attention_sources(
     sources: &mut CudaSources,
     head_dim: usize,
-) -> Result<(), String> {
+) -> crate::Result<()> {
     if !(1..=MAX_HEAD_DIM).contains(&head_dim) {
-        return Err(format!(
+        return Err(crate::HaaresError::KernelSource(format!(
             "head width {head_dim}: the fused attention takes 1 to {MAX_HEAD_DIM}"
-        ));
+        )));
     }
     let [forward, query_grad, key_value] = tilings(head_dim);
     let variant = format!("d_h = {head_dim}");
