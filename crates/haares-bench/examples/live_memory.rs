@@ -52,7 +52,7 @@ fn main() -> Result<(), String> {
 
 fn measure(method: &str) -> haares_bench::Result<()> {
     let spec = CostSpec::cpu(BackendKind::Ndarray);
-    let config = spec.model(ModelFamily::Small, method)?;
+    let config = spec.model(ModelFamily::Small, &method.parse()?)?;
     let mut trainer = Trainer::<Ad>::new(&config, spec.batch, spec.seq, &Default::default())?;
     let mut after_forward = None;
     trainer.step(|phase| {

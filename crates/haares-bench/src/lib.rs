@@ -31,6 +31,8 @@ pub use haares_train::backend::BackendKind;
 
 pub mod error;
 pub use error::{BenchError, Result};
+pub mod method_choice;
+pub use method_choice::MethodChoice;
 
 pub mod analytic;
 pub mod backends;

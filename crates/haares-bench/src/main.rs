@@ -15,7 +15,8 @@ use haares_bench::measure::worker::{KernelLog, RESULT_PREFIX, Worker, WorkerResu
 use haares_bench::peer::{PeerKind, PeerMatmul};
 use haares_bench::profile::anatomy::{AnatomyArgs, anatomy};
 use haares_bench::profile::first_step::{FirstStepSpec, first_step_table, run_first_step};
-use haares_bench::{BenchError, Result};
+use haares_bench::{BenchError, MethodChoice, Result};
+use haares_core::ResidualMethod;
 use haares_train::backend::BackendKind;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -124,7 +125,7 @@ struct Grid {
         value_delimiter = ',',
         default_value = "standard,block-attnres,haares"
     )]
-    methods: Vec<String>,
+    methods: Vec<ResidualMethod>,
 }
 
 #[derive(clap::Args)]
@@ -152,7 +153,7 @@ struct CostArgs {
     /// Methods (names as in haares-train); `name/reference` or `name/fused` pins the router
     /// implementation, e.g. `block-attnres,block-attnres/reference`.
     #[arg(long, value_delimiter = ',')]
-    methods: Option<Vec<String>>,
+    methods: Option<Vec<MethodChoice>>,
     /// Size of the square GEMM that sets the peak.
     #[arg(long = "gemm-size")]
     gemm_size: Option<usize>,
@@ -215,7 +216,7 @@ struct FirstStepArgs {
         value_delimiter = ',',
         default_value = "standard,block-attnres,haares"
     )]
-    methods: Vec<String>,
+    methods: Vec<MethodChoice>,
     /// Log every launch with its device time (each kernel then runs alone) and report where a
     /// steady step's device time goes, by phase and kernel; the step times are then not real.
     #[arg(long)]

@@ -4,7 +4,6 @@
 use std::fmt::Write as _;
 
 use haares_core::flops::{FlopCount, flops_per_token, increment};
-use haares_core::method::method_label;
 use haares_core::{ModelFamily, ResidualMethod};
 
 /// The paper's FLOP increments of tab:cost (48 layers, N = 4, T = 512, character vocabulary),
@@ -18,7 +17,7 @@ pub fn flops_table(
     layers: &[usize],
     seq: usize,
     vocab: usize,
-    methods: &[String],
+    methods: &[ResidualMethod],
 ) -> crate::Result<String> {
     let mut out = format!(
         "Analytic FLOPs per token at context {seq}, vocabulary {vocab} (MFLOP; forward components, \
@@ -29,24 +28,24 @@ pub fn flops_table(
     let mega = |x: f64| format!("{:.3}", x / 1e6);
     for &family in families {
         for &l in layers {
-            let count_of = |name: &str| -> crate::Result<FlopCount> {
-                let config = family.config(l, vocab, name.parse::<ResidualMethod>()?);
+            let count_of = |method: ResidualMethod| -> crate::Result<FlopCount> {
+                let config = family.config(l, vocab, method);
                 config.validate()?;
                 Ok(flops_per_token(&config, seq))
             };
-            let block = count_of("block-attnres")?;
-            for name in methods {
-                let count = count_of(name)?;
+            let block = count_of(ResidualMethod::BlockAttnRes)?;
+            for &method in methods {
+                let count = count_of(method)?;
                 let d = family.widths().0;
                 let paper = PAPER_INCREMENTS
                     .iter()
                     .find(|(width, _)| *width == d && l == 48 && seq == 512 && vocab == 256)
-                    .filter(|_| name == "haares")
+                    .filter(|_| method == ResidualMethod::haares())
                     .map_or("".to_string(), |(_, inc)| format!("+{:.1}%", inc * 100.0));
                 let _ = writeln!(
                     out,
                     "| {family:?} | {d} | {l} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:+.2}% | {paper} |",
-                    method_label(name),
+                    method.label(),
                     mega(count.matrices),
                     mega(count.attention),
                     mega(count.elementwise),

@@ -8,7 +8,6 @@ use std::fmt::Write as _;
 
 use haares_core::ResidualMethod;
 use haares_core::analysis::{parameter_count, source_count_summary};
-use haares_core::method::method_label;
 use haares_core::{ModelConfig, ModelFamily};
 
 use crate::Result;
@@ -43,7 +42,7 @@ pub fn params_table(
     families: &[ModelFamily],
     layers: &[usize],
     vocab: usize,
-    methods: &[String],
+    methods: &[ResidualMethod],
 ) -> Result<String> {
     let mut out = format!(
         "Parameters at vocabulary {vocab}. \"Matrices\" is attention + MLP weights, the quantity of the \
@@ -53,15 +52,14 @@ pub fn params_table(
     );
     for family in families {
         for &l in layers {
-            for name in methods {
-                let method = name.parse::<ResidualMethod>()?;
+            for &method in methods {
                 let config: ModelConfig = family.config(l, vocab, method);
                 config.validate()?;
                 let count = parameter_count(&config);
                 let _ = writeln!(
                     out,
                     "| {family:?} | {l} | {} | {} | {} | {} | {} | {} | {} |",
-                    method_label(name),
+                    method.label(),
                     thousands(count.weight_matrices()),
                     thousands(count.embedding),
                     thousands(count.norms),

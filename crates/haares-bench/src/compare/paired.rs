@@ -14,7 +14,6 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::backends::dispatch;
-use haares_core::method::method_rank;
 use haares_core::{ModelConfig, TrainingBackend};
 use haares_train::backend::{BackendJob, BackendKind};
 use serde::{Deserialize, Serialize};
@@ -23,6 +22,7 @@ use crate::cost::CostSpec;
 use crate::error::{BenchError, Result};
 use crate::measure::stats::{MedianInterval, median, median_interval};
 use crate::measure::worker::Trainer;
+use crate::method_choice::MethodChoice;
 use crate::report_files::write_atomically_both;
 
 /// A paired run: the cost protocol's models (its preset and sizes) for two methods.
@@ -44,8 +44,8 @@ pub struct PairedSpec {
 /// first, whatever the order given, so that a ratio and its verdict are always about the cost a
 /// method adds to its baseline (HAARES over Block AttnRes, Block AttnRes over Standard), never
 /// about the inverse. Two paths of one method keep their order. Returns whether it turned them.
-pub fn over_baseline(methods: &mut [String]) -> bool {
-    let rank = |name: &String| method_rank(name.split('/').next().unwrap_or_default());
+pub fn over_baseline(methods: &mut [MethodChoice]) -> bool {
+    let rank = |choice: &MethodChoice| choice.method.report_rank();
     let turn = matches!(methods, [a, b] if rank(b) > rank(a));
     if turn {
         methods.swap(0, 1);
@@ -257,7 +257,7 @@ pub struct PairedArgs {
     /// ratio is always the later in the paper's order over the earlier (HAARES over Block
     /// AttnRes, Block AttnRes over Standard); two paths of one method keep their order.
     #[arg(long, value_delimiter = ',', default_value = "haares,block-attnres")]
-    methods: Vec<String>,
+    methods: Vec<MethodChoice>,
     /// The ratio's target, at most [default: 1.05, as `cost`'s HAARES / Block AttnRes target].
     #[arg(long, default_value_t = 1.05)]
     target: f64,
@@ -289,7 +289,7 @@ mod tests {
     #[test]
     fn a_ratio_is_a_method_over_its_baseline_whatever_the_order_given() {
         let turned = |given: &[&str]| {
-            let mut methods: Vec<String> = given.iter().map(|m| m.to_string()).collect();
+            let mut methods = crate::method_choice::methods(given);
             let turned = over_baseline(&mut methods);
             (methods, turned)
         };
@@ -323,7 +323,7 @@ mod tests {
         for (given, expected, turn) in pairs {
             assert_eq!(
                 turned(&given),
-                (expected.map(String::from).to_vec(), turn),
+                (crate::method_choice::methods(&expected), turn),
                 "{given:?}"
             );
         }

@@ -26,8 +26,9 @@ use crate::cost::targets::default_throughput;
 use crate::error::{BenchError, Result};
 use crate::measure::export::ExportTask;
 use crate::measure::worker::Trainer;
+use crate::method_choice::MethodChoice;
 use crate::peer::server::{PeerServer, PeerStep};
-use crate::peer::{Peer, PeerKind, PeerMatmul, PeerMode, logits_agree, peer_model};
+use crate::peer::{Peer, PeerKind, PeerMatmul, PeerMode, logits_agree};
 
 /// A `versus` run: the cost protocol's models (one family) for each method, against PyTorch
 /// eager and/or compiled.
@@ -88,7 +89,7 @@ pub struct VersusRun {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VersusMethod {
     /// As in the spec (`name` or `name/routing`).
-    pub method: String,
+    pub method: MethodChoice,
     /// Our step's wall time, round by round (warm-up rounds included).
     pub ours_s: Vec<f64>,
     /// Our first and last loss.
@@ -213,9 +214,12 @@ impl<L: FnMut(&str) + Send> BackendJob for VersusJob<'_, L> {
 
 impl<L: FnMut(&str) + Send> VersusJob<'_, L> {
     /// One peer process per mode, each ready (its logits checked).
-    fn start_peers(&mut self, export: &ExportTask, method: &str) -> Result<Vec<PeerServer>> {
+    fn start_peers(
+        &mut self,
+        export: &ExportTask,
+        method: &MethodChoice,
+    ) -> Result<Vec<PeerServer>> {
         let cost = &self.spec.cost;
-        let model = peer_model(method);
         let matmul = PeerMatmul::ours(cost.backend);
         let mut servers = Vec::new();
         for &mode in &cost.peer_modes {
@@ -224,7 +228,7 @@ impl<L: FnMut(&str) + Send> VersusJob<'_, L> {
                 .with_extension(format!("{}.stderr", mode.label()));
             let sizes = (cost.batch, cost.seq);
             let server =
-                PeerServer::start(self.peer, export, model, sizes, (matmul, mode), errors)?;
+                PeerServer::start(self.peer, export, method, sizes, (matmul, mode), errors)?;
             (self.log)(&format!(
                 "{method}: PyTorch {} ready, logits within {:.1e} of ours",
                 mode.label(),
@@ -238,14 +242,14 @@ impl<L: FnMut(&str) + Send> VersusJob<'_, L> {
     /// The rounds of one method: ours and every peer once each, the order turning every round.
     fn rounds<B: TrainingBackend>(
         &mut self,
-        method: &str,
+        method: &MethodChoice,
         mut trainer: Trainer<B>,
         mut servers: Vec<PeerServer>,
     ) -> haares_train::Result<Result<VersusMethod>> {
         let rounds = self.spec.cost.steps;
         let matmul = PeerMatmul::ours(self.spec.cost.backend);
         let mut ours = VersusMethod {
-            method: method.to_string(),
+            method: *method,
             ours_s: Vec::with_capacity(rounds),
             ours_losses: (f64::NAN, f64::NAN),
             peers: (self.spec.cost.peer_modes.iter().zip(&servers))
@@ -318,7 +322,7 @@ pub struct VersusArgs {
         value_delimiter = ',',
         default_value = "standard,block-attnres,haares"
     )]
-    methods: Vec<String>,
+    methods: Vec<MethodChoice>,
     /// The peers to step against: PyTorch eager (`torch`) and/or compiled (`torch-compile`).
     #[arg(
         long,

@@ -4,7 +4,6 @@
 use std::fmt::Write as _;
 
 use crate::compare::versus::{VersusMethod, VersusRun};
-use crate::measure::method_with_path;
 use crate::measure::stats::{median, median_interval};
 use crate::peer::PeerMode;
 use crate::report_files::write_atomically_both;
@@ -70,7 +69,7 @@ pub fn versus_table(run: &VersusRun) -> String {
         compiled.map(move |p| (m, p.step_s.first().copied().unwrap_or(f64::NAN)))
     });
     let compiled: Vec<String> = compiled
-        .map(|(m, first)| format!("{} {first:.1} s", method_with_path(&m.method)))
+        .map(|(m, first)| format!("{} {first:.1} s", m.method.label()))
         .collect();
     if !compiled.is_empty() {
         let _ = writeln!(
@@ -92,7 +91,7 @@ impl MethodRow {
     fn of(method: &VersusMethod, run: &VersusRun) -> Self {
         let (warmup, target) = (run.spec.cost.warmup, run.spec.target);
         let steady = |steps: &[f64]| median(steps.get(warmup..).unwrap_or(&[]));
-        let label = method_with_path(&method.method);
+        let label = method.method.label();
         let mut line = format!("| {label} | {:.4} |", steady(&method.ours_s));
         for peer in &method.peers {
             let _ = write!(line, " {:.4} |", steady(&peer.step_s));
@@ -192,7 +191,7 @@ mod tests {
     #[test]
     fn a_rounds_ratio_is_the_faster_peer_over_ours() {
         let method = VersusMethod {
-            method: "standard".into(),
+            method: "standard".parse().unwrap(),
             ours_s: vec![9.0, 1.0, 2.0, 1.0],
             ours_losses: (0.0, 0.0),
             peers: vec![

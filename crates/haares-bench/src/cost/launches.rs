@@ -11,8 +11,8 @@ use haares_core::ModelFamily;
 use serde::{Deserialize, Serialize};
 
 use crate::cost::{CostRun, CostSpec};
-use crate::measure::method_with_path;
 use crate::measure::worker::KernelLog;
+use crate::method_choice::MethodChoice;
 
 /// The kernels one steady training step of a method launched.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -20,7 +20,7 @@ pub struct LaunchCount {
     /// The family.
     pub family: ModelFamily,
     /// The method, as in the spec.
-    pub method: String,
+    pub method: MethodChoice,
     /// Launches in the forward pass, the backward pass and the update.
     pub per_phase: [usize; 3],
 }
@@ -43,7 +43,7 @@ pub fn counts_launches(spec: &CostSpec) -> bool {
 pub fn count_launches(
     spec: &CostSpec,
     family: ModelFamily,
-    method: &str,
+    method: &MethodChoice,
 ) -> crate::Result<Option<LaunchCount>> {
     let sample = spec.train_worker(family, method, 2, KernelLog::Launches)?;
     let per_phase = sample
@@ -52,7 +52,7 @@ pub fn count_launches(
         .and_then(|kernels| kernels.steady_launches());
     Ok(per_phase.map(|per_phase| LaunchCount {
         family,
-        method: method.to_string(),
+        method: *method,
         per_phase,
     }))
 }
@@ -82,7 +82,7 @@ pub fn write_launch_section(out: &mut String, run: &CostRun) {
             out,
             "| {:?} | {} | {forward} | {backward} | {update} | {} | {ratio} |",
             count.family,
-            method_with_path(&count.method),
+            count.method.label(),
             count.total()
         );
     }
@@ -108,7 +108,7 @@ mod tests {
     fn the_table_gives_each_phase_the_step_and_the_ratio_to_standard() {
         let count = |method: &str, per_phase| LaunchCount {
             family: ModelFamily::Small,
-            method: method.into(),
+            method: method.parse().unwrap(),
             per_phase,
         };
         let mut out = String::new();

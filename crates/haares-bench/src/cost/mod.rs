@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{BenchError, Result};
 use crate::measure::worker::{TrainSample, WorkerResult, WorkerTask};
 use crate::measure::{run_worker, stats};
+use crate::method_choice::MethodChoice;
 use crate::peer;
 use crate::report_files::write_atomically_both;
 
@@ -40,7 +41,7 @@ pub struct CostRun {
     /// Samples per family, in measurement order.
     pub samples: Vec<(ModelFamily, Vec<TrainSample>)>,
     /// Training FLOPs per token of every family × method (analytic, [`crate::flops`]).
-    pub training_flops: Vec<(ModelFamily, String, f64)>,
+    pub training_flops: Vec<(ModelFamily, MethodChoice, f64)>,
     /// The PyTorch peer's measurements, when one was asked for.
     #[serde(default)]
     pub peer: Option<peer::PeerRun>,
@@ -87,7 +88,7 @@ pub fn run_cost(
         let family_samples = measure_family(spec, family, peer.as_mut(), &mut log)?;
         for method in &spec.methods {
             let flops = flops_per_token(&spec.model(family, method)?, spec.seq).training();
-            training_flops.push((family, method.clone(), flops));
+            training_flops.push((family, *method, flops));
             if launches::counts_launches(spec)
                 && let Some(count) = launches::count_launches(spec, family, method)?
             {
@@ -134,7 +135,7 @@ fn measure_family(
 ) -> Result<Vec<TrainSample>> {
     let mut samples = Vec::new();
     for repeat in 0..spec.repeats {
-        let mut order: Vec<&String> = spec.methods.iter().collect();
+        let mut order: Vec<&MethodChoice> = spec.methods.iter().collect();
         if repeat % 2 == 1 {
             order.reverse();
         }

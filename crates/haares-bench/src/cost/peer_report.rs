@@ -9,15 +9,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::cost::CostRun;
 use crate::cost::summary::{MethodCost, megabytes};
-use crate::measure::method_with_path;
 use crate::measure::stats::median;
-use crate::peer::{PeerMatmul, PeerMode, PeerSample, logits_tolerance, peer_model};
+use crate::method_choice::MethodChoice;
+use crate::peer::{PeerMatmul, PeerMode, PeerSample, logits_tolerance};
 
 /// The peer's summary of one method.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PeerCost {
     /// Method name as in the spec (the peer trains it without the routing path).
-    pub method: String,
+    pub method: MethodChoice,
     /// The precision of the peer's matrix products.
     pub matmul: PeerMatmul,
     /// Eager or compiled.
@@ -65,7 +65,7 @@ pub fn peer_costs(run: &CostRun) -> Vec<(ModelFamily, Vec<PeerCost>)> {
                 .filter_map(|(method, (matmul, mode))| {
                     let mine: Vec<&PeerSample> = samples
                         .iter()
-                        .filter(|s| s.sample.method == peer_model(method))
+                        .filter(|s| s.sample.method == method.unpinned())
                         .filter(|s| (s.matmul, s.mode) == (matmul, mode))
                         .collect();
                     let firsts: Vec<f64> = mine
@@ -148,7 +148,7 @@ pub fn write_peer_section(
                 continue;
             };
             let theirs: Vec<&PeerCost> = costs.iter().filter(|c| &c.method == method).collect();
-            let label = method_with_path(method);
+            let label = method.label();
             for cost in &theirs {
                 let setting = format!("{} {}", cost.mode.label(), cost.matmul.label());
                 let _ = writeln!(

@@ -6,7 +6,6 @@ use haares_core::ModelFamily;
 
 use crate::cost::CostRun;
 use crate::cost::summary::{MethodCost, megabytes, summarise};
-use crate::measure::method_with_path;
 
 fn ratio(
     costs: &[MethodCost],
@@ -126,11 +125,12 @@ fn steady_step(c: &MethodCost) -> f64 {
 
 /// One method's row of the table.
 fn write_method_row(out: &mut String, family: ModelFamily, costs: &[MethodCost], c: &MethodCost) {
+    let name = c.method.to_string();
     let _ = writeln!(
         out,
         "| {family:?} | {} | {} | {:.2} | {:.2} | {:.0} | {:.4} | {} ({}) | {} | {} | {} | {} | {} | {:.1}% |",
         family.widths().0,
-        method_with_path(&c.method),
+        c.method.label(),
         c.startup_s,
         c.first_step_s,
         c.tokens_per_s_from_start,
@@ -138,10 +138,10 @@ fn write_method_row(out: &mut String, family: ModelFamily, costs: &[MethodCost],
         megabytes(c.peak_memory_bytes),
         c.memory_kind,
         megabytes(c.peak_rss_bytes),
-        cell(ratio(costs, &c.method, "block-attnres", steady_step)),
-        cell(ratio(costs, &c.method, "block-attnres", memory)),
-        cell(ratio(costs, &c.method, "block-attnres", rss)),
-        cell(ratio(costs, &c.method, "standard", steady_step)),
+        cell(ratio(costs, &name, "block-attnres", steady_step)),
+        cell(ratio(costs, &name, "block-attnres", memory)),
+        cell(ratio(costs, &name, "block-attnres", rss)),
+        cell(ratio(costs, &name, "standard", steady_step)),
         100.0 * c.mfu,
     );
 }
@@ -230,7 +230,7 @@ fn write_other_targets(
             let _ = writeln!(
                 out,
                 "- {family:?}: {} routing telemetry {:.2}% of training time (target ≤ 1%): {verdict}",
-                method_with_path(&c.method),
+                c.method.label(),
                 100.0 * share
             );
         }
@@ -257,7 +257,7 @@ fn write_telemetry_section(
         let _ = writeln!(
             rows,
             "| {family:?} | {} | {plain:.4} | {routing:.4} | {:+.1}% | {:.2}% |",
-            method_with_path(&c.method),
+            c.method.label(),
             100.0 * (routing / plain - 1.0),
             100.0 * share
         );

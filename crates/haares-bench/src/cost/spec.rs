@@ -3,8 +3,7 @@
 //! own settings (its GEMM, the PyTorch peer, launch counts, targets). `cost` measures it whole;
 //! the comparisons and profiles take its model and steps.
 
-use haares_core::ResidualMethod;
-use haares_core::{ModelConfig, ModelFamily, RoutingPath};
+use haares_core::{ModelConfig, ModelFamily};
 use haares_train::backend::BackendKind;
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +11,7 @@ use super::targets::Targets;
 use crate::error::{BenchError, Result};
 use crate::measure::run_worker;
 use crate::measure::worker::{KernelLog, TrainSample, WorkerResult, WorkerTask};
+use crate::method_choice::{MethodChoice, methods};
 use crate::peer::settings::{PeerMatmul, PeerMode};
 
 /// A cost-protocol run: what to measure and how long.
@@ -37,9 +37,9 @@ pub struct CostSpec {
     pub warmup: usize,
     /// Measurements per method, interleaved.
     pub repeats: usize,
-    /// Methods, by name; `name/reference` or `name/fused` pins the router implementation (a bare
-    /// name uses the automatic choice), so both paths can be measured in one interleaved run.
-    pub methods: Vec<String>,
+    /// Methods, each with the routing path it is pinned to (written `name`, `name/reference` or
+    /// `name/fused`), so that both paths can be measured in one interleaved run.
+    pub methods: Vec<MethodChoice>,
     /// Size n of the square GEMM whose rate is the peak.
     pub gemm_n: usize,
     /// The validation schedule the routing telemetry's share of training time is computed for:
@@ -101,9 +101,7 @@ impl CostSpec {
             steps: 12,
             warmup: 4,
             repeats: 2,
-            methods: ["standard", "block-attnres", "haares"]
-                .map(String::from)
-                .to_vec(),
+            methods: methods(&["standard", "block-attnres", "haares"]),
             gemm_n: 1024,
             validation_every: default_validation_every(),
             validation_batches: default_validation_batches(),
@@ -130,29 +128,19 @@ impl CostSpec {
         }
     }
 
-    /// The model of `family` trained with `method` (`name` or `name/routing`).
-    pub fn model(&self, family: ModelFamily, method: &str) -> Result<ModelConfig> {
-        let (name, routing) = match method.split_once('/') {
-            None => (method, RoutingPath::Auto),
-            Some((name, "reference")) => (name, RoutingPath::Reference),
-            Some((name, "fused")) => (name, RoutingPath::Fused),
-            Some((_, other)) => {
-                return Err(BenchError::Request(format!(
-                    "unknown routing path `{other}` in method `{method}`; use `/reference` or `/fused`"
-                )));
-            }
-        };
+    /// The model of `family` trained with `method`, on the routing path it names.
+    pub fn model(&self, family: ModelFamily, method: &MethodChoice) -> Result<ModelConfig> {
         let config = family
-            .config(self.layers, self.vocab, name.parse::<ResidualMethod>()?)
+            .config(self.layers, self.vocab, method.method)
             .with_blocks(self.blocks)
             .with_max_seq_len(self.seq.max(512))
-            .with_routing(routing);
+            .with_routing(method.routing);
         config.validate()?;
         Ok(config)
     }
 
     /// K training steps of `method` in `family`, measured by a fresh worker process.
-    pub fn measure(&self, family: ModelFamily, method: &str) -> Result<TrainSample> {
+    pub fn measure(&self, family: ModelFamily, method: &MethodChoice) -> Result<TrainSample> {
         self.train_worker(family, method, self.steps, KernelLog::Off)
     }
 
@@ -161,7 +149,7 @@ impl CostSpec {
     pub fn train_worker(
         &self,
         family: ModelFamily,
-        method: &str,
+        method: &MethodChoice,
         steps: usize,
         kernel_log: KernelLog,
     ) -> Result<TrainSample> {
@@ -170,7 +158,11 @@ impl CostSpec {
 
     /// The spec's K steps of `method` in `family` by a fresh worker process, every operation of
     /// the steps after the warm-up timed ([`haares_core::op_times`]).
-    pub fn operations_worker(&self, family: ModelFamily, method: &str) -> Result<TrainSample> {
+    pub fn operations_worker(
+        &self,
+        family: ModelFamily,
+        method: &MethodChoice,
+    ) -> Result<TrainSample> {
         self.worker(
             family,
             method,
@@ -183,14 +175,14 @@ impl CostSpec {
     fn worker(
         &self,
         family: ModelFamily,
-        method: &str,
+        method: &MethodChoice,
         steps: usize,
         kernel_log: KernelLog,
         record_operations_from: Option<usize>,
     ) -> Result<TrainSample> {
         let task = WorkerTask::Train {
             config: self.model(family, method)?,
-            method: method.to_string(),
+            method: *method,
             batch: self.batch,
             seq: self.seq,
             steps,

@@ -7,12 +7,13 @@ use serde::{Deserialize, Serialize};
 use crate::cost::CostRun;
 use crate::measure::stats::median;
 use crate::measure::worker::{TrainSample, ValidationCost};
+use crate::method_choice::MethodChoice;
 
 /// One method's summary within a family.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct MethodCost {
     /// Method name.
-    pub method: String,
+    pub method: MethodChoice,
     /// Median start-up seconds.
     pub startup_s: f64,
     /// Median seconds of the first step (on a GPU: kernel compilation and autotuning).

@@ -16,7 +16,6 @@ pub mod worker;
 
 use std::process::{Command, Stdio};
 
-use haares_core::method::method_label;
 use haares_train::backend::BackendKind;
 use worker::{RESULT_PREFIX, WorkerResult, WorkerTask};
 
@@ -53,13 +52,5 @@ pub fn run_worker(backend: BackendKind, task: &WorkerTask) -> Result<WorkerResul
             "a measurement failed ({}); the worker's error is above",
             output.status
         ))),
-    }
-}
-
-/// A method's label with its pinned routing path, e.g. `haares/fused` → `HAARES (fused)`.
-pub fn method_with_path(method: &str) -> String {
-    match method.split_once('/') {
-        Some((name, path)) => format!("{} ({path})", method_label(name)),
-        None => method_label(method),
     }
 }

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::measure::device_memory::DeviceMemory;
 use crate::measure::heartbeat::Heartbeat;
 use crate::measure::phases::{Anatomy, AnatomyRecorder, Phase, StepTimes};
+use crate::method_choice::MethodChoice;
 
 /// What a worker process measures.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -29,8 +30,8 @@ pub enum WorkerTask {
     Train {
         /// The model.
         config: ModelConfig,
-        /// Method name as given on the command line (for the report).
-        method: String,
+        /// The method, with the routing path it is pinned to (its name goes into the report).
+        method: MethodChoice,
         /// Rows per batch.
         batch: usize,
         /// Context length.
@@ -89,7 +90,7 @@ pub enum WorkerResult {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrainSample {
     /// Method name.
-    pub method: String,
+    pub method: MethodChoice,
     /// Seconds from the worker's start to the model and optimizer being ready (backend start-up
     /// and initialisation).
     pub startup_s: f64,
@@ -205,7 +206,7 @@ impl BackendJob for Worker {
 /// A training task's settings, as [`WorkerTask::Train`] gives them.
 struct TrainTask {
     config: ModelConfig,
-    method: String,
+    method: MethodChoice,
     batch: usize,
     seq: usize,
     steps: usize,
@@ -220,9 +221,9 @@ fn train<B: TrainingBackend>(
     backend: BackendKind,
     started: Instant,
 ) -> haares_train::Result<TrainSample> {
-    let method = task.method.clone();
+    let method = task.method;
     let mut recorder = AnatomyRecorder::start();
-    let heartbeat = Heartbeat::start(method.clone(), "backend start", HEARTBEAT);
+    let heartbeat = Heartbeat::start(method.to_string(), "backend start", HEARTBEAT);
     let (mut trainer, backend_start_s) =
         start_up::<B>(&task, device, started, &mut recorder, &heartbeat)?;
     let mut memory = DeviceMemory::new(backend);

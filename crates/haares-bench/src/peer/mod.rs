@@ -29,6 +29,7 @@ use crate::error::{BenchError, Result};
 use crate::measure::export::ExportTask;
 use crate::measure::stats::median;
 use crate::measure::worker::{RESULT_PREFIX, TrainSample, WorkerTask};
+use crate::method_choice::MethodChoice;
 use profile::PeerProfile;
 
 /// The peer script, compiled in so that an installed `haares-bench` carries it.
@@ -161,7 +162,7 @@ impl Peer {
     pub fn train(
         &self,
         export: &ExportTask,
-        method: &str,
+        method: &MethodChoice,
         (batch, seq, steps): (usize, usize, usize),
         setting: (PeerMatmul, PeerMode),
     ) -> Result<PeerSample> {
@@ -197,8 +198,12 @@ impl Peer {
     }
 
     /// Where a method's exported files go.
-    pub fn export_paths(&self, family: ModelFamily, method: &str) -> (PathBuf, PathBuf, PathBuf) {
-        let stem = format!("{family:?}-{}", method.replace('/', "-"));
+    pub fn export_paths(
+        &self,
+        family: ModelFamily,
+        method: &MethodChoice,
+    ) -> (PathBuf, PathBuf, PathBuf) {
+        let stem = format!("{family:?}-{}", method.to_string().replace('/', "-"));
         let file = |suffix: &str| self.folder.path().join(format!("{stem}{suffix}"));
         (
             file(".initial.safetensors"),
@@ -251,10 +256,10 @@ impl Peer {
 }
 
 /// The peer's arguments for training the model a worker of ours exported to `export`, as
-/// `method`, on batches of `batch × seq`, at `(matmul, mode)`: `train`'s and `serve`'s.
+/// `method` (without its routing path: the peer implements each method once, plainly), on batches of `batch × seq`, at `(matmul, mode)`: `train`'s and `serve`'s.
 pub(crate) fn model_args(
     export: &ExportTask,
-    method: &str,
+    method: &MethodChoice,
     (batch, seq): (usize, usize),
     (matmul, mode): (PeerMatmul, PeerMode),
 ) -> Vec<String> {
@@ -263,7 +268,7 @@ pub(crate) fn model_args(
         format!("--checkpoint={}", path(&export.initial)),
         format!("--check={}", path(&export.perturbed)),
         format!("--reference={}", path(&export.reference)),
-        format!("--method={method}"),
+        format!("--method={}", method.unpinned()),
         format!("--batch={batch}"),
         format!("--seq={seq}"),
         format!("--matmul={}", matmul.label().to_lowercase()),
@@ -272,12 +277,6 @@ pub(crate) fn model_args(
         args.push("--compile".into());
     }
     args
-}
-
-/// The model PyTorch trains for one of our methods: the method without its routing path (the
-/// peer implements each method once, plainly).
-pub fn peer_model(method: &str) -> &str {
-    method.split_once('/').map_or(method, |(name, _)| name)
 }
 
 /// The peer's part of a cost run. A failure stops the peer, not the run: its reason is kept in
@@ -345,18 +344,18 @@ impl PeerSession {
         &mut self,
         spec: &CostSpec,
         family: ModelFamily,
-        method: &str,
+        method: &MethodChoice,
         repeat: usize,
         log: &mut impl FnMut(&str),
     ) {
-        let model = peer_model(method);
+        let model = method.unpinned();
         let settings = spec
             .peer_modes
             .iter()
             .flat_map(|&mode| spec.peer_matmul.iter().map(move |&matmul| (matmul, mode)));
         for (matmul, mode) in settings {
             let Some(peer) = &self.peer else { return };
-            if self.measured(family, model, (matmul, mode)) > repeat {
+            if self.measured(family, &model, (matmul, mode)) > repeat {
                 continue;
             }
             let (initial, perturbed, reference) = peer.export_paths(family, method);
@@ -380,7 +379,7 @@ impl PeerSession {
             };
             let sizes = (spec.batch, spec.seq, spec.steps);
             let measured =
-                exported.and_then(|()| peer.train(&export, model, sizes, (matmul, mode)));
+                exported.and_then(|()| peer.train(&export, &model, sizes, (matmul, mode)));
             match measured {
                 Ok(sample) => {
                     log(&format!(
@@ -401,13 +400,18 @@ impl PeerSession {
     }
 
     /// How many times the peer has trained `model` in `family` at a precision and mode.
-    fn measured(&self, family: ModelFamily, model: &str, setting: (PeerMatmul, PeerMode)) -> usize {
+    fn measured(
+        &self,
+        family: ModelFamily,
+        model: &MethodChoice,
+        setting: (PeerMatmul, PeerMode),
+    ) -> usize {
         self.run
             .samples
             .iter()
             .filter(|(f, _)| *f == family)
             .flat_map(|(_, samples)| samples)
-            .filter(|s| s.sample.method == model && (s.matmul, s.mode) == setting)
+            .filter(|s| s.sample.method == *model && (s.matmul, s.mode) == setting)
             .count()
     }
 

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use crate::error::{BenchError, Result};
 use crate::measure::export::ExportTask;
 use crate::measure::worker::RESULT_PREFIX;
+use crate::method_choice::MethodChoice;
 use crate::peer::{Peer, PeerMatmul, PeerMode, model_args};
 
 /// How long a peer is given to end after its input is closed before it is killed.
@@ -54,7 +55,7 @@ impl PeerServer {
     pub fn start(
         peer: &Peer,
         export: &ExportTask,
-        method: &str,
+        method: &MethodChoice,
         sizes: (usize, usize),
         setting: (PeerMatmul, PeerMode),
         errors: PathBuf,

@@ -21,6 +21,7 @@ use crate::error::{BenchError, Result};
 use crate::measure::export::ExportTask;
 use crate::measure::run_worker;
 use crate::measure::worker::{TrainSample, WorkerTask};
+use crate::method_choice::MethodChoice;
 use crate::peer::Peer;
 use crate::peer::profile::PeerProfile;
 
@@ -37,7 +38,7 @@ pub struct AnatomyArgs {
         value_delimiter = ',',
         default_value = "standard,block-attnres,haares"
     )]
-    methods: Vec<String>,
+    methods: Vec<MethodChoice>,
     /// The model's sizes [default: the cost protocol's `cpu` preset].
     #[command(flatten)]
     sizes: SizeArgs,
@@ -62,7 +63,7 @@ pub struct AnatomyArgs {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MethodAnatomy {
     /// Method name.
-    pub method: String,
+    pub method: MethodChoice,
     /// Median wall seconds of a steady step.
     pub step_s: f64,
     /// Mean forward, backward, update seconds of a steady step.
@@ -196,7 +197,7 @@ fn profile_peer(
     peer: &Peer,
     spec: &CostSpec,
     family: ModelFamily,
-    method: &str,
+    method: &MethodChoice,
 ) -> Result<PeerProfile> {
     let (initial, perturbed, reference) = peer.export_paths(family, method);
     let export = ExportTask {

@@ -7,7 +7,6 @@ use std::fmt::Write as _;
 
 use haares_core::op_times::{OpTime, Pass, ProductShape};
 
-use crate::measure::method_with_path;
 use crate::peer::profile::PeerProfile;
 use crate::profile::anatomy::{AnatomyRun, MethodAnatomy, pass_total};
 
@@ -85,7 +84,7 @@ fn write_method(out: &mut String, method: &MethodAnatomy, torch: Option<&str>) {
          backward {}, update {}.\n\n\
          | operation | forward | backward | calls (fwd / bwd) | share of the step |\n\
          |---|---|---|---|---|\n",
-        method_with_path(&method.method),
+        method.method.label(),
         ms(method.step_s),
         ms(forward),
         ms(backward),

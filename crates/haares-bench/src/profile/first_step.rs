@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use crate::cost::CostSpec;
 use crate::error::{BenchError, Result};
 use crate::measure::kernel_events::KernelTally;
-use crate::measure::method_with_path;
 use crate::measure::worker::{KernelLog, TrainSample};
+use crate::method_choice::MethodChoice;
 use crate::profile::kernel_times::kernel_times_table;
 use crate::report_files::write_atomically_both;
 
@@ -39,7 +39,7 @@ pub struct FirstStepSpec {
     /// Steps per worker (at least 2: the first and a steady one to compare it with).
     pub steps: usize,
     /// Methods, as in the cost protocol (`name`, `name/reference`, `name/fused`).
-    pub methods: Vec<String>,
+    pub methods: Vec<MethodChoice>,
     /// Whether each worker logs every launch with its device time ([`crate::profile::kernel_times`]);
     /// otherwise it counts launches only.
     #[serde(default)]
@@ -160,7 +160,7 @@ pub fn first_step_table(run: &FirstStepRun) -> String {
         let _ = writeln!(
             out,
             "| {} | {layers} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {first_s:.2} | {steady_s:.3} | {:.2} | {} |",
-            method_with_path(&sample.method),
+            sample.method.label(),
             a.backend_start_s,
             a.model_init_s,
             first[0],
@@ -211,7 +211,7 @@ fn launches_by_depth(run: &FirstStepRun) -> String {
             let _ = writeln!(
                 out,
                 "| {} | {layers} | {} | {per_layer} |",
-                method_with_path(method),
+                method.label(),
                 with_phases(total, launches)
             );
             previous = Some((*layers, total));
@@ -255,7 +255,7 @@ fn depth_growth(run: &FirstStepRun) -> String {
         let _ = writeln!(
             out,
             "- {}: {}: {}",
-            method_with_path(method),
+            method.label(),
             counts.join(", "),
             growth_verdict(&by_depth)
         );
@@ -343,7 +343,7 @@ mod tests {
             batch: 2,
             seq: 16,
             steps: 2,
-            methods: vec!["standard".into()],
+            methods: crate::method_choice::methods(&["standard"]),
             kernel_times: false,
         };
         let run = FirstStepRun {

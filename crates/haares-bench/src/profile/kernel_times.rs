@@ -11,7 +11,6 @@
 use std::fmt::Write as _;
 
 use crate::measure::kernel_events::KernelTally;
-use crate::measure::method_with_path;
 use crate::measure::worker::TrainSample;
 
 /// Kernels named per row of the table, largest device time first.
@@ -47,14 +46,14 @@ pub fn kernel_times_table(samples: &[(usize, TrainSample)]) -> String {
         let _ = writeln!(
             rows,
             "| {} | {layers} | {:.1} ({}) | {} | {:.1} | {} |",
-            method_with_path(&sample.method),
+            sample.method.label(),
             ms(step.device_ns),
             phases.join(" + "),
             step.launched,
             step.device_ns as f64 / 1e3 / step.launched.max(1) as f64,
             largest_kernels(&step)
         );
-        every_kernel += &kernels_table(&method_with_path(&sample.method), *layers, &step);
+        every_kernel += &kernels_table(&sample.method.label(), *layers, &step);
     }
     if rows.is_empty() {
         return String::new();
@@ -126,7 +125,7 @@ pub(crate) mod tests {
     /// A worker's sample whose second step's phases tallied `launched`.
     pub(crate) fn sample_with(method: &str, launched: [KernelTally; 3]) -> TrainSample {
         TrainSample {
-            method: method.into(),
+            method: method.parse().unwrap(),
             startup_s: 0.1,
             total_s: 1.0,
             step_s: vec![0.5, 0.2],
