@@ -1,7 +1,8 @@
 //! A method as the benchmarks take it: a residual method and, optionally, the routing path its
 //! reads are pinned to (`haares/fused`, `block-attnres/reference`), so that both paths can be
 //! measured in one interleaved run. Parsed once, where a command reads its arguments, and written
-//! back as the same name wherever it travels (to the workers, into the reports' JSON).
+//! back under its canonical name wherever it travels (to the workers, into the reports' JSON):
+//! `block_attnres` comes back as `block-attnres`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -90,10 +91,10 @@ impl FromStr for MethodChoice {
                 )));
             }
         };
-        Ok(Self {
-            method: name.parse()?,
-            routing,
-        })
+        let method = name
+            .parse()
+            .map_err(|e: haares_core::HaaresError| BenchError::Request(e.to_string()))?;
+        Ok(Self { method, routing })
     }
 }
 
@@ -164,7 +165,7 @@ mod tests {
         assert!(path.to_string().contains("`fast`"), "{path}");
         assert!(path.to_string().contains("/reference"), "{path}");
         let method = "hares/fused".parse::<MethodChoice>().unwrap_err();
-        assert!(matches!(method, BenchError::Train(_)), "{method:?}");
+        assert!(matches!(method, BenchError::Request(_)), "{method:?}");
         assert!(method.to_string().contains("`hares`"), "{method}");
         assert!(serde_json::from_str::<MethodChoice>("\"hares\"").is_err());
     }

@@ -23,7 +23,8 @@ pub fn write_atomically_both(stem: &Path, value: &impl Serialize, table: &str) -
     }
     for (extension, text) in [("json", json.as_str()), ("md", table)] {
         let path = stem.with_extension(extension);
-        haares_data::write_atomically(&path, text.as_bytes())?;
+        haares_data::write_atomically(&path, text.as_bytes())
+            .map_err(|e| BenchError::file(&path, e))?;
     }
     Ok(())
 }

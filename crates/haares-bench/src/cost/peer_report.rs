@@ -80,7 +80,7 @@ pub fn peer_costs(run: &CostRun) -> Vec<(ModelFamily, Vec<PeerCost>)> {
                         .map(|s| median(steady_steps(s, warmup)))
                         .collect();
                     (!mine.is_empty()).then(|| PeerCost {
-                        method: method.clone(),
+                        method: *method,
                         matmul,
                         mode,
                         first_step_s: median(&firsts),

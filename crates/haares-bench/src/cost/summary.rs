@@ -94,7 +94,7 @@ pub fn summarise(run: &CostRun) -> Vec<(ModelFamily, Vec<MethodCost>)> {
                         .find(|(f, m, _)| f == family && m == method)
                         .map_or(f64::NAN, |(_, _, flops)| *flops);
                     MethodCost {
-                        method: method.clone(),
+                        method: *method,
                         startup_s: median(&mine.iter().map(|s| s.startup_s).collect::<Vec<_>>()),
                         first_step_s: median(
                             &mine

@@ -127,8 +127,8 @@ impl Peer {
         let version: serde_json::Value = peer.run(&["version"]).map_err(|e| {
             let e = e.reason();
             BenchError::Peer(format!(
-                "the PyTorch peer needs `{python} -c \"import torch, safetensors\"` to work, and \
-                 it does not ({e}). Install PyTorch (https://pytorch.org/get-started/locally/, e.g. \
+                "`{python} -c \"import torch, safetensors\"` must work for the peer, and it does \
+                 not ({e}). Install PyTorch (https://pytorch.org/get-started/locally/, e.g. \
                  `pip install torch safetensors`) or pass --python with an interpreter that has it"
             ))
         })?;
@@ -256,7 +256,8 @@ impl Peer {
 }
 
 /// The peer's arguments for training the model a worker of ours exported to `export`, as
-/// `method` (without its routing path: the peer implements each method once, plainly), on batches of `batch × seq`, at `(matmul, mode)`: `train`'s and `serve`'s.
+/// `method` (without its routing path: the peer implements each method once, plainly), on
+/// batches of `batch × seq`, at `(matmul, mode)`: `train`'s and `serve`'s.
 pub(crate) fn model_args(
     export: &ExportTask,
     method: &MethodChoice,

@@ -60,7 +60,7 @@ impl PeerServer {
         setting: (PeerMatmul, PeerMode),
         errors: PathBuf,
     ) -> Result<Self> {
-        let name = format!("PyTorch {} ({method})", setting.1.label());
+        let name = format!("PyTorch {} ({})", setting.1.label(), method.unpinned());
         let stderr = File::create(&errors).map_err(|e| BenchError::file(&errors, e))?;
         let mut child = peer
             .command("serve", &model_args(export, method, sizes, setting))

@@ -183,7 +183,7 @@ fn method_anatomy(sample: &TrainSample, warmup: usize) -> Result<MethodAnatomy> 
         })
         .collect();
     Ok(MethodAnatomy {
-        method: sample.method.clone(),
+        method: sample.method,
         step_s: crate::measure::stats::median(steady),
         phase_s,
         operations,

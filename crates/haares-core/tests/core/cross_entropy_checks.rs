@@ -1,8 +1,8 @@
 //! The tied head's weighted cross-entropy, generic over the backend: the fused pair (losses with
 //! each row's log-sum-exp, and the backward pass from them), the loss's total over rows, and both
-//! differentiable operations against f64 written out here. `core/cross_entropy.rs` runs them on NdArray f64 and Flex (the
-//! plain operations), `portability.rs` on NdArray f32, Flex and the cube backends' kernels (wgpu,
-//! CUDA).
+//! differentiable operations against f64 written out here. `core/cross_entropy.rs` runs them on
+//! NdArray f64 and Flex (the plain operations), `portability.rs` on NdArray f32, Flex and the cube
+//! backends' kernels (wgpu, CUDA).
 
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};

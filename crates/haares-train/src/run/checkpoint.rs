@@ -161,7 +161,10 @@ pub fn load<B: TrainingBackend>(
     }
     let optimizer =
         AdamW::from_named_tensors(config.optimizer, state.optimizer_steps, tensors, device)
-            .map_err(|e| corrupt("holds inconsistent optimizer state", &e))?;
+            .map_err(|e| match e {
+                TrainError::Checkpoint(why) => corrupt("holds inconsistent optimizer state", &why),
+                other => other,
+            })?;
     Ok(Loaded {
         model,
         optimizer,

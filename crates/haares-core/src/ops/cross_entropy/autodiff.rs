@@ -31,7 +31,7 @@ impl<B: CrossEntropyBackend, C: CheckpointStrategy> CrossEntropyBackend for Auto
     ) -> Tensor<Self, 1> {
         match B::fuses_cross_entropy() {
             true => fused_node(logits, targets, weights, B::loss_total),
-            false => naive::cross_entropy(logits, targets, weights).sum(),
+            false => naive::loss_total(naive::cross_entropy(logits, targets, weights)),
         }
     }
 

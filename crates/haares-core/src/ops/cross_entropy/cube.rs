@@ -58,7 +58,7 @@ where
 pub(super) const TOTAL_THREADS: usize = 256;
 
 /// [`CrossEntropyBackend::loss_total`] in one launch of one cube: `[rows]` to `[1]`, in an order
-/// fixed by the row count alone.
+/// fixed for a given row count and device (the same from run to run).
 fn loss_total<R, F, I, BT>(losses: Tensor<Cube<R, F, I, BT>, 1>) -> Tensor<Cube<R, F, I, BT>, 1>
 where
     R: CubeRuntime,

@@ -9,7 +9,8 @@
 //! log-sum-exp; elsewhere Burn's `log_softmax` and `gather`.
 //!
 //! - [`naive`]: the reference.
-//! - `cube.rs`: one cube per row of logits, one launch each way.
+//! - `cube.rs`: one cube per row of logits, one launch each way, and one cube for the loss's total
+//!   over the rows.
 //! - `autodiff.rs`: one graph node.
 //!
 //! `tests/core/cross_entropy_checks.rs` checks the backend's operation and its node against f64 and the
@@ -69,18 +70,18 @@ pub trait CrossEntropyBackend: Backend {
     ) -> Tensor<Self, 1> {
         match Self::fuses_cross_entropy() {
             true => Self::loss_total(Self::cross_entropy_forward(logits, targets, weights).0),
-            false => naive::cross_entropy(logits, targets, weights).sum(),
+            false => naive::loss_total(naive::cross_entropy(logits, targets, weights)),
         }
     }
 
-    /// `Σ_r losses_r`, the fused forward pass's losses summed: Burn's `sum` unless the backend
-    /// has a kernel for it (the cube backends, `cube.rs`).
+    /// `Σ_r losses_r`, the fused forward pass's losses summed: [`naive::loss_total`] (Burn's
+    /// `sum`) unless the backend has a kernel for it (the cube backends, `cube.rs`).
     ///
     /// # Shapes
     /// - losses: `[rows]`
     /// - output: `[1]`
     fn loss_total(losses: Tensor<Self, 1>) -> Tensor<Self, 1> {
-        losses.sum()
+        naive::loss_total(losses)
     }
 
     /// Whether [`cross_entropy`](Self::cross_entropy) runs as the fused pair: the cube backends'

@@ -53,3 +53,10 @@ pub fn cross_entropy_backward<B: Backend>(
     let probabilities = (logits - logsumexp.reshape([rows, 1])).exp();
     (probabilities - target) * (grad * weights).reshape([rows, 1])
 }
+
+/// The plain form of
+/// [`CrossEntropyBackend::loss_total`](super::CrossEntropyBackend::loss_total): Burn's `sum` of
+/// the rows' losses.
+pub fn loss_total<B: Backend>(losses: Tensor<B, 1>) -> Tensor<B, 1> {
+    losses.sum()
+}
