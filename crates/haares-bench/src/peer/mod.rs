@@ -97,6 +97,22 @@ pub fn torch_device(backend: BackendKind) -> Result<&'static str> {
     }
 }
 
+/// `script` written as `name` into a private temporary folder, which is deleted when the folder
+/// is dropped; the folder and the script's path.
+pub(crate) fn write_script(name: &str, script: &str) -> Result<(tempfile::TempDir, PathBuf)> {
+    let folder = tempfile::Builder::new()
+        .prefix("haares-peer-")
+        .tempdir()
+        .map_err(|e| {
+            BenchError::Peer(format!(
+                "cannot create a temporary folder for the peer script ({e}); check TMPDIR"
+            ))
+        })?;
+    let path = folder.path().join(name);
+    std::fs::write(&path, script).map_err(|e| BenchError::file(&path, e))?;
+    Ok((folder, path))
+}
+
 /// A started peer: the script written to a private folder, the interpreter checked.
 pub struct Peer {
     python: String,
@@ -109,16 +125,7 @@ impl Peer {
     /// run and how to fix that.
     pub fn start(python: &str, backend: BackendKind) -> Result<(Self, PeerRun)> {
         let device = torch_device(backend)?;
-        let folder = tempfile::Builder::new()
-            .prefix("haares-peer-")
-            .tempdir()
-            .map_err(|e| {
-                BenchError::Peer(format!(
-                    "cannot create a temporary folder for the peer script ({e}); check TMPDIR"
-                ))
-            })?;
-        let script = folder.path().join("torch_peer.py");
-        std::fs::write(&script, SCRIPT).map_err(|e| BenchError::file(&script, e))?;
+        let (folder, _) = write_script("torch_peer.py", SCRIPT)?;
         let peer = Self {
             python: python.to_string(),
             device,

@@ -24,16 +24,8 @@ pub struct PeerTimings {
 /// Runs the script under `python` on `cases`; `Err` gives the interpreter's last line of stderr
 /// and how to get a PyTorch with CUDA.
 pub fn torch_timings(python: &str, cases: &[ProductCase], repeats: usize) -> Result<PeerTimings> {
-    let folder = tempfile::Builder::new()
-        .prefix("haares-products-")
-        .tempdir()
-        .map_err(|e| {
-            BenchError::Peer(format!(
-                "cannot create a temporary folder for the peer script ({e}); check TMPDIR"
-            ))
-        })?;
-    let script = folder.path().join("torch_products.py");
-    std::fs::write(&script, SCRIPT).map_err(|e| BenchError::file(&script, e))?;
+    // The folder lives until the script has run.
+    let (_folder, script) = crate::peer::write_script("torch_products.py", SCRIPT)?;
     let mut child = Command::new(python)
         .arg(&script)
         .arg(format!("--repeats={repeats}"))
