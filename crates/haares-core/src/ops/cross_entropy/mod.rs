@@ -13,9 +13,9 @@
 //!   over the rows.
 //! - `autodiff.rs`: one graph node.
 //!
-//! `tests/core/cross_entropy_checks.rs` checks the backend's operation and its node against f64 and the
-//! reference; `tests/core/cross_entropy.rs` runs it on NdArray f64 and Flex, `tests/portability.rs` on
-//! NdArray f32, Flex, wgpu and CUDA.
+//! `tests/core/cross_entropy_checks.rs` checks the backend's operation and its nodes against f64
+//! and the reference; `tests/core/cross_entropy.rs` runs it on NdArray f64 and Flex,
+//! `tests/portability.rs` on NdArray f32, Flex, wgpu and CUDA.
 
 mod autodiff;
 #[cfg(feature = "cube")]
