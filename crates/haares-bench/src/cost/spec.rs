@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::targets::Targets;
 use crate::error::{BenchError, Result};
 use crate::measure::run_worker;
-use crate::measure::worker::{KernelLog, TrainSample, WorkerResult, WorkerTask};
+use crate::measure::worker::{KernelLog, TrainSample, TrainTask, WorkerResult, WorkerTask};
 use crate::method_choice::{MethodChoice, methods};
 use crate::peer::settings::{PeerMatmul, PeerMode};
 
@@ -180,7 +180,7 @@ impl CostSpec {
         kernel_log: KernelLog,
         record_operations_from: Option<usize>,
     ) -> Result<TrainSample> {
-        let task = WorkerTask::Train {
+        let task = WorkerTask::Train(TrainTask {
             config: self.model(family, method)?,
             method: *method,
             batch: self.batch,
@@ -188,7 +188,7 @@ impl CostSpec {
             steps,
             kernel_log,
             record_operations_from,
-        };
+        });
         match run_worker(self.backend, &task)? {
             WorkerResult::Train(sample) => Ok(*sample),
             _ => Err(BenchError::Worker(

@@ -27,27 +27,7 @@ use crate::method_choice::MethodChoice;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum WorkerTask {
     /// `steps` training steps of one method from a fresh process.
-    Train {
-        /// The model.
-        config: ModelConfig,
-        /// The method, with the routing path it is pinned to (its name goes into the report).
-        method: MethodChoice,
-        /// Rows per batch.
-        batch: usize,
-        /// Context length.
-        seq: usize,
-        /// Steps K.
-        steps: usize,
-        /// What the worker logs of every kernel launch on a cube backend (counting launches
-        /// slows the host side and timing them serialises the device, so timing workers log
-        /// neither).
-        #[serde(default)]
-        kernel_log: KernelLog,
-        /// The first step whose operations are timed ([`haares_core::op_times`]), through the
-        /// last; `None`: none are.
-        #[serde(default)]
-        record_operations_from: Option<usize>,
-    },
+    Train(TrainTask),
     /// The initial and a perturbed model, with our logits, for the PyTorch peer.
     Export(crate::measure::export::ExportTask),
     /// The best of `reps` square `n × n` matrix products (the GEMM peak).
@@ -144,6 +124,29 @@ pub struct ValidationCost {
     pub with_routing_s: Vec<f64>,
 }
 
+/// A training task: the model, the method, the batch and the steps, and what the worker records.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainTask {
+    /// The model.
+    pub config: ModelConfig,
+    /// The method, with the routing path it is pinned to (its name goes into the report).
+    pub method: MethodChoice,
+    /// Rows per batch.
+    pub batch: usize,
+    /// Context length.
+    pub seq: usize,
+    /// Steps K.
+    pub steps: usize,
+    /// What the worker logs of every kernel launch on a cube backend (counting launches slows
+    /// the host side and timing them serialises the device, so timing workers log neither).
+    #[serde(default)]
+    pub kernel_log: KernelLog,
+    /// The first step whose operations are timed ([`haares_core::op_times`]), through the last;
+    /// `None`: none are.
+    #[serde(default)]
+    pub record_operations_from: Option<usize>,
+}
+
 /// The marker in front of a worker's JSON answer on its stdout.
 pub const RESULT_PREFIX: &str = "HAARES-COST-RESULT ";
 
@@ -151,7 +154,7 @@ impl WorkerTask {
     /// What the worker logs of each kernel launch.
     pub fn kernel_log(&self) -> KernelLog {
         match self {
-            WorkerTask::Train { kernel_log, .. } => *kernel_log,
+            WorkerTask::Train(task) => task.kernel_log,
             _ => KernelLog::Off,
         }
     }
@@ -180,37 +183,11 @@ impl BackendJob for Worker {
                 export.run::<B>(&device)?;
                 WorkerResult::Exported
             }
-            WorkerTask::Train {
-                config,
-                method,
-                batch,
-                seq,
-                steps,
-                record_operations_from,
-                ..
-            } => {
-                let task = TrainTask {
-                    config,
-                    method,
-                    batch,
-                    seq,
-                    steps,
-                    record_operations_from,
-                };
+            WorkerTask::Train(task) => {
                 WorkerResult::Train(Box::new(train::<B>(task, &device, backend, self.started)?))
             }
         })
     }
-}
-
-/// A training task's settings, as [`WorkerTask::Train`] gives them.
-struct TrainTask {
-    config: ModelConfig,
-    method: MethodChoice,
-    batch: usize,
-    seq: usize,
-    steps: usize,
-    record_operations_from: Option<usize>,
 }
 
 /// Trains `task` from a fresh model on `device`, timing every step and phase, and the worker's
